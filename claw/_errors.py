@@ -1,0 +1,65 @@
+"""The one exception hierarchy of claw.
+
+Every error raised on purpose by claw, Memory Core or the harness derives from
+:class:`ClawError` and also from the nearest builtin, so that generic handlers
+(``except PermissionError``) keep working. Messages name the thing that was
+wrong and, where there is one, the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ClawError(Exception):
+    """Base class of every error claw raises on purpose."""
+
+
+class ForgedCapabilityError(ClawError, PermissionError):
+    """A capability was presented that the host never minted (or minted for another host)."""
+
+
+class StaleCapabilityError(ClawError, PermissionError):
+    """A capability was minted by the host but is no longer current.
+
+    Its scope or run ended, or an incarnation it was bound to changed.
+    """
+
+
+class CapabilityDeniedError(ClawError, PermissionError):
+    """A current capability does not grant what was asked (wrong session, scope or agent)."""
+
+
+class SlotConflictError(ClawError, RuntimeError):
+    """Two plugins tried to occupy one exclusive slot."""
+
+
+class ContractError(ClawError, ValueError):
+    """A plugin registered something its manifest does not declare, or broke a contract."""
+
+
+class ConfigError(ClawError, ValueError):
+    """Configuration is invalid; names the key path and the bad value."""
+
+    key_path: str
+    value: Any
+
+    def __init__(self, key_path: str, message: str, *, value: Any = None) -> None:
+        self.key_path = key_path
+        self.value = value
+        super().__init__(f"config {key_path}: {message}")
+
+
+class UnsupportedRequestError(ClawError, ValueError):
+    """A request asks a provider for something its declared capabilities do not support.
+
+    Raised by the host before any provider code runs.
+    """
+
+
+class ProviderError(ClawError, RuntimeError):
+    """A memory provider failed; never turned into an empty success."""
+
+
+class HostClosedError(ClawError, RuntimeError):
+    """The host, scope or run was used after it closed."""

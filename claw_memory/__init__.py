@@ -1,0 +1,1 @@
+"""Memory Core: the bundled memory plugin of claw (plugin id ``memory-core``)."""
