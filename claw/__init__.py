@@ -1,5 +1,6 @@
 """claw: a Trio-native memory and context layer for AI agents."""
 
+from ._embeddings import EmbeddingProvider as EmbeddingProvider
 from ._errors import CapabilityDeniedError as CapabilityDeniedError
 from ._errors import ClawError as ClawError
 from ._errors import ConfigError as ConfigError

@@ -4,6 +4,7 @@ Bundled plugins (Memory Core) import only from here, never from claw internals:
 a bundled plugin gets no door that a third-party plugin lacks.
 """
 
+from .._embeddings import EmbeddingProvider as EmbeddingProvider
 from .._errors import ClawError as ClawError
 from .._errors import ConfigError as ConfigError
 from .._errors import ContractError as ContractError
