@@ -1,5 +1,27 @@
-"""claw: a Trio-native memory and context layer for AI agents."""
+"""claw: a Trio-native memory and context layer for AI agents.
 
+The public surface lives here; the code lives in private modules. See the README and
+``docs/`` for the concepts: exclusive slots, capabilities, audiences, runs, generations.
+"""
+
+from ._capabilities import Capability as Capability
+from ._capabilities import ConversationRecallPass as ConversationRecallPass
+from ._capabilities import FlushIdentity as FlushIdentity
+from ._capabilities import HostAuthority as HostAuthority
+from ._capabilities import MemoryAudience as MemoryAudience
+from ._capabilities import MemoryCallerContext as MemoryCallerContext
+from ._capabilities import OperatorAuthority as OperatorAuthority
+from ._capabilities import SessionAuthority as SessionAuthority
+from ._config import AgentDefaultsConfig as AgentDefaultsConfig
+from ._config import AgentsConfig as AgentsConfig
+from ._config import CompactionConfig as CompactionConfig
+from ._config import GatewayConfig as GatewayConfig
+from ._config import HostConfig as HostConfig
+from ._config import MemoryFlushConfig as MemoryFlushConfig
+from ._config import PluginEntryConfig as PluginEntryConfig
+from ._config import PluginsConfig as PluginsConfig
+from ._config import SlotsConfig as SlotsConfig
+from ._config import WorkersConfig as WorkersConfig
 from ._embeddings import EmbeddingProvider as EmbeddingProvider
 from ._errors import CapabilityDeniedError as CapabilityDeniedError
 from ._errors import ClawError as ClawError
@@ -10,10 +32,25 @@ from ._errors import HostClosedError as HostClosedError
 from ._errors import ProviderError as ProviderError
 from ._errors import SlotConflictError as SlotConflictError
 from ._errors import StaleCapabilityError as StaleCapabilityError
+from ._errors import StateLockedError as StateLockedError
 from ._errors import UnsupportedRequestError as UnsupportedRequestError
+from ._host import Host as Host
+from ._host import HostScope as HostScope
+from ._host import SlotSelection as SlotSelection
+from ._host import open_host as open_host
+from ._plugins import ContextEngineFactoryContext as ContextEngineFactoryContext
+from ._plugins import Plugin as Plugin
+from ._plugins import PluginApi as PluginApi
+from ._plugins import PluginContracts as PluginContracts
+from ._plugins import RegisteredTool as RegisteredTool
+from ._plugins import Tool as Tool
+from ._util import fixup_module_metadata as _fixup_module_metadata
 from ._workers import InlineWorkerPool as InlineWorkerPool
 from ._workers import ThreadWorkerPool as ThreadWorkerPool
 from ._workers import WorkerPool as WorkerPool
 from ._workers import WorkerPoolStatistics as WorkerPoolStatistics
 
 __version__ = "0.1.0"
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

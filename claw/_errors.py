@@ -63,3 +63,7 @@ class ProviderError(ClawError, RuntimeError):
 
 class HostClosedError(ClawError, RuntimeError):
     """The host, scope or run was used after it closed."""
+
+
+class StateLockedError(ClawError, RuntimeError):
+    """Another process holds the lock on a state or index directory."""

@@ -1,0 +1,271 @@
+"""Host configuration: typed, frozen, loadable from TOML, with errors that name the key path.
+
+Every section is a frozen attrs class whose fields have working defaults, so a host
+needs no file at all. :meth:`HostConfig.load` reads a TOML file and
+:meth:`HostConfig.from_mapping` a parsed mapping; both refuse unknown keys and wrong
+types with a :class:`~claw.ConfigError` that names the dotted key path and the bad
+value, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+
+from ._errors import ConfigError
+
+T = TypeVar("T")
+
+JSONValue = Any
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: int | float) -> None:
+    if value <= 0:
+        raise ConfigError(attribute.name, f"must be positive, got {value!r}", value=value)
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: int | float) -> None:
+    if value < 0:
+        raise ConfigError(attribute.name, f"must not be negative, got {value!r}", value=value)
+
+
+@attrs.frozen
+class SlotsConfig:
+    """Which plugin owns each exclusive slot.
+
+    ``context_engine`` names a registered context engine id (``"legacy"`` is the
+    built-in one). ``memory`` names the plugin whose memory capability owns the memory
+    slot; ``None`` selects Memory Core when it is loaded and enabled, and no memory
+    otherwise; ``"none"`` selects no memory plugin at all.
+    """
+
+    context_engine: str = "legacy"
+    memory: str | None = None
+
+
+@attrs.frozen
+class PluginEntryConfig:
+    """Per-plugin settings: ``enabled = false`` keeps the plugin from loading at all."""
+
+    enabled: bool = True
+    config: Mapping[str, JSONValue] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class PluginsConfig:
+    """Plugin loading: slot selection, per-plugin entries, entry-point discovery."""
+
+    slots: SlotsConfig = attrs.field(factory=SlotsConfig)
+    entries: Mapping[str, PluginEntryConfig] = attrs.field(factory=dict)
+    discover: bool = True
+
+    def entry(self, plugin_id: str) -> PluginEntryConfig:
+        """The entry for ``plugin_id``, or the default one."""
+        return self.entries.get(plugin_id, PluginEntryConfig())
+
+
+@attrs.frozen
+class MemoryFlushConfig:
+    """``[agents.defaults.compaction.memory_flush]``: timing of the pre-compaction flush.
+
+    A flush is due when the session's token estimate, including the incoming turn,
+    crosses ``context_window - reserve_tokens_floor - soft_threshold_tokens``, or the
+    transcript reaches ``force_flush_transcript_bytes``. ``model`` is the default model
+    of a tools-arm flush (a file-arm flush keeps the session's model).
+    """
+
+    enabled: bool = True
+    soft_threshold_tokens: int = attrs.field(default=4000, validator=_non_negative)
+    reserve_tokens_floor: int = attrs.field(default=20000, validator=_non_negative)
+    force_flush_transcript_bytes: int = attrs.field(default=2 * 1024 * 1024, validator=_positive)
+    model: str | None = None
+
+
+@attrs.frozen
+class CompactionConfig:
+    """``[agents.defaults.compaction]``: when and how the runtime compacts a session."""
+
+    memory_flush: MemoryFlushConfig = attrs.field(factory=MemoryFlushConfig)
+    keep_recent_tokens: int = attrs.field(default=8000, validator=_non_negative)
+
+
+@attrs.frozen
+class AgentDefaultsConfig:
+    """``[agents.defaults]``: what every agent uses unless it says otherwise."""
+
+    model: str = "scripted/default"
+    fallbacks: tuple[str, ...] = ()
+    context_window: int = attrs.field(default=128_000, validator=_positive)
+    max_tool_rounds: int = attrs.field(default=8, validator=_positive)
+    compaction: CompactionConfig = attrs.field(factory=CompactionConfig)
+
+
+@attrs.frozen
+class AgentsConfig:
+    """``[agents]``."""
+
+    defaults: AgentDefaultsConfig = attrs.field(factory=AgentDefaultsConfig)
+
+
+@attrs.frozen
+class WorkersConfig:
+    """``[workers]``: the shared worker pool (``max_workers`` threads; ``inline`` for tests)."""
+
+    max_workers: int = attrs.field(
+        factory=lambda: max(2, min(8, os.cpu_count() or 2)), validator=_positive
+    )
+    inline: bool = False
+
+
+@attrs.frozen
+class GatewayConfig:
+    """``[gateway]``: the WebSocket server.
+
+    ``tokens`` maps each accepted token to the operator scopes it may be granted;
+    ``token`` is a shorthand for one token allowed ``operator.read``.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = attrs.field(default=0, validator=_non_negative)
+    token: str | None = None
+    tokens: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    max_message_bytes: int = attrs.field(default=1024 * 1024, validator=_positive)
+    max_in_flight: int = attrs.field(default=32, validator=_positive)
+    max_queued_messages: int = attrs.field(default=64, validator=_positive)
+
+
+@attrs.frozen
+class HostConfig:
+    """Everything a host needs; every field has a default that works with no file.
+
+    ``workspace_dir`` is where memory files live (default: the current directory);
+    ``state_dir`` is where claw keeps its databases and indexes (default:
+    ``<workspace_dir>/.claw``). ``default_agent_id`` is the agent that callers without
+    an explicit agent address.
+    """
+
+    workspace_dir: Path = attrs.field(factory=Path.cwd, converter=Path)
+    state_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    default_agent_id: str = "main"
+    plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
+    agents: AgentsConfig = attrs.field(factory=AgentsConfig)
+    workers: WorkersConfig = attrs.field(factory=WorkersConfig)
+    gateway: GatewayConfig = attrs.field(factory=GatewayConfig)
+
+    @property
+    def resolved_state_dir(self) -> Path:
+        """``state_dir``, or ``<workspace_dir>/.claw`` when it was not given."""
+        return Path(self.state_dir) if self.state_dir is not None else self.workspace_dir / ".claw"
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], **overrides: Any) -> HostConfig:
+        """Read a TOML file; relative directories resolve against the file's folder."""
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(str(path), "config file not found", value=str(path)) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(str(path), f"invalid TOML: {exc}") from None
+        for key in ("workspace_dir", "state_dir"):
+            if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
+                data[key] = str(path.parent / data[key])
+        return cls.from_mapping(data, **overrides)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], **overrides: Any) -> HostConfig:
+        """Build from a parsed mapping (TOML-shaped); ``overrides`` win over the mapping."""
+        merged = dict(data)
+        merged.update({k: v for k, v in overrides.items()})
+        return _build(cls, merged, "")
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _build(cls: type[T], data: Any, path: str) -> T:
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            path or "<root>", f"expected a table, got {type(data).__name__}", value=data
+        )
+    # Public classes report module 'claw' (fixup_module_metadata), so resolve names here.
+    hints = typing.get_type_hints(cls, globalns=globals())
+    fields = {f.name: f for f in attrs.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        key_path = _join(path, str(key))
+        if key not in fields or key.startswith("_"):
+            known = ", ".join(sorted(fields))
+            raise ConfigError(key_path, f"unknown key (known keys: {known})", value=value)
+        kwargs[key] = _convert(hints[key], value, key_path)
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(
+            _join(path, exc.key_path), str(exc).split(": ", 1)[-1], value=exc.value
+        ) from None
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, path)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if tp is Any:
+        return value
+    if attrs.has(tp):
+        return _build(tp, value, path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"expected true or false, got {value!r}", value=value)
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, f"expected an integer, got {value!r}", value=value)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(path, f"expected a number, got {value!r}", value=value)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected a string, got {value!r}", value=value)
+        return value
+    if tp is Path:
+        if not isinstance(value, str | os.PathLike):
+            raise ConfigError(path, f"expected a path string, got {value!r}", value=value)
+        return Path(value)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(path, f"expected an array, got {value!r}", value=value)
+        item_type = args[0] if args else Any
+        return tuple(_convert(item_type, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin in (Mapping, dict, typing.Mapping) or tp is Mapping:
+        if not isinstance(value, Mapping):
+            raise ConfigError(path, f"expected a table, got {value!r}", value=value)
+        key_type, value_type = args if args else (str, Any)
+        return {
+            _convert(key_type, k, path): _convert(value_type, v, _join(path, str(k)))
+            for k, v in value.items()
+        }
+    raise TypeError(f"config field {path} has an unsupported type {tp!r}")  # pragma: no cover

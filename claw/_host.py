@@ -1,0 +1,369 @@
+"""The host: owner of the root nursery, the capability registry, the plugins and the slots.
+
+The embedding application opens a host with :func:`open_host` and is the only holder
+of minting power: it opens host-owned scopes (:meth:`Host.open_scope`), each with a
+child nursery, and mints capabilities inside them. Leaving a scope (normally, by error
+or by cancellation) revokes everything minted in it, after its tasks have finished.
+Plugins never see the host, only their :class:`~claw.PluginApi` facet.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.metadata
+import logging
+import os
+import weakref
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from ._capabilities import (
+    CallerAuthority,
+    Capability,
+    CapabilityRegistry,
+    HostAuthority,
+    MemoryCallerContext,
+    OperatorAuthority,
+)
+from ._config import HostConfig
+from ._errors import ConfigError, ContractError, HostClosedError, StateLockedError
+from ._plugins import Plugin, PluginApi, PluginRegistry
+from ._util import NoPublicConstructor, final
+from ._workers import InlineWorkerPool, ThreadWorkerPool, WorkerPool
+
+logger = logging.getLogger("claw.host")
+
+C = TypeVar("C", bound=Capability)
+
+ENTRY_POINT_GROUP = "claw.plugins"
+LEGACY_ENGINE_ID = "legacy"
+MEMORY_CORE_ID = "memory-core"
+
+
+@final
+class HostScope(metaclass=NoPublicConstructor):
+    """A host-owned scope: a child nursery and the capabilities minted for it.
+
+    Everything minted through the scope is revoked when the scope closes. Tasks started
+    in :attr:`nursery` live no longer than the scope.
+    """
+
+    def __init__(self, host: Host, name: str) -> None:
+        self._host = host
+        self.name: str = name
+        self._nursery: trio.Nursery | None = None
+        self._minted: list[weakref.ref[Capability]] = []
+        self._closed = False
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The scope's nursery; tasks here end before the scope's capabilities are revoked."""
+        if self._nursery is None:  # pragma: no cover - set before the scope is handed out
+            raise HostClosedError(f"scope {self.name!r} is not open")
+        return self._nursery
+
+    @property
+    def closed(self) -> bool:
+        """Whether the scope has closed (and revoked what it minted)."""
+        return self._closed
+
+    def _mint(self, cls: type[C], **kwargs: Any) -> C:
+        if self._closed:
+            raise HostClosedError(f"scope {self.name!r} is closed; open a new scope to mint")
+        self._host._check_open()
+        cap = self._host._capabilities.mint(cls, scope_name=self.name, **kwargs)
+        self._minted.append(weakref.ref(cap))
+        return cap
+
+    def mint_host_authority(self, operation: str) -> HostAuthority:
+        """Mint the authority of a named host operation (``"status"``, ``"refresh"``, ...)."""
+        if not isinstance(operation, str) or not operation:
+            raise ValueError("a host authority needs a non-empty operation name")
+        return self._mint(HostAuthority, operation=operation)
+
+    def mint_operator_authority(
+        self, scopes: Iterable[str], *, connection_id: str | None = None
+    ) -> OperatorAuthority:
+        """Mint an authenticated operator's authority with the given scopes."""
+        scope_set = frozenset(scopes)
+        if isinstance(scopes, str) or not all(isinstance(s, str) and s for s in scope_set):
+            raise ValueError("operator scopes must be an iterable of non-empty strings")
+        return self._mint(OperatorAuthority, scopes=scope_set, connection_id=connection_id)
+
+    def mint_caller_context(
+        self,
+        authority: CallerAuthority,
+        *,
+        cancel_scope: trio.CancelScope | None = None,
+        purpose: str = "read",
+    ) -> MemoryCallerContext:
+        """Mint the context a provider receives for ``authority``.
+
+        ``cancel_scope`` stands for the request's abort signal (a fresh one if omitted);
+        the context is stale once this scope closes or the authority goes stale.
+        """
+        self._host.verify(authority)
+        return self._mint(
+            MemoryCallerContext,
+            authority=authority,
+            cancel_scope=cancel_scope if cancel_scope is not None else trio.CancelScope(),
+            purpose=purpose,
+        )
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        registry = self._host._capabilities
+        for ref in self._minted:
+            cap = ref()
+            if cap is not None:
+                registry.revoke(cap, f"scope {self.name!r} closed")
+        self._minted.clear()
+
+
+@attrs.frozen
+class SlotSelection:
+    """Which plugins own the exclusive slots of a running host."""
+
+    context_engine: str
+    context_engine_plugin: str | None
+    memory_plugin: str | None
+    memory_sidecars: tuple[str, ...]
+
+
+@final
+class Host(metaclass=NoPublicConstructor):
+    """A running claw host; obtained from :func:`open_host`, never constructed directly."""
+
+    def __init__(self, config: HostConfig, workers: WorkerPool) -> None:
+        self.config: HostConfig = config
+        self.workers: WorkerPool = workers
+        self._capabilities = CapabilityRegistry()
+        self._plugins = PluginRegistry()
+        self._open = False
+        self._closed = False
+        self._nursery: trio.Nursery | None = None
+        self._slots: SlotSelection | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HostClosedError("the host is closed")
+        if not self._open:
+            raise HostClosedError("the host is not open yet")
+
+    @property
+    def closed(self) -> bool:
+        """Whether the host has shut down."""
+        return self._closed
+
+    @asynccontextmanager
+    async def open_scope(self, name: str) -> AsyncIterator[HostScope]:
+        """Open a host-owned scope with its own nursery; leaving it revokes what it minted."""
+        self._check_open()
+        scope = HostScope._create(self, name)
+        try:
+            async with trio.open_nursery() as nursery:
+                scope._nursery = nursery
+                yield scope
+        finally:
+            scope._close()
+
+    # -- capabilities ------------------------------------------------------------
+
+    def verify(self, capability: object, *, session_key: str | None = None) -> None:
+        """Return ``None`` while ``capability`` is current; raise otherwise.
+
+        :class:`~claw.ForgedCapabilityError` for anything this host did not mint,
+        :class:`~claw.StaleCapabilityError` once it was revoked or its incarnation
+        changed, :class:`~claw.CapabilityDeniedError` when it is bound to another
+        session than ``session_key``.
+        """
+        self._capabilities.verify(capability, session_key=session_key)
+
+    # -- plugins and slots -------------------------------------------------------
+
+    @property
+    def slots(self) -> SlotSelection:
+        """The plugins selected into the exclusive slots."""
+        if self._slots is None:
+            raise HostClosedError("the host is not open yet")
+        return self._slots
+
+    @property
+    def plugin_registry(self) -> PluginRegistry:
+        """What the loaded plugins registered (read it; do not mutate it)."""
+        return self._plugins
+
+    def memory_capability(self) -> Any | None:
+        """The selected memory plugin's capability, or ``None`` when no memory is selected."""
+        selected = self.slots.memory_plugin
+        return self._plugins.memory_capabilities.get(selected) if selected else None
+
+    def _load_plugins(self, explicit: Sequence[Plugin]) -> None:
+        plugins_cfg = self.config.plugins
+        candidates: list[Plugin] = list(explicit)
+        if plugins_cfg.discover:
+            candidates.extend(_discover_plugins({p.id for p in explicit}))
+        for plugin in candidates:
+            if not isinstance(plugin, Plugin):
+                raise ContractError(f"{plugin!r} is not a claw.Plugin")
+            if plugin.id in self._plugins.plugins:
+                raise ContractError(f'two plugins share the id "{plugin.id}"')
+            entry = plugins_cfg.entry(plugin.id)
+            if not entry.enabled:
+                logger.info("plugin %s is disabled by plugins.entries.%s", plugin.id, plugin.id)
+                continue
+            self._plugins.plugins[plugin.id] = plugin
+            api = PluginApi._create(
+                plugin,
+                self._plugins,
+                config=entry.config,
+                workers=self.workers,
+                workspace_dir=self.config.workspace_dir,
+                state_dir=self.config.resolved_state_dir,
+            )
+            try:
+                plugin.register(api)
+            finally:
+                api._close()
+        for plugin_id in plugins_cfg.entries:
+            if plugin_id not in self._plugins.plugins and plugins_cfg.entries[plugin_id].enabled:
+                logger.warning(
+                    "plugins.entries.%s configures a plugin that is not loaded", plugin_id
+                )
+        self._slots = self._select_slots()
+
+    def _select_slots(self) -> SlotSelection:
+        slots = self.config.plugins.slots
+        engine_id = slots.context_engine
+        engine_plugin: str | None = None
+        if engine_id != LEGACY_ENGINE_ID:
+            registered = self._plugins.context_engines.get(engine_id)
+            if registered is None:
+                known = sorted([LEGACY_ENGINE_ID, *self._plugins.context_engines])
+                raise ConfigError(
+                    "plugins.slots.context_engine",
+                    f"no registered context engine {engine_id!r} (registered: {', '.join(known)})",
+                    value=engine_id,
+                )
+            engine_plugin = registered.plugin_id
+        memory_id = slots.memory
+        capabilities = self._plugins.memory_capabilities
+        if memory_id is None:
+            memory_plugin = MEMORY_CORE_ID if MEMORY_CORE_ID in capabilities else None
+        elif memory_id == "none":
+            memory_plugin = None
+        elif memory_id not in capabilities:
+            known = sorted(capabilities) or ["none"]
+            raise ConfigError(
+                "plugins.slots.memory",
+                f"no loaded plugin {memory_id!r} registered a memory capability "
+                f"(registered: {', '.join(known)})",
+                value=memory_id,
+            )
+        else:
+            memory_plugin = memory_id
+        sidecars = tuple(sorted(p for p in capabilities if p != memory_plugin))
+        return SlotSelection(
+            context_engine=engine_id,
+            context_engine_plugin=engine_plugin,
+            memory_plugin=memory_plugin,
+            memory_sidecars=sidecars,
+        )
+
+
+def _discover_plugins(skip: set[str]) -> list[Plugin]:
+    found: list[Plugin] = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in skip:
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise ContractError(
+                f'plugin entry point "{ep.name}" ({ep.value}) failed to load: {exc}'
+            ) from exc
+        if not isinstance(plugin, Plugin):
+            raise ContractError(
+                f'plugin entry point "{ep.name}" ({ep.value}) is a {type(plugin).__name__}, '
+                "not a claw.Plugin"
+            )
+        if plugin.id in skip:
+            continue
+        found.append(plugin)
+    return found
+
+
+class _StateLock:
+    """An exclusive OS lock on the state directory, so two hosts never share one."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._path = state_dir / "host.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StateLockedError(
+                f"state directory {self._path.parent} is locked by another claw host; "
+                "use another state_dir or stop the other host"
+            ) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+@asynccontextmanager
+async def open_host(
+    config: HostConfig | None = None,
+    *,
+    plugins: Sequence[Plugin] = (),
+    workers: WorkerPool | None = None,
+) -> AsyncIterator[Host]:
+    """Open a host: lock its state directory, load plugins, select slots, own a nursery.
+
+    ``plugins`` are loaded in addition to those discovered through the ``claw.plugins``
+    entry-point group (unless ``plugins.discover = false``); an explicit plugin wins
+    over a discovered one with the same id. ``workers`` replaces the shared worker pool
+    (the harness passes an inline pool).
+    """
+    config = config if config is not None else HostConfig()
+    if workers is None:
+        workers = (
+            InlineWorkerPool()
+            if config.workers.inline
+            else ThreadWorkerPool(max_workers=config.workers.max_workers)
+        )
+    host = Host._create(config, workers)
+    lock = _StateLock(config.resolved_state_dir)
+    lock.acquire()
+    try:
+        host._load_plugins(plugins)
+        async with trio.open_nursery() as nursery:
+            host._nursery = nursery
+            host._open = True
+            try:
+                yield host
+            finally:
+                host._open = False
+                nursery.cancel_scope.cancel()
+    finally:
+        host._closed = True
+        host._open = False
+        lock.release()

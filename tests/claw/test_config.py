@@ -1,0 +1,100 @@
+"""Host configuration: defaults, TOML loading, and errors that name the key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import claw
+
+
+def test_defaults_work_with_no_file(tmp_path: Path) -> None:
+    config = claw.HostConfig(workspace_dir=tmp_path)
+    assert config.resolved_state_dir == tmp_path / ".claw"
+    assert config.plugins.slots.context_engine == "legacy"
+    flush = config.agents.defaults.compaction.memory_flush
+    assert (flush.soft_threshold_tokens, flush.reserve_tokens_floor) == (4000, 20000)
+    assert flush.force_flush_transcript_bytes == 2 * 1024 * 1024
+
+
+def test_keyword_fields_accept_strings_for_dirs(tmp_path: Path) -> None:
+    config = claw.HostConfig(state_dir=str(tmp_path / "s"))  # type: ignore[arg-type]
+    assert config.resolved_state_dir == tmp_path / "s"
+
+
+def test_load_reads_toml_and_resolves_relative_dirs(tmp_path: Path) -> None:
+    path = tmp_path / "claw.toml"
+    path.write_text(
+        """
+workspace_dir = "ws"
+[plugins.slots]
+context_engine = "lossless"
+memory = "memory-core"
+[plugins.entries.memory-core]
+enabled = true
+config = { chunk_tokens = 200 }
+[agents.defaults]
+context_window = 32000
+[agents.defaults.compaction.memory_flush]
+enabled = false
+model = "ollama/qwen3:8b"
+""",
+        encoding="utf-8",
+    )
+    config = claw.HostConfig.load(path)
+    assert config.workspace_dir == tmp_path / "ws"
+    assert config.plugins.slots.context_engine == "lossless"
+    assert config.plugins.entry("memory-core").config == {"chunk_tokens": 200}
+    assert config.agents.defaults.context_window == 32000
+    assert config.agents.defaults.compaction.memory_flush.enabled is False
+    assert config.agents.defaults.compaction.memory_flush.model == "ollama/qwen3:8b"
+
+
+@pytest.mark.parametrize(
+    ("data", "key_path"),
+    [
+        ({"plugins": {"slotz": {}}}, "plugins.slotz"),
+        ({"plugins": {"slots": {"context_engin": "x"}}}, "plugins.slots.context_engin"),
+        ({"agents": {"defaults": {"context_window": "big"}}}, "agents.defaults.context_window"),
+        ({"agents": {"defaults": {"context_window": True}}}, "agents.defaults.context_window"),
+        (
+            {"agents": {"defaults": {"compaction": {"memory_flush": {"enabled": "yes"}}}}},
+            "agents.defaults.compaction.memory_flush.enabled",
+        ),
+        (
+            {
+                "agents": {
+                    "defaults": {"compaction": {"memory_flush": {"soft_threshold_tokens": -1}}}
+                }
+            },
+            "agents.defaults.compaction.memory_flush.soft_threshold_tokens",
+        ),
+        ({"plugins": {"entries": {"x": {"enabled": 1}}}}, "plugins.entries.x.enabled"),
+        ({"gateway": {"tokens": {"t": "operator.read"}}}, "gateway.tokens.t"),
+        ({"workers": {"max_workers": 0}}, "workers.max_workers"),
+        ({"plugins": "on"}, "plugins"),
+    ],
+)
+def test_bad_keys_and_types_name_the_key_path(data: dict[str, object], key_path: str) -> None:
+    with pytest.raises(claw.ConfigError) as info:
+        claw.HostConfig.from_mapping(data)
+    assert info.value.key_path == key_path
+    assert key_path in str(info.value)
+
+
+def test_unknown_key_error_lists_known_keys() -> None:
+    with pytest.raises(claw.ConfigError, match="known keys: .*context_engine"):
+        claw.HostConfig.from_mapping({"plugins": {"slots": {"engine": "x"}}})
+
+
+def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "claw.toml"
+    path.write_text("[plugins\n", encoding="utf-8")
+    with pytest.raises(claw.ConfigError, match="invalid TOML"):
+        claw.HostConfig.load(path)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(claw.ConfigError, match="not found"):
+        claw.HostConfig.load(tmp_path / "nope.toml")

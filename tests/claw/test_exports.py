@@ -1,0 +1,68 @@
+"""Pins the public surface: every public name exported once, from the right place."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+import claw
+import claw.plugin_sdk
+
+PUBLIC_MODULES = [claw, claw.plugin_sdk]
+
+
+def _public(module: types.ModuleType) -> dict[str, object]:
+    return {
+        name: obj
+        for name, obj in vars(module).items()
+        if not name.startswith("_") and not isinstance(obj, types.ModuleType)
+    }
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)
+def test_every_public_object_is_exported_under_one_name(module: types.ModuleType) -> None:
+    seen: dict[int, str] = {}
+    for name, obj in _public(module).items():
+        if isinstance(obj, str | int | float | tuple):
+            continue
+        assert id(obj) not in seen, f"{name} and {seen.get(id(obj))} are the same object"
+        seen[id(obj)] = name
+
+
+def test_public_classes_report_the_public_module() -> None:
+    for name, obj in _public(claw).items():
+        if isinstance(obj, type) and getattr(obj, "__module__", "").startswith("claw."):
+            assert obj.__module__ == "claw" or not obj.__module__.startswith("claw._"), name
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        claw.OperatorAuthority,
+        claw.SessionAuthority,
+        claw.HostAuthority,
+        claw.MemoryAudience,
+        claw.FlushIdentity,
+        claw.ConversationRecallPass,
+        claw.MemoryCallerContext,
+        claw.Host,
+        claw.HostScope,
+        claw.PluginApi,
+    ],
+    ids=lambda c: c.__name__,
+)
+def test_public_concrete_classes_are_final(cls: type) -> None:
+    with pytest.raises(TypeError):
+        type("Sub", (cls,), {})
+
+
+def test_errors_are_rooted_in_claw_error() -> None:
+    for name, obj in _public(claw).items():
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            assert issubclass(obj, claw.ClawError), name
+
+
+def test_plugin_sdk_exposes_no_minting_power() -> None:
+    for name in _public(claw.plugin_sdk):
+        assert name not in {"Host", "HostScope", "open_host", "CapabilityRegistry"}, name
