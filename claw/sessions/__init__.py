@@ -1,0 +1,31 @@
+"""Durable sessions and the memory audience their lineage resolves to.
+
+:class:`SessionStore` keeps session rows in SQLite; :func:`resolve_audience`,
+:func:`resolve_detached_child` and :func:`is_lineage_current` are the pure rules
+the capability layer mints and checks memory audiences with.
+"""
+
+from ._errors import InvalidSessionError as InvalidSessionError
+from ._errors import SessionError as SessionError
+from ._errors import SessionExistsError as SessionExistsError
+from ._errors import SessionNotFoundError as SessionNotFoundError
+from ._errors import SessionSchemaError as SessionSchemaError
+from ._errors import SessionStorageError as SessionStorageError
+from ._lineage import MAX_LINEAGE_HOPS as MAX_LINEAGE_HOPS
+from ._lineage import AudienceKind as AudienceKind
+from ._lineage import LineageLink as LineageLink
+from ._lineage import ResolvedAudience as ResolvedAudience
+from ._lineage import is_lineage_current as is_lineage_current
+from ._lineage import resolve_audience as resolve_audience
+from ._lineage import resolve_detached_child as resolve_detached_child
+from ._rows import CHAT_TYPES as CHAT_TYPES
+from ._rows import ChatType as ChatType
+from ._rows import Incarnation as Incarnation
+from ._rows import SessionRow as SessionRow
+from ._rows import SessionRows as SessionRows
+from ._rows import SessionSnapshot as SessionSnapshot
+from ._rows import SessionView as SessionView
+from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
+from ._store import SessionListener as SessionListener
+from ._store import SessionStore as SessionStore
+from ._store import open_session_store as open_session_store

@@ -1,0 +1,211 @@
+"""The on-disk schema of the session store, its version, and migrations to it.
+
+The version lives in ``PRAGMA user_version``. Opening a store runs, inside one
+``BEGIN IMMEDIATE`` transaction, exactly one of: create the current schema
+(empty database), migrate an older one, accept the current one, or refuse
+(a newer version, or a database that is not a session store). A migration
+that would have to guess (a legacy row with an unknown chat type or a
+non-UUID session id) refuses by name instead, so nothing is ever read as
+garbage.
+
+Schema history:
+
+* **v1**: ``sessions`` without ``peer_is_owner``; ``chat_type`` nullable and
+  unchecked (rows from before chat types were recorded); no constraints; no
+  memory of deleted keys.
+* **v2** (current): a ``STRICT`` table with ``CHECK`` constraints mirroring
+  write validation, ``peer_is_owner``, an index by agent, and
+  ``session_key_watermarks``, which keeps the last lifecycle revision of each
+  deleted key so that a re-created key continues its revision sequence and an
+  old incarnation can never come back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+from ._errors import InvalidSessionError, SessionSchemaError
+from ._rows import SessionRow, validate_row
+
+SCHEMA_VERSION: Final[int] = 2
+
+#: The v1 table, kept here as the documented shape the v1 -> v2 migration reads.
+V1_DDL: Final[str] = """
+CREATE TABLE sessions (
+    session_key TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    lifecycle_revision INTEGER NOT NULL DEFAULT 0,
+    chat_type TEXT,
+    parent_key TEXT,
+    parent_session_id TEXT,
+    parent_revision INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+)
+"""
+
+_SESSIONS_V2_DDL: Final[str] = """
+CREATE TABLE {name} (
+    session_key TEXT PRIMARY KEY NOT NULL CHECK (length(session_key) > 0),
+    agent_id TEXT NOT NULL CHECK (length(agent_id) > 0),
+    session_id TEXT NOT NULL CHECK (length(session_id) = 36),
+    lifecycle_revision INTEGER NOT NULL CHECK (lifecycle_revision >= 0),
+    chat_type TEXT CHECK (chat_type IN ('direct', 'group', 'channel', 'thread')),
+    peer_is_owner INTEGER NOT NULL DEFAULT 0 CHECK (peer_is_owner IN (0, 1)),
+    parent_key TEXT,
+    parent_session_id TEXT,
+    parent_revision INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    CHECK ((parent_key IS NULL) = (parent_session_id IS NULL)),
+    CHECK ((parent_key IS NULL) = (parent_revision IS NULL)),
+    CHECK (parent_key IS NULL OR parent_key <> session_key)
+) STRICT
+"""
+
+_WATERMARKS_DDL: Final[str] = """
+CREATE TABLE session_key_watermarks (
+    session_key TEXT PRIMARY KEY NOT NULL,
+    last_revision INTEGER NOT NULL CHECK (last_revision >= 0)
+) STRICT
+"""
+
+_INDEX_DDL: Final[str] = "CREATE INDEX sessions_by_agent ON sessions (agent_id, session_key)"
+
+#: Columns in the order :func:`row_from_sql` expects.
+COLUMNS: Final[str] = (
+    "agent_id, session_key, session_id, lifecycle_revision, chat_type, peer_is_owner, "
+    "parent_key, parent_session_id, parent_revision, created_at, updated_at"
+)
+
+
+def row_from_sql(values: tuple[object, ...]) -> SessionRow:
+    """Build a :class:`SessionRow` from a ``SELECT {COLUMNS}`` tuple."""
+    (agent_id, key, session_id, revision, chat_type, peer, pkey, psid, prev, cat, uat) = values
+    return SessionRow(
+        agent_id=agent_id,  # type: ignore[arg-type]  # STRICT columns guarantee the types
+        session_key=key,  # type: ignore[arg-type]
+        session_id=session_id,  # type: ignore[arg-type]
+        lifecycle_revision=revision,  # type: ignore[arg-type]
+        chat_type=chat_type,  # type: ignore[arg-type]
+        peer_is_owner=bool(peer),
+        parent_key=pkey,  # type: ignore[arg-type]
+        parent_session_id=psid,  # type: ignore[arg-type]
+        parent_revision=prev,  # type: ignore[arg-type]
+        created_at=float(cat),  # type: ignore[arg-type]
+        updated_at=float(uat),  # type: ignore[arg-type]
+    )
+
+
+def row_to_sql(row: SessionRow) -> tuple[object, ...]:
+    """The ``{COLUMNS}`` tuple of ``row``, for an INSERT."""
+    return (
+        row.agent_id,
+        row.session_key,
+        row.session_id,
+        row.lifecycle_revision,
+        row.chat_type,
+        int(row.peer_is_owner),
+        row.parent_key,
+        row.parent_session_id,
+        row.parent_revision,
+        row.created_at,
+        row.updated_at,
+    )
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    cursor = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    return {str(name) for (name,) in cursor.fetchall()}
+
+
+def _create_current(conn: sqlite3.Connection) -> None:
+    conn.execute(_SESSIONS_V2_DDL.format(name="sessions"))
+    conn.execute(_INDEX_DDL)
+    conn.execute(_WATERMARKS_DDL)
+
+
+def _migrate_v1_to_v2(conn: sqlite3.Connection, where: str) -> None:
+    """Rebuild a v1 store as v2, validating every legacy row on the way."""
+    cursor = conn.execute(
+        "SELECT agent_id, session_key, session_id, lifecycle_revision, chat_type, 0, "
+        "parent_key, parent_session_id, parent_revision, created_at, updated_at "
+        "FROM sessions ORDER BY session_key"
+    )
+    legacy = cursor.fetchall()
+    rows: list[SessionRow] = []
+    for values in legacy:
+        (agent_id, key, sid, rev, chat, _peer, pkey, psid, prev, cat, uat) = values
+        row = SessionRow(
+            agent_id=agent_id,
+            session_key=key,
+            session_id=sid,
+            lifecycle_revision=rev,
+            chat_type=chat,
+            peer_is_owner=False,
+            parent_key=pkey,
+            parent_session_id=psid,
+            parent_revision=prev,
+            created_at=cat,
+            updated_at=uat,
+        )
+        try:
+            # A missing chat type is carried over as missing (it resolves to no
+            # audience); anything else that is wrong cannot be carried faithfully.
+            validate_row(row, allow_missing_chat_type=True)
+        except InvalidSessionError as exc:
+            raise SessionSchemaError(
+                f"cannot migrate the session store at {where} from schema version 1: "
+                f"row {key!r} is invalid ({exc}); fix or delete that row and reopen"
+            ) from exc
+        rows.append(row)
+    conn.execute(_SESSIONS_V2_DDL.format(name="sessions_v2"))
+    conn.executemany(
+        f"INSERT INTO sessions_v2 ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [row_to_sql(r) for r in rows],
+    )
+    conn.execute("DROP TABLE sessions")
+    conn.execute("ALTER TABLE sessions_v2 RENAME TO sessions")
+    conn.execute(_INDEX_DDL)
+    conn.execute(_WATERMARKS_DDL)
+
+
+def ensure_schema(conn: sqlite3.Connection, where: str) -> int:
+    """Bring the database to :data:`SCHEMA_VERSION` or refuse; returns the version found.
+
+    Must be called inside a write transaction (``BEGIN IMMEDIATE``) so that a
+    crash or a refusal leaves the database exactly as it was.
+    """
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    tables = _tables(conn)
+    if version == 0:
+        if tables:
+            raise SessionSchemaError(
+                f"the database at {where} is not a claw session store (schema version 0 "
+                f"with tables {sorted(tables)!r}); point the store at its own file"
+            )
+        _create_current(conn)
+    elif version == 1:
+        if "sessions" not in tables:
+            raise SessionSchemaError(
+                f"the session store at {where} claims schema version 1 but has no sessions "
+                "table; it is damaged"
+            )
+        _migrate_v1_to_v2(conn, where)
+    elif version == SCHEMA_VERSION:
+        missing = {"sessions", "session_key_watermarks"} - tables
+        if missing:
+            raise SessionSchemaError(
+                f"the session store at {where} (schema version {version}) lacks tables "
+                f"{sorted(missing)!r}; it is damaged"
+            )
+        return int(version)
+    else:
+        raise SessionSchemaError(
+            f"the session store at {where} has schema version {version}, but this claw reads "
+            f"versions up to {SCHEMA_VERSION}; open it with the newer claw that wrote it"
+        )
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    return int(version)
