@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import attrs
 import pytest
@@ -203,7 +204,7 @@ def test_unknown_chat_type_in_the_middle_of_a_lineage_has_no_audience() -> None:
         {"peer_is_owner": 1},
     ],
 )
-def test_malformed_row_has_no_audience(damage: dict[str, object]) -> None:
+def test_malformed_row_has_no_audience(damage: dict[str, Any]) -> None:
     bad = attrs.evolve(root("dm:alice", 1), **damage)
     assert resolve_audience(rows(bad), "dm:alice", sender_is_owner=True) is None
 
