@@ -25,6 +25,8 @@ from ._messages import UserMessage as UserMessage
 from ._messages import message_from_dict as message_from_dict
 from ._messages import message_to_dict as message_to_dict
 from ._model import Model as Model
+from ._openai import OpenAICompatibleModel as OpenAICompatibleModel
+from ._openai import openai_compatible_provider as openai_compatible_provider
 from ._registry import ModelCompletion as ModelCompletion
 from ._registry import ModelRef as ModelRef
 from ._registry import ModelRegistry as ModelRegistry
