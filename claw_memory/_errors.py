@@ -1,0 +1,39 @@
+"""Errors raised by Memory Core.
+
+Each subclasses :class:`claw.plugin_sdk.ClawError` and the nearest builtin, so that
+generic handlers (``except RuntimeError``) keep working. Third-party failures
+(tantivy's bare ``ValueError``, sqlite, httpx) are wrapped at the boundary into one
+of these.
+"""
+
+from __future__ import annotations
+
+from claw.plugin_sdk import ClawError
+
+
+class MemoryCoreError(ClawError, RuntimeError):
+    """Base of the Memory Core runtime failures (not raised by itself)."""
+
+
+class IndexLockedError(MemoryCoreError):
+    """Another process holds the index directory open."""
+
+
+class IndexClosedError(MemoryCoreError):
+    """The index was used after it was closed."""
+
+
+class LexicalIndexError(MemoryCoreError):
+    """tantivy failed while indexing or searching; the message carries its reason."""
+
+
+class EmbeddingError(MemoryCoreError):
+    """An embedding provider failed or returned something that breaks its contract."""
+
+
+class SourcePathError(ClawError, PermissionError):
+    """A read asked for a path that is not one of the index's sources."""
+
+
+class InvalidSearchError(ClawError, ValueError):
+    """A search, read or forget request has an invalid argument (names it and the fix)."""

@@ -1,0 +1,867 @@
+"""The Memory Core index engine: sync, search, read, forget, status, watch.
+
+:func:`open_memory_index` opens (or creates) an index directory for a workspace and
+yields a :class:`MemoryIndex`. The directory holds an OS lock file (one process at a
+time), the SQLite store (the durable owner) and one tantivy directory per index
+generation (``lexical/g<N>``; a new one is built when the index identity changes).
+
+Write path (sync, forget) runs under one lock, so that there is one tantivy writer
+task and one SQLite writer: prepare chunks on workers, embed (through the cache),
+commit to SQLite with a lexical journal entry per touched source, apply the same
+change to tantivy and commit it, clear the journal, then publish a new immutable
+:class:`Generation`. A crash anywhere leaves SQLite consistent; the next open
+replays the journal into tantivy before anything is searched. Searches read
+whichever generation was current when they started and never take the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, Final, NoReturn, final
+
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from claw.plugin_sdk import EmbeddingProvider, WorkerPool
+
+from ._chunking import sha256_hex
+from ._embedding_input import embed_texts
+from ._errors import IndexClosedError, IndexLockedError, InvalidSearchError, SourcePathError
+from ._generation import Generation, normalise_rows
+from ._lexical import LexicalIndex
+from ._ranking import RankParams, rank
+from ._records import ChunkRecord, PreparedChunk
+from ._settings import MemoryCoreSettings, SearchMode, SourceKind
+from ._sources import FileEntry, discover, prepare_file_chunks, read_source
+from ._store import SCHEMA_VERSION, SourceChange, SourceState, Store
+from ._transcripts import (
+    TranscriptSession,
+    TranscriptSource,
+    prepare_session_chunks,
+    render_turn,
+    session_path,
+    session_provenance,
+)
+from ._types import (
+    ForgetResult,
+    IndexStatus,
+    ReadResult,
+    SearchFilter,
+    SearchHit,
+    SearchResult,
+    SkippedSource,
+    SyncReport,
+)
+
+_PRIVATE: Final = object()
+_MAX_PAGE = 1000
+
+
+def _acquire_lock(index_dir: Path) -> int:
+    """Take the index directory's exclusive OS lock, or raise :class:`IndexLockedError`."""
+    fd = os.open(index_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise IndexLockedError(
+            f"index is locked by another process: {index_dir} is already open elsewhere;"
+            " close the other host or give this one its own index directory"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _resolve_dirs(workspace: Path, index_dir: Path) -> tuple[Path, Path]:
+    index_dir = index_dir.resolve()
+    index_dir.mkdir(parents=True, exist_ok=True)
+    return workspace.resolve(), index_dir
+
+
+def _release_lock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+def _identity(settings: MemoryCoreSettings, embedder: EmbeddingProvider | None) -> str:
+    """What the derived index depends on; any change rebuilds into a new generation."""
+    return json.dumps(
+        {
+            "schema": SCHEMA_VERSION,
+            "provider": None if embedder is None else embedder.id,
+            "model": None if embedder is None else embedder.model,
+            "dims": None if embedder is None else embedder.dims,
+            "chunk_tokens": settings.chunk_tokens,
+            "chunk_overlap": settings.chunk_overlap,
+            "chars_per_token": settings.chars_per_token,
+            "sources": sorted(settings.sources),
+            "extra_paths": list(settings.extra_paths),
+            "max_file_bytes": settings.max_file_bytes,
+            "turns_per_chunk": settings.transcript_turns_per_chunk,
+            "context_turns": settings.transcript_context_turns,
+        },
+        sort_keys=True,
+    )
+
+
+def _prepare_lexical_dir(root: Path, generation: int, fresh: bool) -> Path:
+    """The tantivy directory of ``generation`` (emptied when ``fresh``); others removed."""
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / f"g{generation}"
+    if fresh and target.exists():
+        shutil.rmtree(target)
+    for child in root.iterdir():
+        if child != target and child.is_dir() and child.name.startswith("g"):
+            shutil.rmtree(child, ignore_errors=True)
+    return target
+
+
+def _matrix_from_blobs(blobs: Sequence[bytes | None], dims: int) -> npt.NDArray[np.float32]:
+    m = np.zeros((len(blobs), dims), dtype=np.float32)
+    for i, blob in enumerate(blobs):
+        if blob is not None and len(blob) == 4 * dims:
+            m[i] = np.frombuffer(blob, dtype=np.float32)
+    return normalise_rows(m)
+
+
+def _prepare_files(
+    entries: Sequence[FileEntry],
+    old: dict[str, SourceState],
+    settings: MemoryCoreSettings,
+    tombstones: frozenset[str],
+    force: bool,
+) -> tuple[list[tuple[SourceState, list[PreparedChunk]]], list[SourceState]]:
+    """Read and chunk changed files: ``(replacements, stat-only updates)``."""
+    changes: list[tuple[SourceState, list[PreparedChunk]]] = []
+    stat_only: list[SourceState] = []
+    for e in entries:
+        outcome = read_source(e, settings.max_file_bytes)
+        prev = old.get(e.provenance)
+        state = SourceState(
+            provenance=e.provenance,
+            source="memory",
+            path=e.vpath,
+            size=e.size,
+            mtime_ns=e.mtime_ns,
+            token=None,
+            hash=outcome.file_hash,
+            skip_reason=outcome.reason,
+        )
+        if outcome.text is None or outcome.file_hash is None:
+            changes.append((state, []))
+            continue
+        if (
+            not force
+            and prev is not None
+            and prev.skip_reason is None
+            and prev.hash == outcome.file_hash
+        ):
+            stat_only.append(state)
+            continue
+        chunks = prepare_file_chunks(
+            e.vpath,
+            outcome.text,
+            outcome.file_hash,
+            max_tokens=settings.chunk_tokens,
+            overlap_tokens=settings.chunk_overlap,
+            chars_per_token=settings.chars_per_token,
+            tombstones=tombstones,
+        )
+        changes.append((state, chunks))
+    return changes, stat_only
+
+
+@final
+class MemoryIndex:
+    """An open Memory Core index (create it with :func:`open_memory_index`)."""
+
+    def __init__(self, token: object, **state: Any) -> None:
+        if token is not _PRIVATE:
+            raise TypeError("MemoryIndex has no public constructor; use open_memory_index(...)")
+        self._workspace: Path = state["workspace"]
+        self._index_dir: Path = state["index_dir"]
+        self._settings: MemoryCoreSettings = state["settings"]
+        self._embedder: EmbeddingProvider | None = state["embedder"]
+        self._workers: WorkerPool = state["workers"]
+        self._transcripts: TranscriptSource | None = state["transcripts"]
+        self._lock_fd: int = state["lock_fd"]
+        self._store: Store = state["store"]
+        self._lexical: LexicalIndex = state["lexical"]
+        self._index_generation: int = state["index_generation"]
+        self._generation: Generation = state["generation"]
+        self._sources: dict[str, SourceState] = state["sources"]
+        self._tombstones: frozenset[str] = state["tombstones"]
+        self._sessions: dict[str, TranscriptSession] = {}
+        self._write_lock = trio.Lock()
+        self._publications = state["generation"].number
+        self._last_sync_at: float | None = None
+        self._active_searches = 0
+        self._cache_entries = 0
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------
+    @classmethod
+    async def _open(
+        cls,
+        *,
+        workspace_dir: str | os.PathLike[str],
+        index_dir: str | os.PathLike[str],
+        settings: MemoryCoreSettings,
+        embedder: EmbeddingProvider | None,
+        workers: WorkerPool,
+        transcripts: TranscriptSource | None,
+    ) -> MemoryIndex:
+        workspace, idx_dir = await workers.run_sync(
+            _resolve_dirs, Path(workspace_dir), Path(index_dir)
+        )
+        lock_fd = _acquire_lock(idx_dir)
+        store: Store | None = None
+        lexical: LexicalIndex | None = None
+        try:
+            store = await workers.run_sync(Store, idx_dir / "index.sqlite3")
+            generation, rebuilt = await workers.run_sync(
+                store.ensure_identity, _identity(settings, embedder)
+            )
+            lex_dir = await workers.run_sync(
+                _prepare_lexical_dir, idx_dir / "lexical", generation, rebuilt
+            )
+            lexical = await workers.run_sync(LexicalIndex, lex_dir)
+            await workers.run_sync(_recover_lexical, store, lexical)
+            records, blobs = await workers.run_sync(store.load_chunks)
+            matrix = (
+                None
+                if embedder is None
+                else await workers.run_sync(_matrix_from_blobs, blobs, embedder.dims)
+            )
+            gen = Generation.build(
+                number=1,
+                index_generation=generation,
+                searcher=await workers.run_sync(lexical.searcher),
+                records=records,
+                matrix=matrix,
+            )
+            index = cls(
+                _PRIVATE,
+                workspace=workspace,
+                index_dir=idx_dir,
+                settings=settings,
+                embedder=embedder,
+                workers=workers,
+                transcripts=transcripts,
+                lock_fd=lock_fd,
+                store=store,
+                lexical=lexical,
+                index_generation=generation,
+                generation=gen,
+                sources=await workers.run_sync(store.load_sources),
+                tombstones=frozenset(await workers.run_sync(store.tombstones)),
+            )
+            index._cache_entries = await workers.run_sync(store.cache_size)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                if lexical is not None:
+                    await workers.run_sync(lexical.close)
+                if store is not None:
+                    await workers.run_sync(store.close)
+            _release_lock(lock_fd)
+            raise
+        try:
+            if settings.sync_on_open:
+                await index.sync()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await index.aclose()
+            raise
+        return index
+
+    async def aclose(self) -> None:
+        """Close the writer, the database and the directory lock (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        async with self._write_lock:
+            try:
+                await self._workers.run_sync(self._lexical.close)
+                await self._workers.run_sync(self._store.close)
+            finally:
+                _release_lock(self._lock_fd)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IndexClosedError(f"memory index {self._index_dir} is closed")
+
+    @property
+    def embedder(self) -> EmbeddingProvider | None:
+        """The embedding provider, or ``None`` in lexical-only mode."""
+        return self._embedder
+
+    @property
+    def settings(self) -> MemoryCoreSettings:
+        return self._settings
+
+    @property
+    def default_mode(self) -> SearchMode:
+        """``hybrid`` with an embedder, ``lexical`` without one."""
+        return "lexical" if self._embedder is None else "hybrid"
+
+    # -- sync ---------------------------------------------------------------------
+    async def sync(self, *, force: bool = False) -> SyncReport:
+        """Bring the index up to date with its sources; ``force`` re-reads and re-chunks all.
+
+        Only sources whose stat (files) or change token (sessions) moved are read;
+        a file whose bytes hash the same only has its stat refreshed.
+        """
+        self._check_open()
+        async with self._write_lock:
+            self._check_open()
+            return await self._sync_locked(force)
+
+    async def _scan_memory(self) -> dict[str, FileEntry]:
+        if "memory" not in self._settings.sources:
+            return {}
+        return await self._workers.run_sync(discover, self._workspace, self._settings.extra_paths)
+
+    async def _list_sessions(self) -> list[TranscriptSession]:
+        if "sessions" not in self._settings.sources or self._transcripts is None:
+            return []
+        return list(await self._transcripts.list_sessions())
+
+    async def _sync_locked(self, force: bool) -> SyncReport:
+        settings = self._settings
+        entries = await self._scan_memory()
+        sessions = await self._list_sessions()
+        present: set[str] = set()
+
+        to_read: list[FileEntry] = []
+        for e in entries.values():
+            present.add(e.provenance)
+            prev = self._sources.get(e.provenance)
+            if force or prev is None or (prev.size, prev.mtime_ns) != (e.size, e.mtime_ns):
+                to_read.append(e)
+        file_changes, stat_only = await self._workers.run_sync(
+            _prepare_files, to_read, dict(self._sources), settings, self._tombstones, force
+        )
+        changes: list[tuple[SourceState, list[PreparedChunk]]] = list(file_changes)
+
+        session_map: dict[str, TranscriptSession] = {}
+        for s in sessions:
+            prov = session_provenance(s)
+            present.add(prov)
+            session_map[session_path(s)] = s
+            prev = self._sources.get(prov)
+            if not force and prev is not None and prev.token == s.change_token:
+                continue
+            turns = list(await self._transcripts.read_turns(s)) if self._transcripts else []
+            chunks = await self._workers.run_sync(
+                lambda s=s, turns=turns: prepare_session_chunks(
+                    s,
+                    turns,
+                    turns_per_chunk=settings.transcript_turns_per_chunk,
+                    context_turns=settings.transcript_context_turns,
+                    max_tokens=settings.chunk_tokens,
+                    chars_per_token=settings.chars_per_token,
+                    tombstones=self._tombstones,
+                )
+            )
+            state = SourceState(
+                provenance=prov,
+                source="sessions",
+                path=session_path(s),
+                size=len(turns),
+                mtime_ns=None,
+                token=s.change_token,
+                hash=sha256_hex(s.change_token),
+                skip_reason=None,
+            )
+            changes.append((state, chunks))
+        self._sessions = session_map
+
+        removed = [prov for prov in self._sources if prov not in present]
+        skipped = tuple(
+            SkippedSource(path=st.path, source=st.source, reason=st.skip_reason)
+            for st, _ in changes
+            if st.skip_reason is not None
+        )
+        if not changes and not removed:
+            if stat_only:
+                await self._workers.run_sync(self._store.update_stats, stat_only)
+                for st in stat_only:
+                    self._sources[st.provenance] = st
+            self._last_sync_at = time.time()
+            return SyncReport(
+                indexed=(),
+                removed=(),
+                skipped=(),
+                chunks_added=0,
+                chunks_removed=0,
+                embedded=0,
+                generation=self._generation.number,
+            )
+
+        # Embed every new chunk (through the cache).
+        all_chunks = [c for _, chunks in changes for c in chunks]
+        vectors, embedded = await self._embed_chunks(all_chunks)
+
+        source_changes: list[SourceChange] = []
+        offset = 0
+        for state, chunks in changes:
+            vecs = None if vectors is None else vectors[offset : offset + len(chunks)]
+            offset += len(chunks)
+            source_changes.append(SourceChange(state.provenance, state, chunks, vecs))
+        source_changes.extend(SourceChange(prov, None, (), None) for prov in removed)
+        replaced = frozenset(c.provenance for c in source_changes)
+        old_count = sum(1 for r in self._generation.records if r.provenance in replaced)
+
+        await self._workers.run_sync(self._store.apply_changes, source_changes)
+        for ch in source_changes:
+            if ch.state is None:
+                self._sources.pop(ch.provenance, None)
+            else:
+                self._sources[ch.provenance] = ch.state
+        if stat_only:
+            await self._workers.run_sync(self._store.update_stats, stat_only)
+            for st in stat_only:
+                self._sources[st.provenance] = st
+
+        documents = [(c.record, c.context) for c in all_chunks]
+        await self._publish_lexical(sorted(replaced), documents)
+        added = [c.record for c in all_chunks]
+        await self._publish(replaced=replaced, added=added, added_vectors=vectors)
+        self._last_sync_at = time.time()
+        return SyncReport(
+            indexed=tuple(sorted(st.path for st, _ in changes if st.skip_reason is None)),
+            removed=tuple(sorted(self._path_of_prov(p) for p in removed)),
+            skipped=skipped,
+            chunks_added=len(added),
+            chunks_removed=old_count,
+            embedded=embedded,
+            generation=self._generation.number,
+        )
+
+    @staticmethod
+    def _path_of_prov(prov: str) -> str:
+        return prov.split(":", 1)[1] if prov.startswith("memory:") else prov
+
+    async def _embed_chunks(
+        self, chunks: Sequence[PreparedChunk]
+    ) -> tuple[npt.NDArray[np.float32] | None, int]:
+        """Vectors for ``chunks`` (cache first), and how many texts were embedded anew."""
+        embedder = self._embedder
+        if embedder is None:
+            return None, 0
+        if not chunks:
+            return np.zeros((0, embedder.dims), dtype=np.float32), 0
+        hashes = [sha256_hex(c.embed_text) for c in chunks]
+        cached = await self._workers.run_sync(
+            self._store.cached_vectors, embedder.id, embedder.model, embedder.dims, hashes
+        )
+        missing: dict[str, str] = {}
+        for h, c in zip(hashes, chunks, strict=True):
+            if h not in cached and h not in missing:
+                missing[h] = c.embed_text
+        if missing:
+            fresh = await embed_texts(
+                embedder, list(missing.values()), self._settings.embed_batch_size
+            )
+            new_entries = list(zip(missing.keys(), fresh, strict=True))
+            await self._workers.run_sync(
+                self._store.cache_vectors,
+                embedder.id,
+                embedder.model,
+                new_entries,
+                self._settings.embedding_cache_max_entries,
+            )
+            cached.update(new_entries)
+            self._cache_entries = await self._workers.run_sync(self._store.cache_size)
+        return np.stack([cached[h] for h in hashes]).astype(np.float32), len(missing)
+
+    async def _publish_lexical(
+        self, provenances: Sequence[str], documents: Sequence[tuple[ChunkRecord, str]]
+    ) -> None:
+        await self._workers.run_sync(self._lexical.replace, provenances, documents)
+        await self._workers.run_sync(self._store.clear_pending, provenances)
+
+    async def _publish(
+        self,
+        *,
+        replaced: frozenset[str] = frozenset(),
+        removed_ids: frozenset[str] = frozenset(),
+        added: Sequence[ChunkRecord] = (),
+        added_vectors: npt.NDArray[np.float32] | None = None,
+    ) -> None:
+        """Build the next generation off the loop and swap it in (one assignment)."""
+        old = self._generation
+        searcher = await self._workers.run_sync(self._lexical.searcher)
+        new = await self._workers.run_sync(
+            lambda: old.derive(
+                number=self._publications + 1,
+                searcher=searcher,
+                replaced=replaced,
+                removed_ids=removed_ids,
+                added=added,
+                added_vectors=added_vectors,
+            )
+        )
+        self._publications += 1
+        self._generation = new
+
+    async def _changed(self) -> bool:
+        """The cheap check: did any file's stat or session's change token move?"""
+        entries = await self._scan_memory()
+        seen = 0
+        for e in entries.values():
+            prev = self._sources.get(e.provenance)
+            if prev is None or (prev.size, prev.mtime_ns) != (e.size, e.mtime_ns):
+                return True
+            seen += 1
+        for s in await self._list_sessions():
+            prev = self._sources.get(session_provenance(s))
+            if prev is None or prev.token != s.change_token:
+                return True
+            seen += 1
+        return seen != len(self._sources)
+
+    async def _fingerprint(self) -> tuple[object, ...]:
+        entries = await self._scan_memory()
+        sessions = await self._list_sessions()
+        return (
+            tuple(sorted((e.vpath, e.size, e.mtime_ns) for e in entries.values())),
+            tuple(sorted((session_provenance(s), s.change_token) for s in sessions)),
+        )
+
+    async def watch(
+        self,
+        *,
+        interval: float = 2.0,
+        debounce: float = 0.5,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        """Poll the sources every ``interval`` seconds and sync once they settle.
+
+        Start it with ``await nursery.start(index.watch)``. A change is synced only
+        after two polls ``debounce`` seconds apart see the same state, so a burst of
+        writes is indexed once. Sync errors propagate (and end the watcher).
+        """
+        self._check_open()
+        last = await self._fingerprint()
+        task_status.started()
+        while True:
+            await trio.sleep(interval)
+            current = await self._fingerprint()
+            if current == last:
+                continue
+            while True:
+                await trio.sleep(debounce)
+                settled = await self._fingerprint()
+                if settled == current:
+                    break
+                current = settled
+            await self.sync()
+            last = current
+
+    # -- search -------------------------------------------------------------------
+    async def search(
+        self,
+        query: str,
+        *,
+        mode: SearchMode | None = None,
+        max_results: int | None = None,
+        offset: int = 0,
+        min_score: float | None = None,
+        filter: SearchFilter | None = None,
+        now: float | None = None,
+    ) -> SearchResult:
+        """Rank chunks for ``query``; see :class:`MemoryCoreSettings` for the defaults.
+
+        ``mode`` is ``hybrid`` (default with an embedder), ``lexical`` or ``vector``;
+        hybrid without an embedder runs lexical. ``offset`` and ``max_results`` page
+        through the ranked hits (``next_offset`` says where the next page starts).
+        ``now`` (epoch seconds) is the reference time of temporal decay.
+        """
+        self._check_open()
+        settings = self._settings
+        limit = settings.max_results if max_results is None else max_results
+        if not 1 <= limit <= _MAX_PAGE:
+            raise InvalidSearchError(f"max_results must be between 1 and {_MAX_PAGE}, got {limit}")
+        if offset < 0:
+            raise InvalidSearchError(f"offset must not be negative, got {offset}")
+        chosen: SearchMode = mode or self.default_mode
+        if chosen not in ("hybrid", "lexical", "vector"):
+            raise InvalidSearchError(
+                f"unknown search mode {chosen!r}; use hybrid, lexical or vector"
+            )
+        if self._embedder is None:
+            if chosen == "vector":
+                raise InvalidSearchError(
+                    "vector search needs an embedding provider; configure one or use lexical"
+                )
+            chosen = "lexical"
+        cut = settings.min_score if min_score is None else min_score
+        if not 0.0 <= cut <= 1.0 or math.isnan(cut):
+            raise InvalidSearchError(f"min_score must be between 0 and 1, got {cut}")
+
+        if settings.sync_on_search and await self._changed():
+            await self.sync()
+        gen = self._generation
+        if not query.strip():
+            return SearchResult(query, chosen, (), offset, None, gen.number)
+
+        self._active_searches += 1
+        try:
+            qvec: npt.NDArray[np.float32] | None = None
+            if chosen != "lexical" and self._embedder is not None:
+                qvec = normalise_rows(
+                    await embed_texts(self._embedder, [query], self._settings.embed_batch_size)
+                )[0]
+            params = RankParams(
+                mode=chosen,
+                offset=offset,
+                limit=limit,
+                vector_weight=settings.vector_weight,
+                text_weight=settings.text_weight,
+                context_boost=settings.context_boost,
+                path_boost=settings.path_boost,
+                candidate_multiplier=settings.candidate_multiplier,
+                min_score=cut,
+                temporal_decay=settings.temporal_decay,
+                half_life_days=settings.half_life_days,
+                now=time.time() if now is None else now,
+                mmr=settings.mmr,
+                mmr_lambda=settings.mmr_lambda,
+                filter=filter or SearchFilter(),
+            )
+            rows, more = await self._workers.run_sync(
+                functools.partial(
+                    rank,
+                    gen,
+                    self._lexical,
+                    query=query,
+                    query_vector=qvec,
+                    params=params,
+                    tombstones=self._tombstones,
+                )
+            )
+        finally:
+            self._active_searches -= 1
+        # Tombstones may have grown while ranking ran: filter again with the latest set.
+        tombstones = self._tombstones
+        hits = []
+        for r in rows:
+            rec = gen.records[r.row]
+            if rec.chunk_id in tombstones:
+                continue
+            hits.append(
+                SearchHit(
+                    chunk_id=rec.chunk_id,
+                    path=rec.path,
+                    source=rec.source,
+                    start_line=rec.start_line,
+                    end_line=rec.end_line,
+                    excerpt=rec.text,
+                    score=r.score,
+                    text_score=r.text_score,
+                    vector_score=r.vector_score,
+                    content_hash=rec.content_hash,
+                    revision=rec.revision,
+                    agent_id=rec.agent_id,
+                    session_key=rec.session_key,
+                    session_id=rec.session_id,
+                    entry_ids=rec.entry_ids,
+                    timestamp=rec.timestamp,
+                )
+            )
+        return SearchResult(
+            query=query,
+            mode=chosen,
+            hits=tuple(hits),
+            offset=offset,
+            next_offset=offset + limit if more else None,
+            generation=gen.number,
+        )
+
+    # -- read ---------------------------------------------------------------------
+    async def read(self, path: str, *, from_line: int = 1, lines: int | None = None) -> ReadResult:
+        """Lines ``from_line..from_line+lines-1`` of a source (turns, for a transcript).
+
+        ``path`` is a virtual path as search hits and status report it. Anything
+        that is not a current source of this index is refused with
+        :class:`SourcePathError`; the read is bounded by ``read_max_chars``.
+        """
+        self._check_open()
+        if from_line < 1:
+            raise InvalidSearchError(f"from_line starts at 1, got {from_line}")
+        if lines is not None and lines < 1:
+            raise InvalidSearchError(f"lines must be at least 1, got {lines}")
+        vpath = path.removeprefix("./")
+        if vpath.startswith("sessions/") and "sessions" in self._settings.sources:
+            if not self._sessions:
+                self._sessions = {session_path(s): s for s in await self._list_sessions()}
+            session = self._sessions.get(vpath)
+            if session is None or self._transcripts is None:
+                raise SourcePathError(
+                    f"{path!r} is not a session transcript of this index;"
+                    " use a path from a search hit"
+                )
+            turns = await self._transcripts.read_turns(session)
+            all_lines = [render_turn(t) for t in turns]
+            source: SourceKind = "sessions"
+        else:
+            entries = await self._scan_memory()
+            entry = entries.get(vpath)
+            if entry is None or entry.symlink:
+                raise SourcePathError(
+                    f"{path!r} is not a memory source of this index; read MEMORY.md,"
+                    " memory/*.md or a path returned by search"
+                )
+            outcome = await self._workers.run_sync(
+                read_source, entry, self._settings.max_file_bytes
+            )
+            if outcome.text is None:
+                raise SourcePathError(f"cannot read {path!r}: {outcome.reason}")
+            all_lines = outcome.text.splitlines()
+            source = "memory"
+        total = len(all_lines)
+        end = total if lines is None else min(total, from_line - 1 + lines)
+        selected = all_lines[from_line - 1 : end]
+        text = "\n".join(selected)
+        truncated = end < total if lines is None else False
+        budget = self._settings.read_max_chars
+        if len(text) > budget:
+            text = text[:budget]
+            kept = text.count("\n") + 1
+            end = from_line - 1 + kept
+            truncated = True
+        return ReadResult(
+            path=vpath,
+            source=source,
+            from_line=from_line,
+            to_line=max(from_line - 1, end),
+            total_lines=total,
+            text=text,
+            truncated=truncated,
+        )
+
+    # -- forget -------------------------------------------------------------------
+    async def forget(
+        self,
+        *,
+        path: str | None = None,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+        source: str | None = None,
+        dry_run: bool = False,
+    ) -> ForgetResult:
+        """Remove the chunks derived from a path, a session or a whole source.
+
+        Criteria combine with AND; at least one is required. Forgotten chunks are
+        tombstoned: they are filtered out of every generation (including ones
+        searches already hold), and a later sync does not index the same chunk again.
+        Source files and transcripts are left untouched.
+        """
+        self._check_open()
+        if path is None and session_id is None and agent_id is None and source is None:
+            raise InvalidSearchError("forget needs a path, session_id, agent_id or source")
+        if source is not None and source not in ("memory", "sessions"):
+            raise InvalidSearchError(f"unknown source {source!r}; use memory or sessions")
+        async with self._write_lock:
+            self._check_open()
+            matches = await self._workers.run_sync(
+                lambda: self._store.select_chunks(
+                    path=path, session_id=session_id, agent_id=agent_id, source=source
+                )
+            )
+            ids = tuple(m[0] for m in matches)
+            paths = tuple(dict.fromkeys(m[2] for m in matches))
+            if dry_run or not matches:
+                return ForgetResult(dry_run=dry_run, chunk_ids=ids, paths=paths)
+            # Visible to every search from now on, before anything is deleted.
+            self._tombstones = self._tombstones | frozenset(ids)
+            await self._workers.run_sync(self._store.forget, matches)
+            provs = sorted({m[1] for m in matches})
+            remaining = await self._workers.run_sync(self._store.chunks_for, provs)
+            await self._publish_lexical(provs, remaining)
+            await self._publish(removed_ids=frozenset(ids))
+            return ForgetResult(dry_run=False, chunk_ids=ids, paths=paths)
+
+    # -- status -------------------------------------------------------------------
+    def status(self) -> IndexStatus:
+        """A snapshot of the index (no I/O)."""
+        gen = self._generation
+        sessions = int(gen.is_session.sum())
+        skipped = tuple(
+            SkippedSource(path=s.path, source=s.source, reason=s.skip_reason)
+            for s in sorted(self._sources.values(), key=lambda s: s.path)
+            if s.skip_reason is not None
+        )
+        e = self._embedder
+        return IndexStatus(
+            workspace_dir=str(self._workspace),
+            index_dir=str(self._index_dir),
+            generation=gen.number,
+            index_generation=self._index_generation,
+            chunks=len(gen.records),
+            memory_chunks=len(gen.records) - sessions,
+            session_chunks=sessions,
+            sources=sum(1 for s in self._sources.values() if s.skip_reason is None),
+            skipped=skipped,
+            embedder_id=None if e is None else e.id,
+            embedder_model=None if e is None else e.model,
+            dims=None if e is None else e.dims,
+            default_mode=self.default_mode,
+            tombstones=len(self._tombstones),
+            embedding_cache_entries=self._cache_entries,
+            last_sync_at=self._last_sync_at,
+            active_searches=self._active_searches,
+        )
+
+
+def _recover_lexical(store: Store, lexical: LexicalIndex) -> None:
+    """Replay the lexical journal; rebuild tantivy from SQLite if the two still disagree."""
+    pending = store.pending_lexical()
+    if pending:
+        lexical.replace(pending, store.chunks_for(pending))
+        store.clear_pending(pending)
+    if lexical.num_docs() != store.chunk_count():
+        lexical.reset(store.chunks_for(None))
+
+
+@contextlib.asynccontextmanager
+async def open_memory_index(
+    *,
+    workspace_dir: str | os.PathLike[str],
+    index_dir: str | os.PathLike[str],
+    workers: WorkerPool,
+    settings: MemoryCoreSettings | None = None,
+    embedder: EmbeddingProvider | None = None,
+    transcripts: TranscriptSource | None = None,
+) -> AsyncIterator[MemoryIndex]:
+    """Open the index of ``workspace_dir`` stored in ``index_dir`` and close it on exit.
+
+    Raises :class:`IndexLockedError` if another process has the directory open. With
+    ``settings.sync_on_open`` (the default) the index is synced before it is yielded.
+    ``embedder=None`` means lexical-only retrieval.
+    """
+    index = await MemoryIndex._open(
+        workspace_dir=workspace_dir,
+        index_dir=index_dir,
+        settings=settings or MemoryCoreSettings(),
+        embedder=embedder,
+        workers=workers,
+        transcripts=transcripts,
+    )
+    try:
+        yield index
+    finally:
+        with trio.CancelScope(shield=True):
+            await index.aclose()

@@ -1,0 +1,278 @@
+"""The tantivy lexical index of one index generation.
+
+Documents carry the chunk's text (stemmed English with CJK bigrams), its lexical
+context (lower weight), its path, and raw fields for deletion and filtering. User
+queries are never handed to tantivy's query parser: they are analysed with the same
+analyser as the documents and turned into term queries, so operators and punctuation
+are just text. tantivy's bare ``ValueError``s are wrapped into
+:class:`LexicalIndexError`. ``IndexWriter`` is not safe for concurrent use: the index
+serialises every writer call behind one lock, while searchers are shared freely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import tantivy
+
+from ._chunking import is_cjk
+from ._errors import LexicalIndexError
+from ._records import ChunkRecord
+
+_ANALYZER = "claw_en"
+_WRITER_HEAP = 32_000_000
+
+
+def cjk_bigrams(text: str) -> list[str]:
+    """Overlapping bigrams of every CJK run (a lone CJK character is its own token).
+
+    tantivy's simple tokenizer keeps a whole CJK run as one token, which would only
+    match identical runs; bigrams make CJK text searchable by its parts.
+    """
+    grams: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            grams.append(run[0])
+        grams.extend(run[i] + run[i + 1] for i in range(len(run) - 1))
+        run.clear()
+
+    for ch in text:
+        if is_cjk(ch) and ch.isalnum():
+            run.append(ch)
+        elif run:
+            flush()
+    if run:
+        flush()
+    return grams
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _query_analyzer() -> tantivy.TextAnalyzer:
+    # Queries drop English stop words (documents keep them, so phrases still index).
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stopword("english"))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("cid", stored=True, tokenizer_name="raw")
+    sb.add_unsigned_field("key", stored=False, indexed=False, fast=True)
+    sb.add_text_field("prov", tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("source", tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("agent", tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("skey", tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("text", tokenizer_name=_ANALYZER, index_option="freq")
+    sb.add_text_field("context", tokenizer_name=_ANALYZER, index_option="freq")
+    sb.add_text_field("path", tokenizer_name=_ANALYZER, index_option="freq")
+    sb.add_text_field("grams", tokenizer_name="whitespace", index_option="freq")
+    return sb.build()
+
+
+class LexicalIndex:
+    """One tantivy index directory with its single writer (blocking; run on workers)."""
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.schema = _schema()
+        try:
+            self._index = tantivy.Index(self.schema, path=str(path), reuse=True)
+            self._index.register_tokenizer(_ANALYZER, _analyzer())
+            self._index.config_reader(reload_policy="Manual")
+            self._writer: tantivy.IndexWriter | None = self._index.writer(
+                heap_size=_WRITER_HEAP, num_threads=1
+            )
+        except ValueError as exc:
+            raise LexicalIndexError(f"cannot open the lexical index at {path}: {exc}") from exc
+        self._query_analyzer = _query_analyzer()
+
+    def _require_writer(self) -> tantivy.IndexWriter:
+        if self._writer is None:
+            raise LexicalIndexError("the lexical index writer is closed")
+        return self._writer
+
+    def replace(
+        self, provenances: Iterable[str], documents: Sequence[tuple[ChunkRecord, str]]
+    ) -> None:
+        """Delete every document of ``provenances``, add ``documents``, and commit."""
+        writer = self._require_writer()
+        try:
+            for prov in provenances:
+                writer.delete_documents_by_term("prov", prov)
+            for record, context in documents:
+                writer.add_document(self._document(record, context))
+            writer.commit()
+        except ValueError as exc:
+            writer.rollback()
+            raise LexicalIndexError(f"lexical indexing failed: {exc}") from exc
+
+    def reset(self, documents: Sequence[tuple[ChunkRecord, str]]) -> None:
+        """Replace the whole index content with ``documents``."""
+        writer = self._require_writer()
+        try:
+            writer.delete_all_documents()
+            for record, context in documents:
+                writer.add_document(self._document(record, context))
+            writer.commit()
+        except ValueError as exc:
+            writer.rollback()
+            raise LexicalIndexError(f"lexical indexing failed: {exc}") from exc
+
+    def _document(self, record: ChunkRecord, context: str) -> tantivy.Document:
+        doc = tantivy.Document(
+            cid=record.chunk_id,
+            prov=record.provenance,
+            source=record.source,
+            text=record.text,
+            context=context,
+            path=record.path,
+            grams=" ".join(cjk_bigrams(record.text)),
+        )
+        doc.add_unsigned("key", record.key)
+        if record.agent_id is not None:
+            doc.add_text("agent", record.agent_id)
+        if record.session_key is not None:
+            doc.add_text("skey", record.session_key)
+        return doc
+
+    def searcher(self) -> tantivy.Searcher:
+        """A searcher over the last commit; it stays valid (a snapshot) after later commits."""
+        self._index.reload()
+        return self._index.searcher()
+
+    def num_docs(self) -> int:
+        return int(self.searcher().num_docs)
+
+    def close(self) -> None:
+        """Let the writer finish merging and release it."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.wait_merging_threads()
+
+    def build_query(
+        self,
+        text: str,
+        *,
+        context_boost: float,
+        path_boost: float,
+        sources: frozenset[str] | None,
+        agent_ids: frozenset[str] | None,
+        session_keys: frozenset[str] | None,
+    ) -> tantivy.Query | None:
+        """A term-level OR query for ``text``, or ``None`` when it has no searchable terms.
+
+        Nothing in ``text`` is interpreted: quotes, ``AND``, ``-``, ``field:`` and
+        brackets are tokenised away like any punctuation.
+        """
+        terms = list(dict.fromkeys(self._query_analyzer.analyze(text)))
+        grams = list(dict.fromkeys(cjk_bigrams(text)))
+        schema = self.schema
+        should: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        try:
+            for term in terms:
+                if any(is_cjk(ch) for ch in term):
+                    continue  # CJK runs are matched through their bigrams
+                should.append(
+                    (tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", term))
+                )
+                if context_boost > 0:
+                    should.append(
+                        (
+                            tantivy.Occur.Should,
+                            tantivy.Query.boost_query(
+                                tantivy.Query.term_query(schema, "context", term), context_boost
+                            ),
+                        )
+                    )
+                if path_boost > 0:
+                    should.append(
+                        (
+                            tantivy.Occur.Should,
+                            tantivy.Query.boost_query(
+                                tantivy.Query.term_query(schema, "path", term), path_boost
+                            ),
+                        )
+                    )
+            should.extend(
+                (tantivy.Occur.Should, tantivy.Query.term_query(schema, "grams", g)) for g in grams
+            )
+            if not should:
+                return None
+            clauses: list[tuple[tantivy.Occur, tantivy.Query]] = [
+                (tantivy.Occur.Must, tantivy.Query.boolean_query(should))
+            ]
+            if sources is not None:
+                clauses.append(
+                    (
+                        tantivy.Occur.Must,
+                        tantivy.Query.term_set_query(schema, "source", sorted(sources)),
+                    )
+                )
+            session_clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
+            if agent_ids is not None:
+                session_clauses.append(
+                    (
+                        tantivy.Occur.Must,
+                        tantivy.Query.term_set_query(schema, "agent", sorted(agent_ids)),
+                    )
+                )
+            if session_keys is not None:
+                session_clauses.append(
+                    (
+                        tantivy.Occur.Must,
+                        tantivy.Query.term_set_query(schema, "skey", sorted(session_keys)),
+                    )
+                )
+            if session_clauses:
+                # Memory-file chunks pass agent/session filters; transcript chunks must match.
+                clauses.append(
+                    (
+                        tantivy.Occur.Must,
+                        tantivy.Query.boolean_query(
+                            [
+                                (
+                                    tantivy.Occur.Should,
+                                    tantivy.Query.term_query(schema, "source", "memory"),
+                                ),
+                                (
+                                    tantivy.Occur.Should,
+                                    tantivy.Query.boolean_query(session_clauses),
+                                ),
+                            ]
+                        ),
+                    )
+                )
+            return tantivy.Query.boolean_query(clauses)
+        except ValueError as exc:
+            raise LexicalIndexError(f"cannot build a lexical query for {text!r}: {exc}") from exc
+
+
+def lexical_search(
+    searcher: tantivy.Searcher, query: tantivy.Query, limit: int
+) -> list[tuple[int, float]]:
+    """``(chunk key, BM25 score)`` of the best ``limit`` documents, best first."""
+    try:
+        hits = searcher.search(query, limit=limit, count=False).hits
+        if not hits:
+            return []
+        keys = searcher.fast_field_values("key", [addr for _, addr in hits])
+    except ValueError as exc:
+        raise LexicalIndexError(f"lexical search failed: {exc}") from exc
+    return [(int(k), float(s)) for (s, _), k in zip(hits, keys, strict=True) if k is not None]

@@ -1,0 +1,107 @@
+"""Memory Core settings: one frozen value, validated on construction."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from claw.plugin_sdk import ConfigError
+
+SourceKind = Literal["memory", "sessions"]
+SearchMode = Literal["hybrid", "lexical", "vector"]
+
+SOURCE_KINDS: tuple[SourceKind, ...] = ("memory", "sessions")
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"memory_core.{name}", f"must be positive, got {value!r}", value=value)
+
+
+def _unit(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(
+            f"memory_core.{name}", f"must be between 0 and 1, got {value!r}", value=value
+        )
+
+
+@attrs.frozen
+class MemoryCoreSettings:
+    """Everything that tunes indexing and retrieval.
+
+    Chunking, the source set and the transcript document shape are part of the index
+    identity: changing them rebuilds the index into a new generation on the next open.
+    Ranking settings apply per search and can change freely.
+    """
+
+    sources: tuple[SourceKind, ...] = ("memory",)
+    extra_paths: tuple[str, ...] = ()
+    chunk_tokens: int = 400
+    chunk_overlap: int = 80
+    chars_per_token: int = 4
+    max_file_bytes: int = 2 * 1024 * 1024
+    # Transcript documents: turns per chunk and neighbouring turns in the context field.
+    transcript_turns_per_chunk: int = 1
+    transcript_context_turns: int = 2
+    # Ranking.
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+    context_boost: float = 0.35
+    path_boost: float = 0.5
+    candidate_multiplier: int = 4
+    min_score: float = 0.35
+    max_results: int = 6
+    temporal_decay: bool = False
+    half_life_days: float = 30.0
+    mmr: bool = False
+    mmr_lambda: float = 0.7
+    # Operation.
+    sync_on_open: bool = True
+    sync_on_search: bool = True
+    embedding_cache_max_entries: int = 50_000
+    embed_batch_size: int = 64
+    read_max_chars: int = 64_000
+
+    def __attrs_post_init__(self) -> None:
+        for kind in self.sources:
+            if kind not in SOURCE_KINDS:
+                raise ConfigError(
+                    "memory_core.sources",
+                    f"unknown source {kind!r}; use 'memory' and/or 'sessions'",
+                    value=kind,
+                )
+        for name in (
+            "chunk_tokens",
+            "chars_per_token",
+            "max_file_bytes",
+            "transcript_turns_per_chunk",
+            "candidate_multiplier",
+            "max_results",
+            "half_life_days",
+            "embedding_cache_max_entries",
+            "embed_batch_size",
+            "read_max_chars",
+        ):
+            _positive(name, getattr(self, name))
+        if not 0 <= self.chunk_overlap < self.chunk_tokens:
+            raise ConfigError(
+                "memory_core.chunk_overlap",
+                f"must be at least 0 and below chunk_tokens ({self.chunk_tokens}),"
+                f" got {self.chunk_overlap}",
+                value=self.chunk_overlap,
+            )
+        if self.transcript_context_turns < 0:
+            raise ConfigError(
+                "memory_core.transcript_context_turns",
+                "must not be negative",
+                value=self.transcript_context_turns,
+            )
+        for name in ("vector_weight", "text_weight", "min_score", "mmr_lambda"):
+            _unit(name, getattr(self, name))
+        if self.vector_weight + self.text_weight <= 0:
+            raise ConfigError(
+                "memory_core.vector_weight", "vector_weight + text_weight must be positive"
+            )
+        if self.context_boost < 0 or self.path_boost < 0:
+            raise ConfigError("memory_core.context_boost", "boosts must not be negative")

@@ -1,0 +1,407 @@
+"""The durable owner of Memory Core: one SQLite database (WAL) per index directory.
+
+It holds the index identity and generation number, every source's cheap stat and
+hash (or skip reason), every chunk with its provenance and float32 vector, forget
+tombstones, the embedding cache and the lexical journal (``lexical_pending``: the
+provenances whose tantivy documents may lag behind SQLite after a crash). All
+methods block; the index calls them on the worker pool, one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from ._records import ChunkRecord, PreparedChunk
+from ._settings import SourceKind
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sources (
+    provenance TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    path TEXT NOT NULL,
+    size INTEGER,
+    mtime_ns INTEGER,
+    token TEXT,
+    hash TEXT,
+    skip_reason TEXT
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id TEXT PRIMARY KEY,
+    key INTEGER NOT NULL,
+    provenance TEXT NOT NULL,
+    source TEXT NOT NULL,
+    path TEXT NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    revision TEXT NOT NULL,
+    text TEXT NOT NULL,
+    context TEXT NOT NULL,
+    agent_id TEXT,
+    session_key TEXT,
+    session_id TEXT,
+    entry_ids TEXT NOT NULL,
+    ts REAL,
+    vector BLOB
+);
+CREATE INDEX IF NOT EXISTS chunks_by_provenance ON chunks (provenance);
+CREATE TABLE IF NOT EXISTS tombstones (
+    id TEXT PRIMARY KEY,
+    provenance TEXT NOT NULL,
+    path TEXT NOT NULL,
+    forgotten_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    used INTEGER NOT NULL,
+    PRIMARY KEY (provider, model, text_hash)
+);
+CREATE INDEX IF NOT EXISTS embedding_cache_by_use ON embedding_cache (used);
+CREATE TABLE IF NOT EXISTS lexical_pending (provenance TEXT PRIMARY KEY);
+"""
+
+_CHUNK_COLUMNS = (
+    "id, key, provenance, source, path, start_line, end_line, hash, revision, text, context,"
+    " agent_id, session_key, session_id, entry_ids, ts, vector"
+)
+
+
+@attrs.frozen
+class SourceState:
+    """What the store remembers about one source, for cheap change detection."""
+
+    provenance: str
+    source: SourceKind
+    path: str
+    size: int | None
+    mtime_ns: int | None
+    token: str | None
+    hash: str | None
+    skip_reason: str | None
+
+
+@attrs.frozen
+class SourceChange:
+    """A replacement of one source's chunks (``chunks`` empty and ``state`` None: removal)."""
+
+    provenance: str
+    state: SourceState | None
+    chunks: Sequence[PreparedChunk]
+    vectors: npt.NDArray[np.float32] | None
+
+
+def _row_to_record(row: Sequence[Any]) -> ChunkRecord:
+    return ChunkRecord(
+        chunk_id=row[0],
+        key=row[1],
+        provenance=row[2],
+        source=row[3],
+        path=row[4],
+        start_line=row[5],
+        end_line=row[6],
+        content_hash=row[7],
+        revision=row[8],
+        text=row[9],
+        agent_id=row[11],
+        session_key=row[12],
+        session_id=row[13],
+        entry_ids=tuple(json.loads(row[14])),
+        timestamp=row[15],
+    )
+
+
+class _Txn:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back if the block raises."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._db.execute("COMMIT")
+        else:
+            self._db.execute("ROLLBACK")
+
+
+class Store:
+    """The SQLite database of one index directory (not thread-safe: one caller at a time)."""
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- meta ---------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def ensure_identity(self, identity: str) -> tuple[int, bool]:
+        """Return the index generation for ``identity``, starting a new one on mismatch.
+
+        A new generation drops sources, chunks and the lexical journal in one
+        transaction (tombstones and the embedding cache survive); the caller then
+        builds a fresh lexical index for it. Returns ``(generation, rebuilt)``.
+        """
+        current = self.get_meta("identity")
+        gen = int(self.get_meta("generation") or "0")
+        if current == identity and gen > 0:
+            return gen, False
+        with self._transaction():
+            self._db.execute("DELETE FROM chunks")
+            self._db.execute("DELETE FROM sources")
+            self._db.execute("DELETE FROM lexical_pending")
+            self._set_meta("identity", identity)
+            self._set_meta("generation", str(gen + 1))
+            self._set_meta("schema_version", str(SCHEMA_VERSION))
+        return gen + 1, True
+
+    def _transaction(self) -> _Txn:
+        """``with store._transaction():`` runs the block in one immediate transaction."""
+        return _Txn(self._db)
+
+    # -- sources and chunks -------------------------------------------------------
+    def load_sources(self) -> dict[str, SourceState]:
+        rows = self._db.execute(
+            "SELECT provenance, source, path, size, mtime_ns, token, hash, skip_reason FROM sources"
+        )
+        return {r[0]: SourceState(*r) for r in rows}
+
+    def load_chunks(self) -> tuple[list[ChunkRecord], list[bytes | None]]:
+        """Every chunk record, with its vector blob, ordered by provenance then line."""
+        records: list[ChunkRecord] = []
+        blobs: list[bytes | None] = []
+        for row in self._db.execute(
+            f"SELECT {_CHUNK_COLUMNS} FROM chunks ORDER BY provenance, start_line, id"
+        ):
+            records.append(_row_to_record(row))
+            blobs.append(row[16])
+        return records, blobs
+
+    def chunks_for(self, provenances: Iterable[str] | None) -> list[tuple[ChunkRecord, str]]:
+        """Records (with their lexical context) of the given provenances (``None``: all)."""
+        out: list[tuple[ChunkRecord, str]] = []
+        if provenances is None:
+            for row in self._db.execute(f"SELECT {_CHUNK_COLUMNS} FROM chunks"):
+                out.append((_row_to_record(row), row[10]))
+            return out
+        for prov in provenances:
+            for row in self._db.execute(
+                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE provenance = ? ORDER BY start_line, id",
+                (prov,),
+            ):
+                out.append((_row_to_record(row), row[10]))
+        return out
+
+    def apply_changes(self, changes: Sequence[SourceChange]) -> None:
+        """Replace the chunks of each changed source and journal it for the lexical index."""
+        with self._transaction():
+            for ch in changes:
+                self._db.execute("DELETE FROM chunks WHERE provenance = ?", (ch.provenance,))
+                self._db.execute(
+                    "INSERT OR IGNORE INTO lexical_pending (provenance) VALUES (?)",
+                    (ch.provenance,),
+                )
+                if ch.state is None:
+                    self._db.execute("DELETE FROM sources WHERE provenance = ?", (ch.provenance,))
+                    continue
+                s = ch.state
+                self._db.execute(
+                    "INSERT OR REPLACE INTO sources"
+                    " (provenance, source, path, size, mtime_ns, token, hash, skip_reason)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        s.provenance,
+                        s.source,
+                        s.path,
+                        s.size,
+                        s.mtime_ns,
+                        s.token,
+                        s.hash,
+                        s.skip_reason,
+                    ),
+                )
+                rows = []
+                for i, pc in enumerate(ch.chunks):
+                    r = pc.record
+                    blob = None if ch.vectors is None else ch.vectors[i].tobytes()
+                    rows.append(
+                        (
+                            r.chunk_id,
+                            r.key,
+                            r.provenance,
+                            r.source,
+                            r.path,
+                            r.start_line,
+                            r.end_line,
+                            r.content_hash,
+                            r.revision,
+                            r.text,
+                            pc.context,
+                            r.agent_id,
+                            r.session_key,
+                            r.session_id,
+                            json.dumps(list(r.entry_ids)),
+                            r.timestamp,
+                            blob,
+                        )
+                    )
+                self._db.executemany(
+                    f"INSERT OR REPLACE INTO chunks ({_CHUNK_COLUMNS})"
+                    f" VALUES ({', '.join('?' * 17)})",
+                    rows,
+                )
+
+    def update_stats(self, states: Sequence[SourceState]) -> None:
+        """Record new stat values for sources whose content hash did not change."""
+        with self._transaction():
+            self._db.executemany(
+                "UPDATE sources SET size = ?, mtime_ns = ? WHERE provenance = ?",
+                [(s.size, s.mtime_ns, s.provenance) for s in states],
+            )
+
+    def pending_lexical(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT provenance FROM lexical_pending")]
+
+    def clear_pending(self, provenances: Iterable[str]) -> None:
+        with self._transaction():
+            self._db.executemany(
+                "DELETE FROM lexical_pending WHERE provenance = ?", [(p,) for p in provenances]
+            )
+
+    def chunk_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+
+    # -- forget -------------------------------------------------------------------
+    def select_chunks(
+        self,
+        *,
+        path: str | None,
+        session_id: str | None,
+        agent_id: str | None,
+        source: str | None,
+    ) -> list[tuple[str, str, str]]:
+        """``(id, provenance, path)`` of chunks matching every given criterion."""
+        clauses: list[str] = []
+        args: list[str] = []
+        for column, value in (
+            ("path", path),
+            ("session_id", session_id),
+            ("agent_id", agent_id),
+            ("source", source),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        where = " AND ".join(clauses) if clauses else "1 = 1"
+        rows = self._db.execute(
+            f"SELECT id, provenance, path FROM chunks WHERE {where} ORDER BY path, start_line",
+            args,
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def forget(self, chunks: Sequence[tuple[str, str, str]]) -> None:
+        """Tombstone and delete chunks, journalling their provenances for the lexical index."""
+        now = time.time()
+        with self._transaction():
+            self._db.executemany(
+                "INSERT OR IGNORE INTO tombstones (id, provenance, path, forgotten_at)"
+                " VALUES (?, ?, ?, ?)",
+                [(cid, prov, path, now) for cid, prov, path in chunks],
+            )
+            self._db.executemany("DELETE FROM chunks WHERE id = ?", [(c[0],) for c in chunks])
+            self._db.executemany(
+                "INSERT OR IGNORE INTO lexical_pending (provenance) VALUES (?)",
+                [(prov,) for prov in {c[1] for c in chunks}],
+            )
+
+    def tombstones(self) -> set[str]:
+        return {r[0] for r in self._db.execute("SELECT id FROM tombstones")}
+
+    # -- embedding cache ----------------------------------------------------------
+    def cached_vectors(
+        self, provider: str, model: str, dims: int, text_hashes: Sequence[str]
+    ) -> dict[str, npt.NDArray[np.float32]]:
+        """Cached vectors for the given text hashes (marking them used)."""
+        found: dict[str, npt.NDArray[np.float32]] = {}
+        unique = list(dict.fromkeys(text_hashes))
+        for i in range(0, len(unique), 500):
+            batch = unique[i : i + 500]
+            marks = ", ".join("?" * len(batch))
+            for h, blob in self._db.execute(
+                "SELECT text_hash, vector FROM embedding_cache"
+                f" WHERE provider = ? AND model = ? AND text_hash IN ({marks})",
+                [provider, model, *batch],
+            ):
+                vec = np.frombuffer(blob, dtype=np.float32)
+                if vec.shape[0] == dims:
+                    found[h] = vec
+        if found:
+            with self._transaction():
+                use = self._next_use()
+                self._db.executemany(
+                    "UPDATE embedding_cache SET used = ?"
+                    " WHERE provider = ? AND model = ? AND text_hash = ?",
+                    [(use, provider, model, h) for h in found],
+                )
+        return found
+
+    def _next_use(self) -> int:
+        use = int(self.get_meta("cache_use") or "0") + 1
+        self._set_meta("cache_use", str(use))
+        return use
+
+    def cache_vectors(
+        self,
+        provider: str,
+        model: str,
+        entries: Sequence[tuple[str, npt.NDArray[np.float32]]],
+        max_entries: int,
+    ) -> None:
+        """Add vectors to the cache, then prune the least recently used past ``max_entries``."""
+        with self._transaction():
+            use = self._next_use()
+            self._db.executemany(
+                "INSERT OR REPLACE INTO embedding_cache"
+                " (provider, model, text_hash, vector, used) VALUES (?, ?, ?, ?, ?)",
+                [(provider, model, h, v.astype(np.float32).tobytes(), use) for h, v in entries],
+            )
+            count = int(self._db.execute("SELECT COUNT(*) FROM embedding_cache").fetchone()[0])
+            if count > max_entries:
+                self._db.execute(
+                    "DELETE FROM embedding_cache WHERE rowid IN (SELECT rowid FROM"
+                    " embedding_cache ORDER BY used, rowid LIMIT ?)",
+                    (count - max_entries,),
+                )
+
+    def cache_size(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM embedding_cache").fetchone()[0])

@@ -1,0 +1,173 @@
+"""Session transcripts as a retrieval source.
+
+The host owns transcripts; Memory Core sees them through :class:`TranscriptSource`.
+Each turn becomes a chunk (or a few turns, per settings) whose searchable text is
+``speaker: text`` and whose lower-weighted context field holds the neighbouring turns,
+so that a question phrased like the reply still finds the turn that was replied to.
+Chunks record the agent, session key, session id and the ordered entry ids they span,
+which is what authorization and turn-level evaluation need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+from urllib.parse import quote
+
+import attrs
+
+from ._chunking import chunk_id_for, chunk_key, line_windows, sha256_hex
+from ._records import ChunkRecord, PreparedChunk
+
+
+@attrs.frozen
+class TranscriptSession:
+    """One session incarnation.
+
+    ``change_token`` must change whenever the session's turns change (an entry count
+    plus the last entry id is enough); it is compared before any turn is read.
+    """
+
+    agent_id: str
+    session_key: str
+    session_id: str
+    change_token: str
+
+
+@attrs.frozen
+class TranscriptTurn:
+    """One visible transcript entry; ``timestamp`` is seconds since the epoch (UTC)."""
+
+    entry_id: str
+    role: str
+    speaker: str
+    text: str
+    timestamp: float | None = None
+
+
+@runtime_checkable
+class TranscriptSource(Protocol):
+    """Where Memory Core reads session transcripts from."""
+
+    async def list_sessions(self) -> Sequence[TranscriptSession]:
+        """Every session that should be searchable, with its current change token."""
+        ...
+
+    async def read_turns(self, session: TranscriptSession) -> Sequence[TranscriptTurn]:
+        """The turns of ``session`` in transcript order."""
+        ...
+
+
+@attrs.define
+class InMemoryTranscriptSource:
+    """A :class:`TranscriptSource` over sessions held in memory (harness, notebooks).
+
+    ``put`` replaces a session's turns and derives its change token from their content.
+    """
+
+    _sessions: dict[tuple[str, str], tuple[TranscriptSession, tuple[TranscriptTurn, ...]]] = (
+        attrs.field(factory=dict, init=False)
+    )
+
+    def put(
+        self, agent_id: str, session_key: str, session_id: str, turns: Sequence[TranscriptTurn]
+    ) -> TranscriptSession:
+        """Set the turns of a session (replacing earlier ones) and return its descriptor."""
+        token = sha256_hex(
+            "\x1e".join(f"{t.entry_id}\x1f{t.speaker}\x1f{t.text}\x1f{t.timestamp}" for t in turns)
+        )[:16]
+        session = TranscriptSession(agent_id, session_key, session_id, f"{len(turns)}:{token}")
+        self._sessions[(agent_id, session_id)] = (session, tuple(turns))
+        return session
+
+    def remove(self, agent_id: str, session_id: str) -> None:
+        """Drop a session."""
+        del self._sessions[(agent_id, session_id)]
+
+    async def list_sessions(self) -> Sequence[TranscriptSession]:
+        return [s for s, _ in self._sessions.values()]
+
+    async def read_turns(self, session: TranscriptSession) -> Sequence[TranscriptTurn]:
+        entry = self._sessions.get((session.agent_id, session.session_id))
+        return entry[1] if entry is not None else ()
+
+
+def session_provenance(session: TranscriptSession) -> str:
+    """The provenance key of a session's chunks (what forget and re-indexing use)."""
+    return f"sessions:{session.agent_id}\x1f{session.session_key}\x1f{session.session_id}"
+
+
+def session_path(session: TranscriptSession) -> str:
+    """The virtual path of a session: ``sessions/<agent>/<session id>`` (quoted)."""
+    return f"sessions/{quote(session.agent_id, safe='')}/{quote(session.session_id, safe='')}"
+
+
+def render_turn(turn: TranscriptTurn) -> str:
+    """A turn as one line: ``speaker: text`` with inner newlines folded to spaces."""
+    text = " ".join(turn.text.split())
+    speaker = turn.speaker or turn.role
+    return f"{speaker}: {text}" if speaker else text
+
+
+def prepare_session_chunks(
+    session: TranscriptSession,
+    turns: Sequence[TranscriptTurn],
+    *,
+    turns_per_chunk: int,
+    context_turns: int,
+    max_tokens: int,
+    chars_per_token: int,
+    tombstones: Mapping[str, object] | frozenset[str] | set[str],
+) -> list[PreparedChunk]:
+    """Cut a session into chunks of ``turns_per_chunk`` turns.
+
+    A group longer than the chunk budget is cut into several chunks that share the
+    group's entry ids. Chunk ids hash the provenance, text and occurrence, so they are
+    stable when turns are appended. Chunks whose id is tombstoned are left out.
+    """
+    prov = session_provenance(session)
+    path = session_path(session)
+    lines = [render_turn(t) for t in turns]
+    out: list[PreparedChunk] = []
+    seen: dict[str, int] = {}
+    for g in range(0, len(turns), turns_per_chunk):
+        group = turns[g : g + turns_per_chunk]
+        body = "\n".join(lines[g : g + len(group)])
+        if not body.strip():
+            continue
+        lo = max(0, g - context_turns)
+        hi = min(len(turns), g + len(group) + context_turns)
+        context = "\n".join(lines[lo:g] + lines[g + len(group) : hi])
+        windows = line_windows(
+            body.split("\n"),
+            max_tokens=max_tokens,
+            overlap_tokens=0,
+            chars_per_token=chars_per_token,
+        )
+        pieces = [w.text for w in windows]
+        for piece in pieces:
+            content_hash = sha256_hex(piece)
+            occurrence = seen.get(content_hash, 0)
+            seen[content_hash] = occurrence + 1
+            cid = chunk_id_for("sessions", prov, content_hash, occurrence)
+            if cid in tombstones:
+                continue
+            record = ChunkRecord(
+                chunk_id=cid,
+                key=chunk_key(cid),
+                source="sessions",
+                provenance=prov,
+                path=path,
+                start_line=g + 1,
+                end_line=g + len(group),
+                content_hash=content_hash,
+                revision=session.change_token,
+                text=piece,
+                agent_id=session.agent_id,
+                session_key=session.session_key,
+                session_id=session.session_id,
+                entry_ids=tuple(t.entry_id for t in group),
+                timestamp=group[-1].timestamp,
+            )
+            out.append(PreparedChunk(record=record, context=context, embed_text=piece))
+    return out
