@@ -15,7 +15,7 @@ import logging
 import os
 import weakref
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,8 +33,11 @@ from ._capabilities import (
 from ._config import HostConfig
 from ._errors import ConfigError, ContractError, HostClosedError, StateLockedError
 from ._plugins import Plugin, PluginApi, PluginRegistry
-from ._util import NoPublicConstructor, final
+from ._runs import Run, open_run
+from ._util import NoPublicConstructor, collapse_single_exception_group, final
 from ._workers import InlineWorkerPool, ThreadWorkerPool, WorkerPool
+from .memory._runtime import MemoryRuntime
+from .sessions import SessionStore
 
 logger = logging.getLogger("claw.host")
 
@@ -150,6 +153,15 @@ class Host(metaclass=NoPublicConstructor):
         self._closed = False
         self._nursery: trio.Nursery | None = None
         self._slots: SlotSelection | None = None
+        self.memory: MemoryRuntime = MemoryRuntime(self)
+        self._sessions: SessionStore | None = None
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The durable session store (create, get, reset, reassign, spawn_child, delete)."""
+        if self._sessions is None:
+            raise HostClosedError("the host is not open")
+        return self._sessions
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -170,13 +182,45 @@ class Host(metaclass=NoPublicConstructor):
         self._check_open()
         scope = HostScope._create(self, name)
         try:
-            async with trio.open_nursery() as nursery:
-                scope._nursery = nursery
-                yield scope
+            with collapse_single_exception_group():
+                async with trio.open_nursery() as nursery:
+                    scope._nursery = nursery
+                    yield scope
         finally:
             scope._close()
 
+    def open_run(
+        self,
+        session_key: str,
+        *,
+        sender_is_owner: bool,
+        sandboxed: bool = False,
+        conversation_recall: Iterable[str] | None = None,
+        recall_purpose: str = "active-memory-recall",
+    ) -> AbstractAsyncContextManager[Run]:
+        """Open one admitted run of ``session_key`` and mint its capabilities.
+
+        ``sender_is_owner`` is the channel layer's trusted assertion about the sender.
+        ``conversation_recall`` grants the run's tool context a recall pass for the
+        named root conversations (for an Active Memory recall run, say). Everything
+        minted is revoked when the block exits.
+        """
+        self._check_open()
+        return open_run(
+            self,
+            session_key,
+            sender_is_owner=sender_is_owner,
+            sandboxed=sandboxed,
+            conversation_recall=conversation_recall,
+            recall_purpose=recall_purpose,
+        )
+
     # -- capabilities ------------------------------------------------------------
+
+    def _on_session_change(self, key: str) -> None:
+        # Eager revocation: everything bound to this session's incarnation dies now,
+        # not only at its next check.
+        self._capabilities.revoke_session(key, "a session in its lineage changed incarnation")
 
     def verify(self, capability: object, *, session_key: str | None = None) -> None:
         """Return ``None`` while ``capability`` is current; raise otherwise.
@@ -355,15 +399,25 @@ async def open_host(
     lock.acquire()
     try:
         host._load_plugins(plugins)
-        async with trio.open_nursery() as nursery:
-            host._nursery = nursery
-            host._open = True
-            try:
-                yield host
-            finally:
-                host._open = False
-                nursery.cancel_scope.cancel()
+        host._sessions = await SessionStore.open(
+            config.resolved_state_dir / "sessions.sqlite3", workers=workers
+        )
+        host._sessions.add_listener(host._on_session_change)
+        with collapse_single_exception_group():
+            async with trio.open_nursery() as nursery:
+                host._nursery = nursery
+                host._open = True
+                try:
+                    yield host
+                finally:
+                    host._open = False
+                    nursery.cancel_scope.cancel()
     finally:
         host._closed = True
         host._open = False
-        lock.release()
+        try:
+            if host._sessions is not None:
+                with trio.CancelScope(shield=True):
+                    await host._sessions.aclose()
+        finally:
+            lock.release()

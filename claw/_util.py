@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
@@ -60,3 +62,20 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, Any]) -> None:
     for name, obj in namespace.items():
         if not name.startswith("_"):
             fix(name, obj)
+
+
+@contextmanager
+def collapse_single_exception_group() -> Iterator[None]:
+    """Re-raise the lone exception of a one-member exception group, as itself.
+
+    Nurseries wrap every error in an ExceptionGroup (trio >= 0.25). Where the body of a
+    claw scope raised one meaningful error, the caller should be able to catch that
+    error by its own type; groups of several errors propagate unchanged.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+            exc = group.exceptions[0]
+            raise exc from exc.__cause__
+        raise

@@ -1,0 +1,273 @@
+"""Runs: one admitted invocation of a session, and the capabilities minted for it alone.
+
+``async with host.open_run(session_key, sender_is_owner=..., sandboxed=...) as run:``
+opens a host-owned scope (a nursery) for the run and mints, for it only, the run's
+:class:`~claw.SessionAuthority`, its :class:`~claw.MemoryAudience` (or none) and the
+:class:`~claw.MemoryCallerContext` its tools and the host's memory consumers use.
+Leaving the run revokes all of it.
+
+``sender_is_owner`` is a fact the embedding application (the channel layer) asserts
+when it admits the turn; it never comes from the model or from message text. The
+audience is resolved once, from that fact and the durable session lineage, by the
+rules in :mod:`claw.sessions`; it is bound to the run's session and to the incarnation
+of every session in its lineage, so a reset, a reassignment, a delete, or the end of
+the run makes it stale (``assert_current()`` raises "memory audience is no longer
+current"). Audience revocation does not cancel the run: providers must call
+``assert_current()`` before each effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING
+
+import trio
+
+from ._capabilities import (
+    AUDIENCE_STALE_MESSAGE,
+    ConversationRecallPass,
+    MemoryAudience,
+    MemoryCallerContext,
+    SessionAuthority,
+)
+from ._errors import CapabilityDeniedError
+from ._util import NoPublicConstructor, final
+from .sessions import (
+    ResolvedAudience,
+    SessionNotFoundError,
+    SessionRow,
+    is_lineage_current,
+    resolve_audience,
+    resolve_detached_child,
+)
+
+if TYPE_CHECKING:
+    from ._host import Host, HostScope
+
+
+@final
+class Run(metaclass=NoPublicConstructor):
+    """One admitted run of a session; see the module docstring.
+
+    ``authority``, ``audience`` and ``caller`` are valid only inside the ``async with``
+    block that opened the run. ``nursery`` runs the run's tasks; ``cancel_scope``
+    aborts the run (and is the caller context's abort signal).
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        scope: HostScope,
+        *,
+        session_key: str,
+        agent_id: str,
+        session: SessionRow | None,
+        authority: SessionAuthority,
+        caller: MemoryCallerContext,
+        sender_is_owner: bool,
+    ) -> None:
+        self._host = host
+        self._scope = scope
+        self.session_key: str = session_key
+        self.agent_id: str = agent_id
+        self.session: SessionRow | None = session
+        self.authority: SessionAuthority = authority
+        self.caller: MemoryCallerContext = caller
+        self.sender_is_owner: bool = sender_is_owner
+
+    @property
+    def audience(self) -> MemoryAudience | None:
+        """The run's memory audience, or ``None`` (no private or conversation grant)."""
+        return self.authority.audience
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The run's nursery; its tasks end before the run's capabilities are revoked."""
+        return self._scope.nursery
+
+    @property
+    def cancel_scope(self) -> trio.CancelScope:
+        """Cancelling this aborts the run."""
+        return self.caller.cancel_scope
+
+    @property
+    def scope(self) -> HostScope:
+        """The host scope that minted the run's capabilities (host-internal use)."""
+        return self._scope
+
+    def open_child_run(
+        self, child_key: str, *, sandboxed: bool | None = None
+    ) -> AbstractAsyncContextManager[Run]:
+        """Open a host-mediated child run of ``child_key`` inside this run.
+
+        The child gets a new audience bound to the child session's current incarnation
+        (or, when ``child_key`` has no row, to the absence of one: a detached child),
+        sharing this run's lineage and revocation: it is stale once this run's audience
+        is, and a reset or reassignment of the child rejects it too.
+        """
+        row = self._host.sessions.get_nowait(child_key)
+        return open_run(
+            self._host,
+            child_key,
+            sender_is_owner=self.sender_is_owner,
+            sandboxed=self.authority.sandboxed if sandboxed is None else sandboxed,
+            _parent=self,
+            _detached_parent_key=None if row is not None else self.session_key,
+        )
+
+
+def _mint_audience(
+    host: Host,
+    scope: HostScope,
+    resolved: ResolvedAudience | None,
+    *,
+    session_key: str,
+    parent: MemoryAudience | None = None,
+) -> MemoryAudience | None:
+    if resolved is None:
+        return None
+    store = host.sessions
+    lineage = resolved.lineage
+    registry = host._capabilities
+
+    def current() -> bool:
+        if parent is not None and not registry.is_live(parent):
+            return False
+        return is_lineage_current(store, lineage)
+
+    return scope._mint(
+        MemoryAudience,
+        kind=resolved.kind,
+        agent_id=resolved.agent_id,
+        session_key=resolved.session_key,
+        session_id=resolved.session_id,
+        bound_session_key=session_key,
+        lineage_keys=[link.key for link in lineage],
+        check=current,
+        stale_message=AUDIENCE_STALE_MESSAGE,
+    )
+
+
+def _mint_recall_pass(
+    host: Host,
+    scope: HostScope,
+    *,
+    agent_id: str,
+    session_key: str,
+    conversations: Iterable[str],
+    purpose: str,
+) -> ConversationRecallPass:
+    keys = frozenset(conversations)
+    if isinstance(conversations, str) or not keys:
+        raise ValueError("a conversation recall pass names at least one conversation key")
+    for key in sorted(keys):
+        row = host.sessions.get_nowait(key)
+        if row is None:
+            raise SessionNotFoundError(key)
+        if row.agent_id != agent_id:
+            raise CapabilityDeniedError(
+                f"conversation {key!r} belongs to agent {row.agent_id!r}, not {agent_id!r}"
+            )
+        if row.parent_key is not None:
+            raise CapabilityDeniedError(
+                f"conversation {key!r} is a child session; a recall pass names root conversations"
+            )
+    return scope._mint(
+        ConversationRecallPass,
+        agent_id=agent_id,
+        holder_session_key=session_key,
+        conversation_keys=keys,
+        purpose=purpose,
+        bound_session_key=session_key,
+    )
+
+
+@asynccontextmanager
+async def open_run(
+    host: Host,
+    session_key: str,
+    *,
+    sender_is_owner: bool,
+    sandboxed: bool = False,
+    conversation_recall: Iterable[str] | None = None,
+    recall_purpose: str = "active-memory-recall",
+    _parent: Run | None = None,
+    _detached_parent_key: str | None = None,
+) -> AsyncIterator[Run]:
+    """Open a run of ``session_key``; see :meth:`claw.Host.open_run`."""
+    if not isinstance(sender_is_owner, bool):
+        raise TypeError(f"sender_is_owner must be True or False, got {sender_is_owner!r}")
+    if not isinstance(sandboxed, bool):
+        raise TypeError(f"sandboxed must be True or False, got {sandboxed!r}")
+    store = host.sessions
+    row = store.get_nowait(session_key)
+    if _detached_parent_key is not None:
+        parent_row = store.get_nowait(_detached_parent_key)
+        if parent_row is None:
+            raise SessionNotFoundError(_detached_parent_key)
+        agent_id = parent_row.agent_id
+        resolved = (
+            resolve_detached_child(
+                store, session_key, _detached_parent_key, sender_is_owner=sender_is_owner
+            )
+            if row is None
+            else resolve_audience(store, session_key, sender_is_owner=sender_is_owner)
+        )
+    else:
+        if row is None:
+            raise SessionNotFoundError(session_key)
+        agent_id = row.agent_id
+        resolved = resolve_audience(store, session_key, sender_is_owner=sender_is_owner)
+    parent_audience = _parent.audience if _parent is not None else None
+    if _parent is not None and not _child_may_inherit(host, _parent, agent_id, resolved):
+        resolved = None
+    async with host.open_scope(f"run:{session_key}") as scope:
+        audience = _mint_audience(
+            host, scope, resolved, session_key=session_key, parent=parent_audience
+        )
+        recall = (
+            _mint_recall_pass(
+                host,
+                scope,
+                agent_id=agent_id,
+                session_key=session_key,
+                conversations=conversation_recall,
+                purpose=recall_purpose,
+            )
+            if conversation_recall is not None
+            else None
+        )
+        authority = scope._mint(
+            SessionAuthority,
+            session_key=session_key,
+            agent_id=agent_id,
+            session_id=row.session_id if row is not None else None,
+            sandboxed=sandboxed,
+            audience=audience,
+            conversation_recall=recall,
+            bound_session_key=session_key,
+        )
+        caller = scope.mint_caller_context(
+            authority, cancel_scope=scope.nursery.cancel_scope, purpose="run"
+        )
+        yield Run._create(
+            host,
+            scope,
+            session_key=session_key,
+            agent_id=agent_id,
+            session=row,
+            authority=authority,
+            caller=caller,
+            sender_is_owner=sender_is_owner,
+        )
+
+
+def _child_may_inherit(
+    host: Host, parent: Run, agent_id: str, resolved: ResolvedAudience | None
+) -> bool:
+    """A child inherits only within its parent's agent, audience and root conversation."""
+    if resolved is None or parent.audience is None or parent.agent_id != agent_id:
+        return False
+    parent_resolved = resolve_audience(host.sessions, parent.session_key, sender_is_owner=False)
+    return parent_resolved is not None and parent_resolved.root.key == resolved.root.key

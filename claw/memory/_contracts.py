@@ -1,0 +1,175 @@
+"""The contracts a memory plugin implements: the capability it registers and its runtimes.
+
+A memory plugin registers one :class:`MemoryPluginCapability` with
+``api.register_memory_capability(...)``. It may carry:
+
+* ``provider_runtime``: the provider-neutral runtime (:class:`MemoryProviderRuntime`).
+  ``open(agent_id=..., context=...)`` returns a caller-bound
+  :class:`MemoryProviderHandle`. Consumers prefer it.
+* ``runtime``: the legacy file-shaped runtime (:class:`MemoryPluginRuntime`), whose
+  search manager speaks paths and line ranges. Only when ``provider_runtime`` is
+  absent does the host wrap it in its own legacy adapter.
+* flush plan resolvers, public artifacts, ``recall_tool_names`` and the async memory
+  prompt preparation that runs before a non-legacy engine's ``assemble``.
+
+A plugin may register a capability with no runtime at all (it handles memory through
+its own hooks); the host then reports absent search support neutrally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import attrs
+
+from ._types import (
+    AuthorizeSearchHitsRequest,
+    MemoryGetRequest,
+    MemoryGetResult,
+    MemoryHealth,
+    MemorySearchHit,
+    MemorySearchRequest,
+    MemorySearchResult,
+    ProviderCapabilities,
+    Source,
+)
+
+if TYPE_CHECKING:
+    from .._capabilities import MemoryCallerContext
+
+
+@runtime_checkable
+class MemoryProviderHandle(Protocol):
+    """A caller-bound reader over one provider, returned by ``provider_runtime.open``.
+
+    Optional members: ``candidates(request)`` (present exactly when
+    ``capabilities.candidates`` is non-empty) and ``refresh()``.
+    """
+
+    @property
+    def capabilities(self) -> ProviderCapabilities: ...
+
+    async def search(self, request: MemorySearchRequest) -> MemorySearchResult: ...
+
+    async def get(self, request: MemoryGetRequest) -> MemoryGetResult: ...
+
+    async def health(self) -> MemoryHealth: ...
+
+    async def close(self) -> None: ...
+
+
+@attrs.frozen
+class MemoryProviderOpenResult:
+    """What ``open`` returns: a handle, or ``None`` with the provider's reason."""
+
+    provider: MemoryProviderHandle | None
+    reason: str | None = None
+
+
+@runtime_checkable
+class MemoryProviderRuntime(Protocol):
+    """The provider-neutral runtime. May also define ``authorize_search_hits(request)``."""
+
+    async def open(
+        self, *, agent_id: str, context: MemoryCallerContext
+    ) -> MemoryProviderOpenResult: ...
+
+
+@attrs.frozen
+class LegacySearchResult:
+    """One hit from a legacy, file-shaped search manager."""
+
+    path: str
+    start_line: int
+    end_line: int
+    score: float
+    snippet: str
+    source: Source = "memory"
+    citation: str | None = None
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class LegacyReadResult:
+    """The text of a (virtual) path, within the requested line bounds."""
+
+    path: str
+    text: str
+    from_line: int = 1
+    lines: int | None = None
+    total_lines: int | None = None
+    truncated: bool = False
+
+
+@runtime_checkable
+class MemorySearchManager(Protocol):
+    """The legacy search manager: paths, line ranges and a status mapping."""
+
+    async def search(
+        self,
+        query: str,
+        *,
+        max_results: int,
+        min_score: float | None,
+        sources: tuple[Source, ...],
+        session_key: str | None,
+    ) -> Sequence[LegacySearchResult]: ...
+
+    async def read_file(
+        self, path: str, *, from_line: int | None, lines: int | None
+    ) -> LegacyReadResult | None: ...
+
+    async def status(self) -> Mapping[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class MemoryPluginRuntime(Protocol):
+    """The legacy file-shaped runtime. May also define ``authorize_search_hits(request)``."""
+
+    async def get_search_manager(
+        self, *, agent_id: str, context: MemoryCallerContext
+    ) -> MemorySearchManager | None: ...
+
+
+AuthorizeSearchHits = Callable[[AuthorizeSearchHitsRequest], Awaitable[Sequence[MemorySearchHit]]]
+
+
+@attrs.frozen
+class PublicArtifact:
+    """An exportable artifact a memory plugin declares (for host-managed exports)."""
+
+    id: str
+    kind: str
+    path: str
+    title: str | None = None
+
+
+@runtime_checkable
+class PublicArtifacts(Protocol):
+    """Lists the exportable artifacts a memory plugin declares."""
+
+    async def list_artifacts(self, *, agent_id: str) -> Sequence[PublicArtifact]: ...
+
+
+@attrs.frozen
+class MemoryPluginCapability:
+    """What a memory plugin registers with ``api.register_memory_capability``.
+
+    Every field is optional. ``recall_tool_names`` are the concrete agent tools Active
+    Memory uses for deep recall (only the selected slot owner's count).
+    ``prompt_preparation`` is awaited by the host before a non-legacy engine's
+    ``assemble`` and returns the immutable per-run snapshot that
+    ``build_memory_system_prompt_addition`` reads.
+    """
+
+    provider_runtime: MemoryProviderRuntime | None = None
+    runtime: MemoryPluginRuntime | None = None
+    flush_plan_resolver: Callable[..., Any] | None = None
+    provider_flush_plan_resolver: Callable[..., Any] | None = None
+    public_artifacts: PublicArtifacts | None = None
+    recall_tool_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    prompt_preparation: Callable[..., Awaitable[Any]] | None = None
+    dreaming: Any = None

@@ -1,0 +1,188 @@
+"""The host-owned legacy adapter: a file-shaped search manager behind the neutral handle.
+
+Selected only when the memory slot owner registers no ``provider_runtime``. It declares
+memory and session search, no pagination, project filtering and no automatic-recall
+candidates. References are ``{provider_id, id: <virtual path>, fragment: "L<a>-L<b>"}``;
+read bounds and the manager's own visibility filtering are preserved, and health details
+never include host paths (database or workspace locations).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .._errors import ContractError
+from ._contracts import LegacyReadResult, LegacySearchResult, MemorySearchManager
+from ._types import (
+    Citation,
+    HealthStatus,
+    MemoryGetRequest,
+    MemoryGetResult,
+    MemoryHealth,
+    MemoryReference,
+    MemorySearchHit,
+    MemorySearchRequest,
+    MemorySearchResult,
+    ProviderCapabilities,
+    SearchCoverage,
+)
+
+LEGACY_CAPABILITIES = ProviderCapabilities(
+    sources=("memory", "sessions"), pagination=False, candidates=(), project_filter=True
+)
+
+_FRAGMENT_RE = re.compile(r"^L(\d+)-L(\d+)$")
+_PATH_KEYS = frozenset(
+    {
+        "db",
+        "db_path",
+        "database",
+        "database_path",
+        "path",
+        "workspace",
+        "workspace_dir",
+        "state_dir",
+        "index_dir",
+        "dir",
+        "directory",
+        "file",
+        "root",
+    }
+)
+
+
+def line_fragment(start_line: int, end_line: int) -> str:
+    """The legacy fragment for a line range: ``"L<start>-L<end>"``."""
+    return f"L{start_line}-L{end_line}"
+
+
+def parse_line_fragment(fragment: str) -> tuple[int, int]:
+    """Parse ``"L<start>-L<end>"``; raise ContractError naming the bad fragment."""
+    match = _FRAGMENT_RE.match(fragment)
+    if match is None:
+        raise ContractError(f"reference fragment {fragment!r} is not of the form 'L<start>-L<end>'")
+    start, end = int(match.group(1)), int(match.group(2))
+    if start < 1 or end < start:
+        raise ContractError(f"reference fragment {fragment!r} is not a valid line range")
+    return start, end
+
+
+def _looks_like_host_path(value: str) -> bool:
+    return value.startswith(("/", "~", "\\\\")) or bool(re.match(r"^[A-Za-z]:[\\/]", value))
+
+
+def strip_host_paths(details: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``details`` without host paths: path-like keys and absolute path values."""
+    clean: dict[str, Any] = {}
+    for key, value in details.items():
+        if str(key).lower() in _PATH_KEYS or str(key).lower().endswith(("_path", "_dir")):
+            continue
+        if isinstance(value, str) and _looks_like_host_path(value):
+            continue
+        if isinstance(value, Mapping):
+            clean[key] = strip_host_paths(value)
+        elif isinstance(value, list | tuple):
+            clean[key] = [
+                strip_host_paths(v) if isinstance(v, Mapping) else v
+                for v in value
+                if not (isinstance(v, str) and _looks_like_host_path(v))
+            ]
+        else:
+            clean[key] = value
+    return clean
+
+
+@attrs.define(eq=False)
+class LegacyProviderHandle:
+    """Wraps one caller's legacy search manager as a neutral provider handle."""
+
+    provider_id: str
+    manager: MemorySearchManager
+    session_key: str | None = None
+
+    @property
+    def capabilities(self) -> ProviderCapabilities:
+        return LEGACY_CAPABILITIES
+
+    def _hit(self, result: LegacySearchResult) -> MemorySearchHit:
+        if not isinstance(result, LegacySearchResult):
+            raise ContractError(
+                f'legacy memory plugin "{self.provider_id}" returned a '
+                f"{type(result).__name__}, not a LegacySearchResult"
+            )
+        metadata = dict(result.metadata)
+        if result.citation is not None:
+            metadata.setdefault("citation_label", result.citation)
+        return MemorySearchHit(
+            reference=MemoryReference(
+                provider_id=self.provider_id,
+                id=result.path,
+                fragment=line_fragment(result.start_line, result.end_line),
+            ),
+            excerpt=result.snippet,
+            score=result.score,
+            citation=Citation(
+                path=result.path,
+                start_line=result.start_line,
+                end_line=result.end_line,
+                source=result.source,
+            ),
+            source=result.source,
+            metadata=metadata,
+        )
+
+    async def search(self, request: MemorySearchRequest) -> MemorySearchResult:
+        sources = request.sources or LEGACY_CAPABILITIES.sources
+        results = await self.manager.search(
+            request.query,
+            max_results=request.max_results,
+            min_score=request.min_score,
+            sources=sources,
+            session_key=self.session_key,
+        )
+        hits = tuple(self._hit(r) for r in results)
+        return MemorySearchResult(hits=hits, coverage=SearchCoverage(sources=sources))
+
+    async def get(self, request: MemoryGetRequest) -> MemoryGetResult:
+        ref = request.reference
+        from_line, lines = request.from_line, request.lines
+        if ref.fragment is not None and from_line is None and lines is None:
+            start, end = parse_line_fragment(ref.fragment)
+            from_line, lines = start, end - start + 1
+        read = await self.manager.read_file(ref.id, from_line=from_line, lines=lines)
+        if read is None:
+            return MemoryGetResult(status="not_found", reference=ref)
+        if not isinstance(read, LegacyReadResult):
+            raise ContractError(
+                f'legacy memory plugin "{self.provider_id}" returned a {type(read).__name__} '
+                "from read_file, not a LegacyReadResult"
+            )
+        return MemoryGetResult(
+            status="ok",
+            reference=ref,
+            text=read.text,
+            from_line=read.from_line,
+            lines=read.lines,
+            total_lines=read.total_lines,
+            truncated=read.truncated,
+        )
+
+    async def health(self) -> MemoryHealth:
+        status = dict(await self.manager.status())
+        raw = status.pop("status", "ready")
+        state: HealthStatus = (
+            "ready" if raw == "ready" else "unavailable" if raw == "unavailable" else "degraded"
+        )
+        message = status.pop("message", None)
+        return MemoryHealth(
+            status=state,
+            message=message if isinstance(message, str) else None,
+            details=strip_host_paths(status),
+        )
+
+    async def close(self) -> None:
+        await self.manager.close()

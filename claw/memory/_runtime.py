@@ -1,0 +1,416 @@
+"""The host side of the provider-neutral memory runtime.
+
+``host.memory.open(context, agent_id=...)`` selects the memory slot owner's runtime
+(its ``provider_runtime`` when present, else the host-owned legacy adapter over its
+``runtime``) and returns a :class:`GuardedMemoryHandle`. The guard is where the
+contract is enforced:
+
+* declared capabilities are checked before any provider code runs (undeclared
+  sources, a cursor without pagination, an undeclared candidate kind, project keys
+  without project filtering), with an error naming the provider and the capability;
+* the caller context (and through it the audience), the host and the plugin's
+  selection are rechecked before and after every asynchronous provider call;
+* references of another provider are rejected; results are validated; ``min_score``
+  is enforced again; health details never carry host paths;
+* session-source hits reach the caller only through the runtime's
+  ``authorize_search_hits``; without that hook they are withheld (fail closed);
+* failure, denial or an invalid provider runtime is an error, never a retry against
+  legacy storage and never an empty success. The handle is closed in every case.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+import trio
+
+from .._capabilities import (
+    HostAuthority,
+    MemoryCallerContext,
+    OperatorAuthority,
+    SessionAuthority,
+)
+from .._errors import (
+    CapabilityDeniedError,
+    ClawError,
+    ContractError,
+    ProviderError,
+    StaleCapabilityError,
+    UnsupportedRequestError,
+)
+from ._contracts import (
+    MemoryPluginCapability,
+    MemoryProviderHandle,
+    MemoryProviderOpenResult,
+)
+from ._legacy import LegacyProviderHandle, strip_host_paths
+from ._types import (
+    AuthorizeSearchHitsRequest,
+    MemoryCandidatesRequest,
+    MemoryCandidatesResult,
+    MemoryGetRequest,
+    MemoryGetResult,
+    MemoryHealth,
+    MemorySearchHit,
+    MemorySearchRequest,
+    MemorySearchResult,
+    ProviderCapabilities,
+)
+
+if TYPE_CHECKING:
+    from .._host import Host
+
+logger = logging.getLogger("claw.memory")
+
+T = TypeVar("T")
+
+
+class MemoryUnavailableError(ProviderError):
+    """No memory provider can serve this request (none selected, or no search runtime)."""
+
+
+class ForeignReferenceError(UnsupportedRequestError):
+    """A reference names another provider than the selected one."""
+
+
+@attrs.define(eq=False)
+class GuardedMemoryHandle:
+    """A provider handle wrapped by the host's checks; see the module docstring.
+
+    ``native`` is true for a ``provider_runtime`` handle and false for the legacy
+    adapter. ``has_refresh`` says whether the provider offers ``refresh()``.
+    """
+
+    provider_id: str
+    agent_id: str
+    native: bool
+    _handle: MemoryProviderHandle
+    _context: MemoryCallerContext
+    _check_selected: Callable[[], None]
+    _authorize: Callable[[AuthorizeSearchHitsRequest], Awaitable[Any]] | None
+
+    @property
+    def capabilities(self) -> ProviderCapabilities:
+        """What the provider declared (validated at open)."""
+        return self._handle.capabilities
+
+    @property
+    def has_refresh(self) -> bool:
+        return callable(getattr(self._handle, "refresh", None))
+
+    def _check(self) -> None:
+        self._check_selected()
+        self._context.assert_current()
+
+    async def _call(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+        self._check()
+        try:
+            result = await fn()
+        except ClawError:
+            raise
+        except trio.Cancelled:
+            raise
+        except Exception as exc:
+            raise ProviderError(
+                f'memory provider "{self.provider_id}" failed in {what}: {type(exc).__name__}'
+            ) from exc
+        self._check()
+        return result
+
+    def _unsupported(self, capability: str, detail: str) -> UnsupportedRequestError:
+        return UnsupportedRequestError(
+            f'memory provider "{self.provider_id}" does not declare {capability}: {detail}'
+        )
+
+    async def search(self, request: MemorySearchRequest) -> MemorySearchResult:
+        """Search, after enforcing the declared capabilities; session hits are authorized."""
+        caps = self.capabilities
+        sources = request.sources if request.sources is not None else caps.sources
+        undeclared = [s for s in sources if s not in caps.sources]
+        if undeclared:
+            raise self._unsupported(
+                "search source " + ", ".join(repr(s) for s in undeclared),
+                f"declared sources are {', '.join(repr(s) for s in caps.sources)}",
+            )
+        if request.cursor is not None and not caps.pagination:
+            raise self._unsupported("pagination", "a cursor was supplied")
+        if request.active_project_keys and not caps.project_filter:
+            raise self._unsupported("project filtering", "active_project_keys were supplied")
+        request = attrs.evolve(request, sources=sources)
+        result = await self._call("search", lambda: self._handle.search(request))
+        if not isinstance(result, MemorySearchResult):
+            raise ContractError(
+                f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
+                "from search, not a MemorySearchResult"
+            )
+        hits: list[MemorySearchHit] = []
+        for hit in result.hits:
+            if not isinstance(hit, MemorySearchHit):
+                raise ContractError(f'memory provider "{self.provider_id}" returned a non-hit')
+            if hit.reference.provider_id != self.provider_id:
+                raise ContractError(
+                    f'memory provider "{self.provider_id}" returned a reference of provider '
+                    f'"{hit.reference.provider_id}"'
+                )
+            if hit.source not in sources:
+                continue
+            if (
+                request.min_score is not None
+                and hit.score is not None
+                and hit.score < request.min_score
+            ):
+                continue
+            hits.append(hit)
+        admitted = await self._authorize_hits(tuple(hits[: request.max_results]))
+        return attrs.evolve(result, hits=admitted)
+
+    async def _authorize_hits(
+        self, hits: tuple[MemorySearchHit, ...]
+    ) -> tuple[MemorySearchHit, ...]:
+        if not hits:
+            return hits
+        if self._authorize is None:
+            return tuple(h for h in hits if h.source != "sessions")
+        authority = self._context.authority
+        session_key: str | None = None
+        sandboxed = False
+        audience = recall = None
+        trusted: str | None = None
+        if isinstance(authority, SessionAuthority):
+            session_key = authority.session_key
+            sandboxed = authority.sandboxed
+            audience = authority.audience
+            recall = authority.conversation_recall
+        else:
+            trusted = self.agent_id
+        request = AuthorizeSearchHitsRequest(
+            agent_id=self.agent_id,
+            hits=hits,
+            session_key=session_key,
+            sandboxed=sandboxed,
+            trusted_agent_scope=trusted,
+            audience=audience,
+            conversation_recall=recall,
+        )
+        authorize = self._authorize
+        admitted = await self._call("authorize_search_hits", lambda: authorize(request))
+        # Only hits the provider was given may come back: a hook cannot add results.
+        given = {id(h) for h in hits}
+        return tuple(h for h in admitted if id(h) in given)
+
+    async def get(self, request: MemoryGetRequest) -> MemoryGetResult:
+        """Resolve a reference of this provider; another provider's is rejected first."""
+        ref = request.reference
+        if ref.provider_id != self.provider_id:
+            raise ForeignReferenceError(
+                f'reference belongs to provider "{ref.provider_id}", not the selected memory '
+                f'provider "{self.provider_id}"'
+            )
+        result = await self._call("get", lambda: self._handle.get(request))
+        if not isinstance(result, MemoryGetResult):
+            raise ContractError(
+                f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
+                "from get, not a MemoryGetResult"
+            )
+        if result.reference.provider_id != self.provider_id:
+            raise ContractError(
+                f'memory provider "{self.provider_id}" answered get with another provider\'s '
+                "reference"
+            )
+        if (
+            result.status == "ok"
+            and ref.revision is not None
+            and result.reference.revision not in (None, ref.revision)
+        ):
+            raise ProviderError(
+                f'memory provider "{self.provider_id}" answered revision '
+                f"{result.reference.revision!r} for a request at revision {ref.revision!r}"
+            )
+        return result
+
+    async def health(self) -> MemoryHealth:
+        """Health without partition content; details never carry host paths."""
+        result = await self._call("health", self._handle.health)
+        if not isinstance(result, MemoryHealth):
+            raise ContractError(
+                f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
+                "from health, not a MemoryHealth"
+            )
+        return attrs.evolve(result, details=strip_host_paths(result.details))
+
+    async def candidates(self, request: MemoryCandidatesRequest) -> MemoryCandidatesResult:
+        """Automatic-recall candidates of a declared kind."""
+        caps = self.capabilities
+        if request.kind not in caps.candidates:
+            raise self._unsupported(f"{request.kind!r} candidates", "candidates kind requested")
+        if request.active_project_keys and not caps.project_filter:
+            raise self._unsupported("project filtering", "active_project_keys were supplied")
+        fn = self._handle.candidates  # type: ignore[attr-defined]
+        result = await self._call("candidates", lambda: fn(request))
+        if not isinstance(result, MemoryCandidatesResult):
+            raise ContractError(
+                f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
+                "from candidates, not a MemoryCandidatesResult"
+            )
+        for candidate in result.candidates:
+            if candidate.reference.provider_id != self.provider_id:
+                raise ContractError(
+                    f'memory provider "{self.provider_id}" returned a candidate of provider '
+                    f'"{candidate.reference.provider_id}"'
+                )
+        return result
+
+    async def refresh(self) -> bool:
+        """Run the provider's optional refresh; ``False`` when it offers none."""
+        fn = getattr(self._handle, "refresh", None)
+        if not callable(fn):
+            return False
+        await self._call("refresh", fn)
+        return True
+
+
+def _validate_handle(provider_id: str, handle: object) -> MemoryProviderHandle:
+    for name in ("search", "get", "health", "close"):
+        if not callable(getattr(handle, name, None)):
+            raise ContractError(
+                f'memory provider "{provider_id}" returned a handle without {name}()'
+            )
+    caps = getattr(handle, "capabilities", None)
+    if not isinstance(caps, ProviderCapabilities):
+        raise ContractError(
+            f'memory provider "{provider_id}" returned a handle whose capabilities are not '
+            "ProviderCapabilities"
+        )
+    has_candidates = callable(getattr(handle, "candidates", None))
+    if bool(caps.candidates) != has_candidates:
+        raise ContractError(
+            f'memory provider "{provider_id}": candidates() must be present exactly when '
+            "capabilities.candidates is non-empty"
+        )
+    return handle  # type: ignore[return-value]
+
+
+@attrs.define(eq=False)
+class MemoryRuntime:
+    """``host.memory``: opens guarded handles on the selected memory provider."""
+
+    _host: Host
+
+    def selection(self) -> tuple[str | None, MemoryPluginCapability | None]:
+        """The selected memory plugin id and its capability (``None``s when none)."""
+        plugin_id = self._host.slots.memory_plugin
+        if plugin_id is None:
+            return None, None
+        cap = self._host.plugin_registry.memory_capabilities.get(plugin_id)
+        if cap is not None and not isinstance(cap, MemoryPluginCapability):
+            raise ContractError(
+                f'memory plugin "{plugin_id}" registered a {type(cap).__name__}, '
+                "not a MemoryPluginCapability"
+            )
+        return plugin_id, cap
+
+    def uses_provider_runtime(self) -> bool:
+        """Whether consumers go through a native ``provider_runtime``."""
+        _, cap = self.selection()
+        return cap is not None and cap.provider_runtime is not None
+
+    def _agent_for(self, context: MemoryCallerContext, agent_id: str | None) -> str:
+        authority = context.authority
+        if isinstance(authority, SessionAuthority):
+            if agent_id is not None and agent_id != authority.agent_id:
+                raise CapabilityDeniedError(
+                    f"session {authority.session_key!r} belongs to agent "
+                    f"{authority.agent_id!r} and cannot open memory of agent {agent_id!r}"
+                )
+            audience = authority.audience
+            if audience is not None and audience.agent_id != authority.agent_id:
+                raise CapabilityDeniedError("memory audience belongs to another agent")
+            return authority.agent_id
+        if not isinstance(authority, OperatorAuthority | HostAuthority):  # pragma: no cover
+            raise CapabilityDeniedError("unknown caller authority")
+        return agent_id if agent_id is not None else self._host.config.default_agent_id
+
+    @asynccontextmanager
+    async def open(
+        self, context: MemoryCallerContext, *, agent_id: str | None = None
+    ) -> AsyncIterator[GuardedMemoryHandle]:
+        """Open the selected provider for ``context``; the handle is closed on exit."""
+        self._host.verify(context)
+        agent = self._agent_for(context, agent_id)
+        plugin_id, cap = self.selection()
+        if plugin_id is None or cap is None:
+            raise MemoryUnavailableError("no memory plugin is selected (plugins.slots.memory)")
+
+        def check_selected() -> None:
+            self._host._check_open()
+            if self._host.slots.memory_plugin != plugin_id:  # pragma: no cover - fixed at start
+                raise StaleCapabilityError(f'memory plugin "{plugin_id}" is no longer selected')
+
+        check_selected()
+        context.assert_current()
+        handle: MemoryProviderHandle
+        authorize: Any
+        if cap.provider_runtime is not None:
+            runtime = cap.provider_runtime
+            if not callable(getattr(runtime, "open", None)):
+                raise ContractError(f'memory plugin "{plugin_id}" has an invalid provider_runtime')
+            try:
+                opened = await runtime.open(agent_id=agent, context=context)
+            except ClawError:
+                raise
+            except Exception as exc:
+                raise ProviderError(
+                    f'memory provider "{plugin_id}" failed to open: {type(exc).__name__}'
+                ) from exc
+            if not isinstance(opened, MemoryProviderOpenResult):
+                raise ContractError(
+                    f'memory provider "{plugin_id}" open() returned {type(opened).__name__}, '
+                    "not a MemoryProviderOpenResult"
+                )
+            if opened.provider is None:
+                raise MemoryUnavailableError(
+                    f'memory provider "{plugin_id}" is unavailable'
+                    + (f": {opened.reason}" if opened.reason else "")
+                )
+            handle = opened.provider
+            authorize = getattr(runtime, "authorize_search_hits", None)
+            native = True
+        elif cap.runtime is not None:
+            legacy = cap.runtime
+            manager = await legacy.get_search_manager(agent_id=agent, context=context)
+            if manager is None:
+                raise MemoryUnavailableError(
+                    f'memory plugin "{plugin_id}" has no search manager for agent {agent!r}'
+                )
+            handle = LegacyProviderHandle(
+                provider_id=plugin_id, manager=manager, session_key=context.session_key
+            )
+            authorize = getattr(legacy, "authorize_search_hits", None)
+            native = False
+        else:
+            raise MemoryUnavailableError(
+                f'memory plugin "{plugin_id}" does not offer host search support'
+            )
+        try:
+            validated = _validate_handle(plugin_id, handle)
+            guarded = GuardedMemoryHandle(
+                provider_id=plugin_id,
+                agent_id=agent,
+                native=native,
+                handle=validated,
+                context=context,
+                check_selected=check_selected,
+                authorize=authorize if callable(authorize) else None,
+            )
+            guarded._check()
+            yield guarded
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await handle.close()
+                except Exception:
+                    logger.exception('memory provider "%s" failed to close a handle', plugin_id)

@@ -1,0 +1,280 @@
+"""Values of the provider-neutral memory runtime: declarations, requests, results.
+
+A memory provider declares what it supports (:class:`ProviderCapabilities`) and the
+host enforces those declarations before any provider code runs: unsupported
+operations are declared, not discovered by calling the provider and handling failure.
+References are provider-scoped (:class:`MemoryReference` always names its provider),
+and every result is an explicit value: a ``not_found`` is a status, while denial and
+failure are errors, never an empty success.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, get_args
+
+import attrs
+
+from .._errors import ContractError
+
+Source = Literal["memory", "sessions"]
+CandidateKind = Literal["trigger", "project"]
+HealthStatus = Literal["ready", "degraded", "unavailable"]
+GetStatus = Literal["ok", "not_found"]
+
+SOURCES: tuple[Source, ...] = get_args(Source)
+CANDIDATE_KINDS: tuple[CandidateKind, ...] = get_args(CandidateKind)
+HEALTH_STATUSES: tuple[HealthStatus, ...] = get_args(HealthStatus)
+
+
+def _names(value: Any, allowed: tuple[str, ...], what: str, *, non_empty: bool) -> Any:
+    if isinstance(value, str):
+        raise ContractError(f"{what} must be a sequence of names, not the string {value!r}")
+    items = tuple(value)
+    for item in items:
+        if item not in allowed:
+            raise ContractError(
+                f"{what} contains {item!r}; allowed: {', '.join(repr(a) for a in allowed)}"
+            )
+    if non_empty and not items:
+        raise ContractError(f"{what} must not be empty")
+    return tuple(dict.fromkeys(items))
+
+
+def _declared_sources(value: Iterable[str]) -> tuple[Source, ...]:
+    result: tuple[Source, ...] = _names(value, SOURCES, "capabilities.sources", non_empty=True)
+    return result
+
+
+def _declared_candidates(value: Iterable[str]) -> tuple[CandidateKind, ...]:
+    result: tuple[CandidateKind, ...] = _names(
+        value, CANDIDATE_KINDS, "capabilities.candidates", non_empty=False
+    )
+    return result
+
+
+def _requested_sources(value: Iterable[str] | None) -> tuple[Source, ...] | None:
+    if value is None:
+        return None
+    result: tuple[Source, ...] = _names(value, SOURCES, "sources", non_empty=True)
+    return result
+
+
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class ProviderCapabilities:
+    """What a provider handle declares it supports.
+
+    ``sources``: the searchable corpora (non-empty; ``"memory"`` and/or
+    ``"sessions"``). ``pagination``: whether search accepts a ``cursor``.
+    ``candidates``: the automatic-recall candidate kinds (``"trigger"``, ``"project"``);
+    a handle has a ``candidates`` method exactly when this is non-empty.
+    ``project_filter``: whether search and candidates accept ``active_project_keys``.
+    """
+
+    sources: tuple[Source, ...] = attrs.field(converter=_declared_sources)
+    pagination: bool = False
+    candidates: tuple[CandidateKind, ...] = attrs.field(default=(), converter=_declared_candidates)
+    project_filter: bool = False
+
+
+@attrs.frozen
+class MemoryReference:
+    """A provider-scoped handle on one memory record.
+
+    ``id`` and ``revision`` are the provider's own; ``fragment`` narrows to a part of
+    the record (the legacy adapter uses ``"L<start>-L<end>"``). A reference does not
+    grant access: the provider authorizes every ``get``.
+    """
+
+    provider_id: str
+    id: str
+    revision: str | None = None
+    fragment: str | None = None
+
+
+@attrs.frozen
+class Citation:
+    """Where a hit comes from, for a human: a (virtual) path and line range."""
+
+    path: str
+    start_line: int
+    end_line: int
+    source: Source = "memory"
+
+
+@attrs.frozen
+class MemorySearchHit:
+    """One search result: a reference, an excerpt, and optionally a score and citation.
+
+    ``source`` says which corpus the hit comes from; the host withholds
+    ``"sessions"`` hits unless the runtime's ``authorize_search_hits`` admits them.
+    ``metadata`` is provider-owned (for example the transcript turns a chunk spans).
+    """
+
+    reference: MemoryReference
+    excerpt: str
+    score: float | None = None
+    citation: Citation | None = None
+    source: Source = "memory"
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class MemorySearchRequest:
+    """A neutral search. ``sources=None`` means every declared source.
+
+    ``min_score`` must be honoured by every provider; ``lexical_only`` is a hint a
+    provider may ignore; ``cursor`` needs ``pagination``; non-empty
+    ``active_project_keys`` needs ``project_filter``.
+    """
+
+    query: str
+    max_results: int = 20
+    min_score: float | None = None
+    cursor: str | None = None
+    sources: tuple[Source, ...] | None = attrs.field(default=None, converter=_requested_sources)
+    lexical_only: bool = False
+    active_project_keys: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.query, str):
+            raise ContractError("search query must be a string")
+        if isinstance(self.max_results, bool) or not isinstance(self.max_results, int):
+            raise ContractError("max_results must be an integer")
+        if self.max_results < 1:
+            raise ContractError(f"max_results must be positive, got {self.max_results}")
+        if self.min_score is not None and (
+            not isinstance(self.min_score, int | float) or not math.isfinite(self.min_score)
+        ):
+            raise ContractError(f"min_score must be a finite number, got {self.min_score!r}")
+
+
+def _hits_tuple(value: Iterable[MemorySearchHit]) -> tuple[MemorySearchHit, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class SearchCoverage:
+    """Which sources a search actually covered, and whether it was complete."""
+
+    sources: tuple[Source, ...]
+    complete: bool = True
+
+
+@attrs.frozen
+class MemorySearchResult:
+    """Hits plus optional pagination, coverage and warning."""
+
+    hits: tuple[MemorySearchHit, ...] = attrs.field(converter=_hits_tuple)
+    next_cursor: str | None = None
+    coverage: SearchCoverage | None = None
+    warning: str | None = None
+
+
+@attrs.frozen
+class MemoryGetRequest:
+    """Resolve a reference, optionally at a revision and within read bounds (1-based lines)."""
+
+    reference: MemoryReference
+    from_line: int | None = None
+    lines: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("from_line", "lines"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ContractError(f"{name} must be an integer")
+            if value is not None and value < 1:
+                raise ContractError(f"{name} must be at least 1, got {value}")
+
+
+@attrs.frozen
+class MemoryGetResult:
+    """An explicit answer to a get: ``ok`` with text, or ``not_found``."""
+
+    status: GetStatus
+    reference: MemoryReference
+    text: str | None = None
+    from_line: int | None = None
+    lines: int | None = None
+    total_lines: int | None = None
+    truncated: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if self.status not in ("ok", "not_found"):
+            raise ContractError(f"get status must be 'ok' or 'not_found', got {self.status!r}")
+        if self.status == "ok" and self.text is None:
+            raise ContractError("an 'ok' get result must carry text")
+
+
+@attrs.frozen
+class MemoryHealth:
+    """Provider health; ``details`` must not reveal partition content or host paths."""
+
+    status: HealthStatus
+    message: str | None = None
+    details: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.status not in HEALTH_STATUSES:
+            raise ContractError(
+                f"health status must be one of {', '.join(HEALTH_STATUSES)}, got {self.status!r}"
+            )
+
+
+@attrs.frozen
+class MemoryCandidatesRequest:
+    """Ask for automatic-recall candidates of one declared kind."""
+
+    kind: CandidateKind
+    query: str | None = None
+    active_project_keys: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    max_results: int = 10
+
+
+@attrs.frozen
+class MemoryCandidate:
+    """An automatic-recall candidate with provider-owned project or trigger metadata."""
+
+    reference: MemoryReference
+    excerpt: str
+    kind: CandidateKind
+    score: float | None = None
+    project_key: str | None = None
+    trigger: str | None = None
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+def _candidates_tuple(value: Iterable[MemoryCandidate]) -> tuple[MemoryCandidate, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class MemoryCandidatesResult:
+    """Candidates for automatic recall (may be empty: eligibility is the provider's)."""
+
+    candidates: tuple[MemoryCandidate, ...] = attrs.field(converter=_candidates_tuple)
+
+
+@attrs.frozen
+class AuthorizeSearchHitsRequest:
+    """What the host supplies to ``authorize_search_hits`` before hits reach a caller.
+
+    ``session_key`` and ``sandboxed`` describe the requesting session (``None`` for a
+    host or operator caller, in which case ``trusted_agent_scope`` names the agent whose
+    own session hits may be returned). ``audience`` and ``conversation_recall`` are the
+    host-minted grants of the requesting session, if any.
+    """
+
+    agent_id: str
+    hits: tuple[MemorySearchHit, ...]
+    session_key: str | None = None
+    sandboxed: bool = False
+    trusted_agent_scope: str | None = None
+    audience: Any = None
+    conversation_recall: Any = None

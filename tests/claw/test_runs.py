@@ -1,0 +1,248 @@
+"""Runs: audience minting from trusted facts and lineage, currency, replay and revocation."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import claw
+from claw._capabilities import AUDIENCE_STALE_MESSAGE
+
+
+async def test_owner_direct_run_gets_owner_private_audience(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=True, sandboxed=False) as run:
+        assert run.audience is not None
+        assert run.audience.kind == "owner-private"
+        assert run.audience.agent_id == "main"
+        run.caller.assert_current()
+        host.verify(run.audience)
+        host.verify(run.authority)
+        assert run.authority.session_key == "dm:alice"
+        assert run.authority.session_id == run.session.session_id  # type: ignore[union-attr]
+
+
+async def test_non_owner_direct_run_gets_conversation_audience(host: claw.Host) -> None:
+    row = await host.sessions.create("dm:bob", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:bob", sender_is_owner=False) as run:
+        assert run.audience is not None
+        assert run.audience.kind == "conversation"
+        assert (run.audience.session_key, run.audience.session_id) == ("dm:bob", row.session_id)
+
+
+@pytest.mark.parametrize("chat_type", ["group", "channel", "thread"])
+async def test_shared_chat_runs_get_conversation_audience_even_for_the_owner(
+    host: claw.Host, chat_type: str
+) -> None:
+    await host.sessions.create("c:1", agent_id="main", chat_type=chat_type)  # type: ignore[arg-type]
+    async with host.open_run("c:1", sender_is_owner=True) as run:
+        assert run.audience is not None
+        assert run.audience.kind == "conversation"
+        assert run.audience.session_key == "c:1"
+
+
+async def test_child_of_owner_direct_inherits_root_audience(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/task-1")
+    await host.sessions.spawn_child("dm:alice/task-1", "dm:alice/task-1/sub")
+    async with host.open_run("dm:alice/task-1/sub", sender_is_owner=True) as run:
+        assert run.audience is not None
+        assert run.audience.kind == "owner-private"
+
+
+async def test_child_of_group_gets_the_root_conversation(host: claw.Host) -> None:
+    root = await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    await host.sessions.spawn_child("grp:1", "grp:1/task")
+    async with host.open_run("grp:1/task", sender_is_owner=False) as run:
+        assert run.audience is not None
+        assert (run.audience.session_key, run.audience.session_id) == ("grp:1", root.session_id)
+
+
+async def test_stale_parent_revision_gives_no_audience(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/task-1")
+    await host.sessions.reset("dm:alice")
+    async with host.open_run("dm:alice/task-1", sender_is_owner=True) as run:
+        assert run.audience is None
+        run.caller.assert_current()
+
+
+async def test_running_an_unknown_session_is_an_error(host: claw.Host) -> None:
+    with pytest.raises(claw.sessions.SessionNotFoundError):
+        async with host.open_run("nobody", sender_is_owner=True):
+            pass  # pragma: no cover
+
+
+async def test_sender_is_owner_must_be_a_real_bool(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    with pytest.raises(TypeError, match="sender_is_owner"):
+        async with host.open_run("dm:alice", sender_is_owner="yes"):  # type: ignore[arg-type]
+            pass  # pragma: no cover
+
+
+async def test_reset_keeping_the_id_makes_the_audience_stale(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=True) as run:
+        await host.sessions.reset("dm:alice")
+        with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+            run.caller.assert_current()
+        with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+            host.verify(run.audience)
+
+
+async def test_parent_reset_after_minting_makes_the_child_audience_stale(host: claw.Host) -> None:
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    await host.sessions.spawn_child("grp:1", "grp:1/task")
+    async with host.open_run("grp:1/task", sender_is_owner=False) as run:
+        run.caller.assert_current()
+        await host.sessions.reset("grp:1", keep_session_id=False)
+        with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+            run.caller.assert_current()
+
+
+async def test_reassign_makes_the_audience_stale(host: claw.Host) -> None:
+    await host.sessions.create("dm:bob", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:bob", sender_is_owner=False) as run:
+        await host.sessions.reassign("dm:bob", chat_type="group")
+        with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+            run.caller.assert_current()
+
+
+async def test_audience_revocation_does_not_cancel_the_run(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=True) as run:
+        await host.sessions.reset("dm:alice")
+        assert not run.cancel_scope.cancel_called
+        await trio.lowlevel.checkpoint()
+
+
+async def test_the_end_of_the_run_makes_everything_stale(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=True) as run:
+        audience, authority, caller = run.audience, run.authority, run.caller
+    with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+        host.verify(audience)
+    with pytest.raises(claw.StaleCapabilityError):
+        host.verify(authority)
+    with pytest.raises(claw.StaleCapabilityError):
+        caller.assert_current()
+
+
+async def test_audience_presented_for_another_session_is_refused(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    async with host.open_run("dm:alice", sender_is_owner=True) as run:
+        host.verify(run.audience, session_key="dm:alice")
+        with pytest.raises(claw.CapabilityDeniedError, match="bound to another session"):
+            host.verify(run.audience, session_key="grp:1")
+
+
+async def test_audience_replayed_into_a_later_run_of_the_same_session_is_refused(
+    host: claw.Host,
+) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=True) as run_a:
+        captured = run_a.audience
+    async with host.open_run("dm:alice", sender_is_owner=True) as run_b:
+        assert run_b.audience is not captured
+        with pytest.raises(claw.StaleCapabilityError):
+            host.verify(captured, session_key="dm:alice")
+
+
+async def test_audience_replayed_into_a_concurrent_run_of_another_session_is_refused(
+    host: claw.Host,
+) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    async with (
+        host.open_run("dm:alice", sender_is_owner=True) as run_a,
+        host.open_run("grp:1", sender_is_owner=False) as run_b,
+    ):
+        with pytest.raises(claw.CapabilityDeniedError):
+            host.verify(run_a.audience, session_key=run_b.session_key)
+
+
+async def test_forged_audience_is_refused_as_forged(host: claw.Host) -> None:
+    forged = object.__new__(claw.MemoryAudience)
+    object.__setattr__(forged, "kind", "owner-private")
+    object.__setattr__(forged, "agent_id", "main")
+    with pytest.raises(claw.ForgedCapabilityError):
+        host.verify(forged, session_key="dm:alice")
+
+
+async def test_child_run_gets_a_new_audience_sharing_the_parents_revocation(
+    host: claw.Host,
+) -> None:
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    await host.sessions.spawn_child("grp:1", "grp:1/task")
+    async with host.open_run("grp:1", sender_is_owner=False) as parent:
+        async with parent.open_child_run("grp:1/task") as child:
+            assert child.audience is not None
+            assert child.audience is not parent.audience
+            assert child.audience.session_key == "grp:1"
+            child.caller.assert_current()
+            await host.sessions.reset("grp:1/task")
+            with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+                child.caller.assert_current()
+            parent.caller.assert_current()
+
+
+async def test_child_run_audience_dies_with_the_parent_audience(host: claw.Host) -> None:
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    await host.sessions.spawn_child("grp:1", "grp:1/task")
+    async with host.open_run("grp:1", sender_is_owner=False) as parent:
+        async with parent.open_child_run("grp:1/task") as child:
+            await host.sessions.reset("grp:1")
+            with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+                child.caller.assert_current()
+
+
+async def test_detached_child_run_is_stale_once_its_row_appears(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=True) as parent:
+        async with parent.open_child_run("dm:alice/detached") as child:
+            assert child.audience is not None
+            assert child.audience.kind == "owner-private"
+            assert child.session is None
+            child.caller.assert_current()
+            await host.sessions.spawn_child("dm:alice", "dm:alice/detached")
+            with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+                child.caller.assert_current()
+
+
+async def test_child_run_of_a_parent_without_audience_gets_none(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/task")
+    await host.sessions.reassign("dm:alice", chat_type="group")  # child's parent link is stale now
+    async with host.open_run("dm:alice/task", sender_is_owner=True) as run:
+        assert run.audience is None
+        async with run.open_child_run("dm:alice/task/sub") as child:
+            assert child.audience is None
+
+
+async def test_recall_pass_names_only_root_conversations_of_the_agent(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    await host.sessions.create("grp:other", agent_id="other", chat_type="group")
+    async with host.open_run(
+        "dm:alice", sender_is_owner=True, conversation_recall=["grp:1"]
+    ) as run:
+        recall = run.authority.conversation_recall
+        assert recall is not None
+        assert recall.conversation_keys == frozenset({"grp:1"})
+        host.verify(recall, session_key="dm:alice")
+    with pytest.raises(claw.StaleCapabilityError):
+        host.verify(recall)
+    with pytest.raises(claw.CapabilityDeniedError, match="belongs to agent 'other'"):
+        async with host.open_run(
+            "dm:alice", sender_is_owner=True, conversation_recall=["grp:other"]
+        ):
+            pass  # pragma: no cover
+
+
+async def test_operator_authority_never_carries_an_audience(host: claw.Host) -> None:
+    async with host.open_scope("op") as scope:
+        op = scope.mint_operator_authority({"operator.read", "operator.admin"})
+        ctx = scope.mint_caller_context(op)
+        assert ctx.audience is None
+        assert ctx.session_key is None
