@@ -1,0 +1,223 @@
+"""The accepted-turns ledger: which turn was admitted, where it ends, whether it was committed.
+
+The durable-admitted-turns contract says that a crash between a turn's
+terminal entry and ``engine.commit_turn(advancement_key, ...)`` must lead to
+the commit being retried with the same key on the next start. The ledger is
+what makes that possible: one row per admitted turn, in the same SQLite
+database (and, for admission and the terminal entry, the same transaction) as
+the transcript entries it points at. A turn moves through
+
+``admitted`` (user entry written) -> ``terminal`` (its last entry written) ->
+``committed`` (the engine acknowledged ``commit_turn``, or said ``duplicate``).
+
+A turn admitted with ``engine_id=None`` runs on the legacy path and never
+needs a commit; :meth:`TranscriptStore.pending_commits` lists only terminal,
+uncommitted turns that name an engine.
+
+This module holds the value type and the synchronous SQL; the
+:class:`~claw.turns.TranscriptStore` runs it through the worker pool.
+"""
+
+from __future__ import annotations
+
+import enum
+import sqlite3
+
+import attrs
+
+from claw._errors import ClawError
+
+LEDGER_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS turn_ledger (
+        turn_id TEXT PRIMARY KEY,
+        session_key TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        advancement_key TEXT NOT NULL UNIQUE,
+        engine_id TEXT,
+        first_seq INTEGER NOT NULL,
+        terminal_seq INTEGER,
+        admitted_at REAL NOT NULL,
+        terminal_at REAL,
+        committed_at REAL,
+        commit_outcome TEXT,
+        FOREIGN KEY (session_id, first_seq) REFERENCES transcript_entries (session_id, seq),
+        FOREIGN KEY (session_id, terminal_seq) REFERENCES transcript_entries (session_id, seq)
+    )""",
+    """CREATE INDEX IF NOT EXISTS turn_ledger_by_session
+        ON turn_ledger (session_id, first_seq)""",
+)
+"""Statements creating the ledger table; run in the transcript database's schema transaction."""
+
+_COLUMNS = (
+    "turn_id, session_key, session_id, advancement_key, engine_id, first_seq, terminal_seq, "
+    "admitted_at, terminal_at, committed_at, commit_outcome"
+)
+
+
+class TurnLedgerError(ClawError, ValueError):
+    """A ledger update contradicts what is recorded (duplicate turn, wrong session, no terminal)."""
+
+
+class UnknownTurnError(ClawError, LookupError):
+    """No admitted turn has this id."""
+
+
+class TurnStatus(enum.StrEnum):
+    """Where an admitted turn stands."""
+
+    ADMITTED = "admitted"
+    TERMINAL = "terminal"
+    COMMITTED = "committed"
+
+
+@attrs.frozen
+class AdmittedTurn:
+    """One ledger row: an admitted turn and its inclusive entry range.
+
+    ``entry ids`` follow the transcript's ``<session_id>:<seq>`` form.
+    ``commit_outcome`` is what the host recorded when it marked the commit
+    done (``"committed"``, ``"duplicate"``, ...).
+    """
+
+    turn_id: str
+    session_key: str
+    session_id: str
+    advancement_key: str
+    engine_id: str | None
+    first_seq: int
+    terminal_seq: int | None
+    admitted_at: float
+    terminal_at: float | None
+    committed_at: float | None
+    commit_outcome: str | None
+
+    @property
+    def status(self) -> TurnStatus:
+        """Admitted, terminal (ended, commit pending if it names an engine) or committed."""
+        if self.committed_at is not None:
+            return TurnStatus.COMMITTED
+        if self.terminal_seq is not None:
+            return TurnStatus.TERMINAL
+        return TurnStatus.ADMITTED
+
+    @property
+    def first_entry_id(self) -> str:
+        """The id of the admitted user entry."""
+        return f"{self.session_id}:{self.first_seq}"
+
+    @property
+    def terminal_entry_id(self) -> str | None:
+        """The id of the turn's terminal entry, once recorded."""
+        return None if self.terminal_seq is None else f"{self.session_id}:{self.terminal_seq}"
+
+    @property
+    def needs_commit(self) -> bool:
+        """True when the turn ended, names an engine, and was not committed yet."""
+        return self.status is TurnStatus.TERMINAL and self.engine_id is not None
+
+
+def _row_to_turn(row: tuple[object, ...]) -> AdmittedTurn:
+    return AdmittedTurn(*row)  # type: ignore[arg-type]
+
+
+def get_turn(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:
+    """The ledger row for ``turn_id``; raises :class:`UnknownTurnError`."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM turn_ledger WHERE turn_id = ?", (turn_id,)
+    ).fetchone()
+    if row is None:
+        raise UnknownTurnError(f"no admitted turn {turn_id!r} in the ledger")
+    return _row_to_turn(row)
+
+
+def insert_admitted(
+    conn: sqlite3.Connection,
+    *,
+    turn_id: str,
+    session_key: str,
+    session_id: str,
+    advancement_key: str,
+    engine_id: str | None,
+    first_seq: int,
+    now: float,
+) -> AdmittedTurn:
+    """Insert a new ledger row (inside the caller's transaction)."""
+    clash = conn.execute(
+        "SELECT turn_id, advancement_key FROM turn_ledger WHERE turn_id = ? OR advancement_key = ?",
+        (turn_id, advancement_key),
+    ).fetchone()
+    if clash is not None:
+        what = "turn id" if clash[0] == turn_id else "advancement key"
+        raise TurnLedgerError(
+            f"{what} already recorded for turn {clash[0]!r} (advancement key {clash[1]!r}); "
+            "admit each logical turn once and reuse its record on retry"
+        )
+    conn.execute(
+        f"INSERT INTO turn_ledger ({_COLUMNS}) "
+        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL)",
+        (turn_id, session_key, session_id, advancement_key, engine_id, first_seq, now),
+    )
+    return get_turn(conn, turn_id)
+
+
+def set_terminal(
+    conn: sqlite3.Connection, turn_id: str, *, session_id: str, terminal_seq: int, now: float
+) -> AdmittedTurn:
+    """Record the turn's terminal entry (inside the caller's transaction)."""
+    turn = get_turn(conn, turn_id)
+    if turn.session_id != session_id:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
+        )
+    if turn.terminal_seq is not None:
+        if turn.terminal_seq == terminal_seq:
+            return turn
+        raise TurnLedgerError(
+            f"turn {turn_id!r} already ended at entry {turn.terminal_entry_id}; "
+            f"cannot end it again at {session_id}:{terminal_seq}"
+        )
+    if terminal_seq < turn.first_seq:
+        raise TurnLedgerError(
+            f"terminal entry {session_id}:{terminal_seq} of turn {turn_id!r} is before its "
+            f"user entry {turn.first_entry_id}"
+        )
+    conn.execute(
+        "UPDATE turn_ledger SET terminal_seq = ?, terminal_at = ? WHERE turn_id = ?",
+        (terminal_seq, now, turn_id),
+    )
+    return get_turn(conn, turn_id)
+
+
+def set_committed(
+    conn: sqlite3.Connection, turn_id: str, *, outcome: str, now: float
+) -> AdmittedTurn:
+    """Record that the commit was done; a second call keeps the first record."""
+    turn = get_turn(conn, turn_id)
+    if turn.committed_at is not None:
+        return turn
+    if turn.terminal_seq is None:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} has no terminal entry yet; record it before marking the commit"
+        )
+    conn.execute(
+        "UPDATE turn_ledger SET committed_at = ?, commit_outcome = ? WHERE turn_id = ?",
+        (now, outcome, turn_id),
+    )
+    return get_turn(conn, turn_id)
+
+
+def select_turns(
+    conn: sqlite3.Connection, *, session_id: str | None, pending_only: bool
+) -> tuple[AdmittedTurn, ...]:
+    """Ledger rows in admission order, optionally of one session, optionally only pending."""
+    clauses, args = [], []
+    if session_id is not None:
+        clauses.append("session_id = ?")
+        args.append(session_id)
+    if pending_only:
+        clauses.append(
+            "engine_id IS NOT NULL AND terminal_seq IS NOT NULL AND committed_at IS NULL"
+        )
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_ledger {where} ORDER BY rowid", args)
+    return tuple(_row_to_turn(row) for row in rows)

@@ -1,0 +1,875 @@
+"""Durable, append-only session transcripts and the visible-message cursor API.
+
+Every session id has one transcript: entries numbered ``seq = 1, 2, ...`` with
+the stable id ``<session_id>:<seq>``. A reset that gives the session a new
+session id starts a new, separate transcript under the same session key.
+
+Storage: SQLite, not JSONL. The reasons, in order of weight:
+
+* **Atomic batches.** An append of several entries (an assistant message and
+  its tool results, or a turn's terminal entry together with the ledger row
+  saying the turn ended) is one transaction: after a crash it is all there or
+  none of it is. JSONL needs a torn-last-line repair pass and cannot make two
+  files agree.
+* **The ledger lives next to the entries.** Admitting a turn writes the user
+  entry and the ledger row in one transaction (see :mod:`._ledger`), which is
+  what lets a restart find exactly the turns whose commit must be retried.
+* **Reads the engine contract needs are queries:** a seq range, the latest
+  compaction, count and byte size of a session, without rescanning a file.
+
+The database runs in WAL mode with ``synchronous=FULL``, so a transaction
+that returned is on disk (WAL's default ``NORMAL`` could lose the last commits
+on power loss, and the admitted-turns rule depends on them). All blocking
+calls go through the host's :class:`~claw.WorkerPool`; one connection is
+shared and a :class:`trio.Lock` keeps it to one call at a time.
+
+Visibility and compaction. A compaction entry carries a summary and
+``first_kept_seq``: entries before that seq are replaced by the summary.
+Only the latest compaction counts (its summary is expected to cover the
+previous one). The visible history is therefore: the latest summary, then
+the non-compaction entries from ``first_kept_seq`` on, in seq order.
+``tool_call`` entries are records of a call's execution by the host; the
+model-visible form of a call is the assistant message that asked for it, so
+they are never visible messages.
+
+The cursor. :class:`TranscriptCursor` holds ``(session_id, epoch, seq)``:
+``seq`` is the last entry the holder has seen, ``epoch`` the seq of the latest
+compaction when the cursor was made (0 before any). A delta with a cursor
+whose epoch is still current returns exactly the visible messages appended
+after ``seq``. If a compaction happened since (the epoch changed), or there is
+no cursor, or the cursor points past the end (the transcript was replaced),
+the delta is a *rebuild*: the whole visible history, starting with the
+summary, with ``rebuilt=True`` telling the engine to replace what it holds.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from claw._errors import ClawError, HostClosedError
+from claw._workers import WorkerPool
+from claw.models import (
+    AssistantMessage,
+    CompactionSummary,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    message_from_dict,
+    message_to_dict,
+)
+
+from . import _ledger
+from ._ledger import AdmittedTurn
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS transcript_sessions (
+        session_id TEXT PRIMARY KEY,
+        session_key TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    """CREATE INDEX IF NOT EXISTS transcript_sessions_by_key
+        ON transcript_sessions (session_key, created_at)""",
+    """CREATE TABLE IF NOT EXISTS transcript_entries (
+        session_id TEXT NOT NULL REFERENCES transcript_sessions (session_id),
+        seq INTEGER NOT NULL CHECK (seq > 0),
+        kind TEXT NOT NULL CHECK (kind IN
+            ('user', 'assistant', 'tool_call', 'tool_result', 'compaction', 'system')),
+        created_at REAL NOT NULL,
+        payload TEXT NOT NULL,
+        turn_id TEXT,
+        advancement_key TEXT,
+        first_kept_seq INTEGER,
+        tokens_before INTEGER,
+        tokens_after INTEGER,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID""",
+    """CREATE INDEX IF NOT EXISTS transcript_compactions
+        ON transcript_entries (session_id, seq) WHERE kind = 'compaction'""",
+)
+
+_ENTRY_COLUMNS = (
+    "s.session_key, e.session_id, e.seq, e.kind, e.created_at, e.payload, e.turn_id, "
+    "e.advancement_key, e.first_kept_seq, e.tokens_before, e.tokens_after"
+)
+_FROM = "FROM transcript_entries e JOIN transcript_sessions s USING (session_id)"
+_INVISIBLE = "('tool_call', 'compaction')"
+
+
+class TranscriptError(ClawError, ValueError):
+    """A transcript operation was refused: wrong session key, bad range, foreign cursor."""
+
+
+class UnknownEntryError(ClawError, LookupError):
+    """No transcript entry has this id."""
+
+
+class TranscriptEntryKind(enum.StrEnum):
+    """What a transcript entry records."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    COMPACTION = "compaction"
+    SYSTEM = "system"
+
+
+_KIND_OF: dict[type[Any], TranscriptEntryKind] = {
+    UserMessage: TranscriptEntryKind.USER,
+    AssistantMessage: TranscriptEntryKind.ASSISTANT,
+    ToolCall: TranscriptEntryKind.TOOL_CALL,
+    ToolResult: TranscriptEntryKind.TOOL_RESULT,
+    SystemMessage: TranscriptEntryKind.SYSTEM,
+}
+
+Appendable = UserMessage | AssistantMessage | ToolCall | ToolResult | SystemMessage
+"""What :meth:`TranscriptStore.append` takes (compactions have their own method)."""
+
+
+@attrs.frozen
+class CompactionInfo:
+    """What a compaction entry replaced: every entry before ``first_kept_seq``."""
+
+    first_kept_seq: int
+    tokens_before: int | None
+    tokens_after: int | None
+
+
+@attrs.frozen
+class TranscriptEntry:
+    """One durable transcript entry.
+
+    ``payload`` is the stored message: a :class:`~claw.models.ToolCall` for
+    ``tool_call`` entries, a :class:`~claw.models.CompactionSummary` for
+    compactions (with ``compaction`` set), otherwise the message itself.
+    """
+
+    session_key: str
+    session_id: str
+    seq: int
+    kind: TranscriptEntryKind
+    created_at: float
+    payload: Message | ToolCall
+    turn_id: str | None = None
+    advancement_key: str | None = None
+    compaction: CompactionInfo | None = None
+
+    @property
+    def entry_id(self) -> str:
+        """The stable id ``<session_id>:<seq>``."""
+        return entry_id(self.session_id, self.seq)
+
+    @property
+    def message(self) -> Message | None:
+        """The entry as a model-visible message, or ``None`` for a ``tool_call`` record."""
+        return None if isinstance(self.payload, ToolCall) else self.payload
+
+
+def entry_id(session_id: str, seq: int) -> str:
+    """The stable id of entry ``seq`` of session ``session_id``."""
+    return f"{session_id}:{seq}"
+
+
+def parse_entry_id(value: str) -> tuple[str, int]:
+    """Split an entry id into ``(session_id, seq)``; raises :class:`UnknownEntryError`."""
+    session_id, sep, seq = value.rpartition(":")
+    if not sep or not session_id or not seq.isdigit() or int(seq) < 1:
+        raise UnknownEntryError(f"{value!r} is not a transcript entry id ('<session_id>:<seq>')")
+    return session_id, int(seq)
+
+
+def _non_negative(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
+
+
+@attrs.frozen
+class TranscriptCursor:
+    """Where a reader of a session's visible messages stands.
+
+    Opaque to engines in intent, but serialisable (``to_dict``/``from_dict``)
+    so an engine can persist it next to its own state.
+    """
+
+    session_id: str = attrs.field(validator=attrs.validators.instance_of(str))
+    epoch: int = attrs.field(validator=_non_negative)
+    seq: int = attrs.field(validator=_non_negative)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: ``{"sessionId", "epoch", "seq"}``."""
+        return {"sessionId": self.session_id, "epoch": self.epoch, "seq": self.seq}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TranscriptCursor:
+        """Parse the JSON form; raises :class:`TranscriptError` naming the bad field."""
+        if not isinstance(data, Mapping) or set(data) != {"sessionId", "epoch", "seq"}:
+            raise TranscriptError(f"a transcript cursor has sessionId, epoch and seq: {data!r}")
+        try:
+            return cls(data["sessionId"], data["epoch"], data["seq"])
+        except (TypeError, ValueError) as exc:
+            raise TranscriptError(f"bad transcript cursor {data!r}: {exc}") from None
+
+
+@attrs.frozen
+class TranscriptDelta:
+    """The answer of :meth:`TranscriptStore.read_session_transcript_visible_message_delta`.
+
+    ``rebuilt=False``: ``messages`` are the visible messages after the old
+    cursor; append them. ``rebuilt=True``: ``messages`` are the whole visible
+    history (first call, or a compaction since the old cursor); replace what
+    you hold. ``entry_ids`` name the entry behind each message (the
+    compaction entry for the summary). Keep ``cursor`` for the next call.
+    """
+
+    messages: tuple[Message, ...]
+    entry_ids: tuple[str, ...]
+    cursor: TranscriptCursor
+    rebuilt: bool
+
+
+@attrs.frozen
+class TranscriptStats:
+    """Size of one session's transcript, for flush and compaction thresholds.
+
+    ``byte_size`` is the UTF-8 size of the stored payloads, every entry
+    counted (compaction does not shrink a transcript; it only hides entries).
+    """
+
+    session_id: str
+    entry_count: int
+    byte_size: int
+    last_seq: int
+    compaction_count: int
+    last_compaction_seq: int | None
+
+
+def _encode(payload: Message | ToolCall) -> str:
+    data = payload.to_dict() if isinstance(payload, ToolCall) else message_to_dict(payload)
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _row_to_entry(row: Sequence[Any]) -> TranscriptEntry:
+    (key, session_id, seq, kind, created, payload, turn_id, adv, kept, before, after) = row
+    kind = TranscriptEntryKind(kind)
+    data = json.loads(payload)
+    where = f"transcript entry {session_id}:{seq}"
+    decoded: Message | ToolCall = (
+        ToolCall.from_dict(data, path=where)
+        if kind is TranscriptEntryKind.TOOL_CALL
+        else message_from_dict(data, path=where)
+    )
+    compaction = (
+        CompactionInfo(first_kept_seq=kept, tokens_before=before, tokens_after=after)
+        if kind is TranscriptEntryKind.COMPACTION
+        else None
+    )
+    return TranscriptEntry(
+        session_key=key,
+        session_id=session_id,
+        seq=seq,
+        kind=kind,
+        created_at=created,
+        payload=decoded,
+        turn_id=turn_id,
+        advancement_key=adv,
+        compaction=compaction,
+    )
+
+
+@attrs.define
+class TranscriptStore:
+    """Session transcripts and the turn ledger in one SQLite database.
+
+    Open it with :func:`open_transcript_store`; every method is safe to call
+    from concurrent tasks.
+    """
+
+    _conn: sqlite3.Connection | None = attrs.field(alias="conn")
+    _workers: WorkerPool = attrs.field(alias="workers")
+    _clock: Callable[[], float] = attrs.field(alias="clock")
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+
+    async def _run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+        """Run ``fn(conn, *args, **kwargs)`` on a worker, one call at a time."""
+        async with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise HostClosedError("the transcript store is closed")
+            return await self._workers.run_sync(partial(fn, conn, *args, **kwargs))
+
+    async def aclose(self) -> None:
+        """Close the database; later calls raise :class:`~claw.HostClosedError`."""
+        with trio.CancelScope(shield=True):
+            async with self._lock:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    await self._workers.run_sync(conn.close)
+
+    # -- appends ---------------------------------------------------------------
+
+    async def append(
+        self,
+        session_key: str,
+        session_id: str,
+        messages: Sequence[Appendable],
+        *,
+        turn_id: str | None = None,
+        advancement_key: str | None = None,
+        terminal: bool = False,
+    ) -> tuple[TranscriptEntry, ...]:
+        """Append ``messages`` as consecutive entries, atomically; return the entries.
+
+        With ``turn_id`` of an admitted turn, the entries inherit its
+        advancement key, and ``terminal=True`` records the last of them as the
+        turn's terminal entry in the same transaction.
+        """
+        if not messages:
+            raise TranscriptError("append needs at least one message")
+        for i, message in enumerate(messages):
+            candidate: object = message
+            if type(candidate) not in _KIND_OF:
+                hint = "; use append_compaction" if isinstance(candidate, CompactionSummary) else ""
+                raise TranscriptError(
+                    f"messages[{i}]: cannot append a {type(message).__name__}{hint}"
+                )
+        if terminal and turn_id is None:
+            raise TranscriptError("terminal=True needs the turn_id of an admitted turn")
+        rows = [(_KIND_OF[type(m)], _encode(m), m) for m in messages]
+        return await self._run(
+            _append_sync,
+            session_key=session_key,
+            session_id=session_id,
+            rows=rows,
+            turn_id=turn_id,
+            advancement_key=advancement_key,
+            terminal=terminal,
+            now=self._clock(),
+        )
+
+    async def append_compaction(
+        self,
+        session_key: str,
+        session_id: str,
+        summary: str,
+        *,
+        first_kept_seq: int | None = None,
+        tokens_before: int | None = None,
+        tokens_after: int | None = None,
+        turn_id: str | None = None,
+    ) -> TranscriptEntry:
+        """Append a compaction entry whose summary replaces every entry before ``first_kept_seq``.
+
+        ``first_kept_seq=None`` keeps nothing older (the summary replaces all
+        entries before it). It must not go back before the previous
+        compaction's ``first_kept_seq``.
+        """
+        message = CompactionSummary(summary)
+        return await self._run(
+            _append_compaction_sync,
+            session_key=session_key,
+            session_id=session_id,
+            message=message,
+            first_kept_seq=first_kept_seq,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            turn_id=turn_id,
+            now=self._clock(),
+        )
+
+    # -- reads -----------------------------------------------------------------
+
+    async def read_entries(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        through_seq: int | None = None,
+        limit: int | None = None,
+    ) -> tuple[TranscriptEntry, ...]:
+        """Entries with ``after_seq < seq <= through_seq`` in seq order, at most ``limit``."""
+        return await self._run(
+            _read_entries_sync,
+            session_id,
+            after_seq=after_seq,
+            through_seq=through_seq,
+            limit=limit,
+        )
+
+    async def read_entry(self, entry_id: str) -> TranscriptEntry:
+        """The entry with this id; raises :class:`UnknownEntryError`."""
+        session_id, seq = parse_entry_id(entry_id)
+        found = await self._run(
+            _read_entries_sync, session_id, after_seq=seq - 1, through_seq=seq, limit=1
+        )
+        if not found:
+            raise UnknownEntryError(f"no transcript entry {entry_id!r}")
+        return found[0]
+
+    async def stats(self, session_id: str) -> TranscriptStats:
+        """Entry count, byte size, last seq and compactions of one session's transcript."""
+        return await self._run(_stats_sync, session_id)
+
+    async def session_ids(self, session_key: str) -> tuple[str, ...]:
+        """The session ids that have a transcript under ``session_key``, oldest first."""
+        return await self._run(_session_ids_sync, session_key)
+
+    async def read_session_transcript_visible_message_delta(
+        self, session_id: str, cursor: TranscriptCursor | None = None
+    ) -> TranscriptDelta:
+        """The visible messages after ``cursor`` (or all, as a rebuild), and the next cursor.
+
+        See the module docstring for how compaction and the cursor's epoch
+        interact. A cursor of another session is refused.
+        """
+        if cursor is not None and cursor.session_id != session_id:
+            raise TranscriptError(
+                f"cursor belongs to session id {cursor.session_id!r}, not {session_id!r}; "
+                "a reset session with a new id starts from no cursor"
+            )
+        return await self._run(_delta_sync, session_id, cursor)
+
+    async def visible_messages(self, session_id: str) -> tuple[Message, ...]:
+        """The whole visible history of a session (what a rebuild returns)."""
+        return (await self.read_session_transcript_visible_message_delta(session_id)).messages
+
+    # -- the turn ledger -------------------------------------------------------
+
+    async def record_admitted(
+        self,
+        session_key: str,
+        session_id: str,
+        user_message: UserMessage,
+        *,
+        turn_id: str,
+        advancement_key: str,
+        engine_id: str | None = None,
+    ) -> tuple[TranscriptEntry, AdmittedTurn]:
+        """Admit a turn: append its user entry and its ledger row in one transaction.
+
+        ``engine_id`` names the engine whose ``commit_turn`` must see this turn
+        (``None`` for the legacy path, which needs no commit). A turn id or
+        advancement key that is already recorded is refused.
+        """
+        if not isinstance(user_message, UserMessage):
+            raise TranscriptError(f"a turn is admitted by a UserMessage, not {user_message!r}")
+        return await self._run(
+            _admit_sync,
+            session_key=session_key,
+            session_id=session_id,
+            message=user_message,
+            turn_id=turn_id,
+            advancement_key=advancement_key,
+            engine_id=engine_id,
+            now=self._clock(),
+        )
+
+    async def mark_terminal(self, turn_id: str, terminal_seq: int) -> AdmittedTurn:
+        """Record entry ``terminal_seq`` (already appended) as the turn's terminal entry."""
+        return await self._run(_terminal_sync, turn_id, terminal_seq, now=self._clock())
+
+    async def mark_committed(self, turn_id: str, *, outcome: str = "committed") -> AdmittedTurn:
+        """Record that the engine's ``commit_turn`` succeeded (``outcome`` as it answered).
+
+        Idempotent: a second call returns the first record unchanged.
+        """
+        if not outcome:
+            raise TranscriptError("outcome must be a non-empty string")
+        return await self._run(_committed_sync, turn_id, outcome=outcome, now=self._clock())
+
+    async def pending_commits(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
+        """Turns that ended, name an engine and were not committed: retry these on start."""
+        return await self._run(_select_turns_sync, session_id, pending_only=True)
+
+    async def turns(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
+        """Every ledger row (of one session, or all), in admission order."""
+        return await self._run(_select_turns_sync, session_id, pending_only=False)
+
+    async def get_turn(self, turn_id: str) -> AdmittedTurn:
+        """The ledger row of ``turn_id``; raises :class:`~claw.turns.UnknownTurnError`."""
+        return await self._run(_get_turn_sync, turn_id)
+
+
+def _append_sync(
+    conn: sqlite3.Connection,
+    *,
+    session_key: str,
+    session_id: str,
+    rows: list[tuple[TranscriptEntryKind, str, Appendable]],
+    turn_id: str | None,
+    advancement_key: str | None,
+    terminal: bool,
+    now: float,
+) -> tuple[TranscriptEntry, ...]:
+    with _transaction(conn):
+        _claim_session(conn, session_key, session_id, now)
+        if turn_id is not None:
+            advancement_key = _turn_advancement(conn, turn_id, session_id, advancement_key)
+        seq = _last_seq(conn, session_id)
+        entries = []
+        for kind, payload, message in rows:
+            seq += 1
+            conn.execute(
+                "INSERT INTO transcript_entries (session_id, seq, kind, created_at, payload, "
+                "turn_id, advancement_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, seq, kind.value, now, payload, turn_id, advancement_key),
+            )
+            entries.append(
+                TranscriptEntry(
+                    session_key=session_key,
+                    session_id=session_id,
+                    seq=seq,
+                    kind=kind,
+                    created_at=now,
+                    payload=message,
+                    turn_id=turn_id,
+                    advancement_key=advancement_key,
+                )
+            )
+        if terminal:
+            assert turn_id is not None
+            _ledger.set_terminal(conn, turn_id, session_id=session_id, terminal_seq=seq, now=now)
+    return tuple(entries)
+
+
+def _append_compaction_sync(
+    conn: sqlite3.Connection,
+    *,
+    session_key: str,
+    session_id: str,
+    message: CompactionSummary,
+    first_kept_seq: int | None,
+    tokens_before: int | None,
+    tokens_after: int | None,
+    turn_id: str | None,
+    now: float,
+) -> TranscriptEntry:
+    with _transaction(conn):
+        _claim_session(conn, session_key, session_id, now)
+        seq = _last_seq(conn, session_id) + 1
+        kept = seq if first_kept_seq is None else first_kept_seq
+        previous = _latest_compaction(conn, session_id)
+        floor = 1 if previous is None else previous[1]
+        if not isinstance(kept, int) or not floor <= kept <= seq:
+            raise TranscriptError(
+                f"first_kept_seq must be between {floor} (the previous compaction's first "
+                f"kept entry) and {seq} (this compaction), got {first_kept_seq!r}"
+            )
+        for name, value in (("tokens_before", tokens_before), ("tokens_after", tokens_after)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise TranscriptError(f"{name} must be a non-negative int, got {value!r}")
+        payload = _encode(message)
+        conn.execute(
+            "INSERT INTO transcript_entries (session_id, seq, kind, created_at, payload, "
+            "turn_id, first_kept_seq, tokens_before, tokens_after) "
+            "VALUES (?, ?, 'compaction', ?, ?, ?, ?, ?, ?)",
+            (session_id, seq, now, payload, turn_id, kept, tokens_before, tokens_after),
+        )
+    return TranscriptEntry(
+        session_key=session_key,
+        session_id=session_id,
+        seq=seq,
+        kind=TranscriptEntryKind.COMPACTION,
+        created_at=now,
+        payload=message,
+        turn_id=turn_id,
+        compaction=CompactionInfo(kept, tokens_before, tokens_after),
+    )
+
+
+def _admit_sync(
+    conn: sqlite3.Connection,
+    *,
+    session_key: str,
+    session_id: str,
+    message: UserMessage,
+    turn_id: str,
+    advancement_key: str,
+    engine_id: str | None,
+    now: float,
+) -> tuple[TranscriptEntry, AdmittedTurn]:
+    for name, value in (("turn_id", turn_id), ("advancement_key", advancement_key)):
+        if not isinstance(value, str) or not value:
+            raise TranscriptError(f"{name} must be a non-empty string, got {value!r}")
+    with _transaction(conn):
+        _claim_session(conn, session_key, session_id, now)
+        seq = _last_seq(conn, session_id) + 1
+        conn.execute(
+            "INSERT INTO transcript_entries (session_id, seq, kind, created_at, payload, "
+            "turn_id, advancement_key) VALUES (?, ?, 'user', ?, ?, ?, ?)",
+            (session_id, seq, now, _encode(message), turn_id, advancement_key),
+        )
+        turn = _ledger.insert_admitted(
+            conn,
+            turn_id=turn_id,
+            session_key=session_key,
+            session_id=session_id,
+            advancement_key=advancement_key,
+            engine_id=engine_id,
+            first_seq=seq,
+            now=now,
+        )
+    entry = TranscriptEntry(
+        session_key=session_key,
+        session_id=session_id,
+        seq=seq,
+        kind=TranscriptEntryKind.USER,
+        created_at=now,
+        payload=message,
+        turn_id=turn_id,
+        advancement_key=advancement_key,
+    )
+    return entry, turn
+
+
+def _terminal_sync(
+    conn: sqlite3.Connection, turn_id: str, terminal_seq: int, *, now: float
+) -> AdmittedTurn:
+    with _transaction(conn):
+        turn = _ledger.get_turn(conn, turn_id)
+        if not 0 < terminal_seq <= _last_seq(conn, turn.session_id):
+            raise TranscriptError(
+                f"entry {entry_id(turn.session_id, terminal_seq)} does not exist; append "
+                "the terminal entry before marking it"
+            )
+        return _ledger.set_terminal(
+            conn, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
+        )
+
+
+@asynccontextmanager
+async def open_transcript_store(
+    path: str | Path,
+    *,
+    workers: WorkerPool,
+    clock: Callable[[], float] = time.time,
+) -> AsyncIterator[TranscriptStore]:
+    """Open (creating if needed) the transcript database at ``path``; close it on exit.
+
+    ``clock`` stamps ``created_at`` and ledger times (seconds since the epoch).
+    """
+    conn = await workers.run_sync(_connect, str(path))
+    store = TranscriptStore(conn=conn, workers=workers, clock=clock)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        _check_wal(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], path)
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        _check_version(conn.execute("PRAGMA user_version").fetchone()[0], path)
+        with _transaction(conn):
+            for statement in (*_SCHEMA, *_ledger.LEDGER_SCHEMA):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_wal(mode: object, path: str) -> None:
+    if str(mode).lower() != "wal" and path != ":memory:":
+        raise TranscriptError(f"transcript database {path} refused WAL mode ({mode})")
+
+
+def _check_version(version: object, path: str) -> None:
+    if version not in (0, SCHEMA_VERSION):
+        raise TranscriptError(
+            f"transcript database {path} has schema version {version}; this claw "
+            f"understands version {SCHEMA_VERSION}"
+        )
+
+
+# -- synchronous helpers (always called on a worker, with the store's lock held) --
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection, *, write: bool = True) -> Iterator[None]:
+    """One transaction; ``BEGIN IMMEDIATE`` for writes so seq allocation cannot race."""
+    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _claim_session(conn: sqlite3.Connection, session_key: str, session_id: str, now: float) -> None:
+    for name, value in (("session_key", session_key), ("session_id", session_id)):
+        if not isinstance(value, str) or not value:
+            raise TranscriptError(f"{name} must be a non-empty string, got {value!r}")
+    row = conn.execute(
+        "SELECT session_key FROM transcript_sessions WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if row is None:
+        conn.execute(
+            "INSERT INTO transcript_sessions (session_id, session_key, created_at) "
+            "VALUES (?, ?, ?)",
+            (session_id, session_key, now),
+        )
+    elif row[0] != session_key:
+        raise TranscriptError(
+            f"session id {session_id!r} has its transcript under session key {row[0]!r}, "
+            f"not {session_key!r}"
+        )
+
+
+def _turn_advancement(
+    conn: sqlite3.Connection, turn_id: str, session_id: str, advancement_key: str | None
+) -> str:
+    turn = _ledger.get_turn(conn, turn_id)
+    if turn.session_id != session_id:
+        raise TranscriptError(
+            f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
+        )
+    if advancement_key is not None and advancement_key != turn.advancement_key:
+        raise TranscriptError(
+            f"turn {turn_id!r} has advancement key {turn.advancement_key!r}, "
+            f"not {advancement_key!r}"
+        )
+    return turn.advancement_key
+
+
+def _last_seq(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute(
+        "SELECT MAX(seq) FROM transcript_entries WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return int(row[0] or 0)
+
+
+def _latest_compaction(conn: sqlite3.Connection, session_id: str) -> tuple[int, int] | None:
+    """``(seq, first_kept_seq)`` of the latest compaction entry, if any."""
+    row = conn.execute(
+        "SELECT seq, first_kept_seq FROM transcript_entries "
+        "WHERE session_id = ? AND kind = 'compaction' ORDER BY seq DESC LIMIT 1",
+        (session_id,),
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+def _read_entries_sync(
+    conn: sqlite3.Connection,
+    session_id: str,
+    *,
+    after_seq: int,
+    through_seq: int | None,
+    limit: int | None,
+) -> tuple[TranscriptEntry, ...]:
+    sql = f"SELECT {_ENTRY_COLUMNS} {_FROM} WHERE e.session_id = ? AND e.seq > ?"
+    args: list[object] = [session_id, after_seq]
+    if through_seq is not None:
+        sql += " AND e.seq <= ?"
+        args.append(through_seq)
+    sql += " ORDER BY e.seq"
+    if limit is not None:
+        if limit < 0:
+            raise TranscriptError(f"limit must not be negative, got {limit}")
+        sql += " LIMIT ?"
+        args.append(limit)
+    return tuple(_row_to_entry(row) for row in conn.execute(sql, args))
+
+
+def _stats_sync(conn: sqlite3.Connection, session_id: str) -> TranscriptStats:
+    count, size, last, compactions, last_compaction = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0), COALESCE(MAX(seq), 0), "
+        "COUNT(*) FILTER (WHERE kind = 'compaction'), MAX(seq) FILTER (WHERE kind = 'compaction') "
+        "FROM transcript_entries WHERE session_id = ?",
+        (session_id,),
+    ).fetchone()
+    return TranscriptStats(
+        session_id=session_id,
+        entry_count=count,
+        byte_size=size,
+        last_seq=last,
+        compaction_count=compactions,
+        last_compaction_seq=last_compaction,
+    )
+
+
+def _session_ids_sync(conn: sqlite3.Connection, session_key: str) -> tuple[str, ...]:
+    rows = conn.execute(
+        "SELECT session_id FROM transcript_sessions WHERE session_key = ? "
+        "ORDER BY created_at, rowid",
+        (session_key,),
+    )
+    return tuple(row[0] for row in rows)
+
+
+def _delta_sync(
+    conn: sqlite3.Connection, session_id: str, cursor: TranscriptCursor | None
+) -> TranscriptDelta:
+    with _transaction(conn, write=False):
+        last = _last_seq(conn, session_id)
+        compaction = _latest_compaction(conn, session_id)
+        epoch = 0 if compaction is None else compaction[0]
+        rebuilt = cursor is None or cursor.epoch != epoch or cursor.seq > last
+        if rebuilt:
+            start = 1 if compaction is None else compaction[1]
+            head: list[TranscriptEntry] = []
+            if compaction is not None:
+                head = list(
+                    _read_entries_sync(
+                        conn,
+                        session_id,
+                        after_seq=compaction[0] - 1,
+                        through_seq=compaction[0],
+                        limit=1,
+                    )
+                )
+        else:
+            assert cursor is not None
+            start, head = cursor.seq + 1, []
+        rows = conn.execute(
+            f"SELECT {_ENTRY_COLUMNS} {_FROM} WHERE e.session_id = ? AND e.seq >= ? "
+            f"AND e.kind NOT IN {_INVISIBLE} ORDER BY e.seq",
+            (session_id, start),
+        )
+        entries = head + [_row_to_entry(row) for row in rows]
+    messages = tuple(e.payload for e in entries if not isinstance(e.payload, ToolCall))
+    return TranscriptDelta(
+        messages=messages,
+        entry_ids=tuple(e.entry_id for e in entries),
+        cursor=TranscriptCursor(session_id, epoch, last),
+        rebuilt=rebuilt,
+    )
+
+
+def _committed_sync(
+    conn: sqlite3.Connection, turn_id: str, *, outcome: str, now: float
+) -> AdmittedTurn:
+    with _transaction(conn):
+        return _ledger.set_committed(conn, turn_id, outcome=outcome, now=now)
+
+
+def _select_turns_sync(
+    conn: sqlite3.Connection, session_id: str | None, *, pending_only: bool
+) -> tuple[AdmittedTurn, ...]:
+    return _ledger.select_turns(conn, session_id=session_id, pending_only=pending_only)
+
+
+def _get_turn_sync(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:
+    return _ledger.get_turn(conn, turn_id)

@@ -1,0 +1,181 @@
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from claw import InlineWorkerPool
+from claw.models import AssistantMessage, ToolCall, ToolResult, UserMessage
+from claw.turns import (
+    TranscriptError,
+    TranscriptStore,
+    TurnLedgerError,
+    TurnStatus,
+    UnknownTurnError,
+    open_transcript_store,
+)
+
+KEY, SID = "agent:main:chat", "sess-1"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[TranscriptStore]:
+    async with open_transcript_store(tmp_path / "t.db", workers=InlineWorkerPool()) as opened:
+        yield opened
+
+
+async def run_turn(
+    store: TranscriptStore, turn_id: str, *, engine_id: str | None = "lossless"
+) -> None:
+    await store.record_admitted(
+        KEY,
+        SID,
+        UserMessage(f"q {turn_id}"),
+        turn_id=turn_id,
+        advancement_key=f"adv-{turn_id}",
+        engine_id=engine_id,
+    )
+    await store.append(KEY, SID, [AssistantMessage(f"a {turn_id}")], turn_id=turn_id, terminal=True)
+
+
+async def test_admission_writes_the_user_entry_and_the_ledger_row_together(
+    store: TranscriptStore,
+) -> None:
+    await store.append(KEY, SID, [UserMessage("earlier"), AssistantMessage("reply")])
+    entry, turn = await store.record_admitted(
+        KEY, SID, UserMessage("hello"), turn_id="t1", advancement_key="adv-1", engine_id="lossless"
+    )
+    assert (entry.entry_id, entry.turn_id, entry.advancement_key) == (f"{SID}:3", "t1", "adv-1")
+    assert (turn.turn_id, turn.session_key, turn.session_id) == ("t1", KEY, SID)
+    assert (turn.first_seq, turn.first_entry_id, turn.terminal_seq) == (3, f"{SID}:3", None)
+    assert turn.status is TurnStatus.ADMITTED and not turn.needs_commit
+    assert await store.get_turn("t1") == turn
+    assert await store.pending_commits() == ()
+
+
+async def test_turn_entries_inherit_the_advancement_key_and_terminal_is_recorded_atomically(
+    store: TranscriptStore,
+) -> None:
+    await store.record_admitted(
+        KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="adv-1", engine_id="lossless"
+    )
+    call = ToolCall("c1", "search", {})
+    middle = await store.append(
+        KEY,
+        SID,
+        [AssistantMessage("", tool_calls=[call]), ToolResult("c1", "search", "r")],
+        turn_id="t1",
+    )
+    assert {e.advancement_key for e in middle} == {"adv-1"}
+    (last,) = await store.append(KEY, SID, [AssistantMessage("done")], turn_id="t1", terminal=True)
+    turn = await store.get_turn("t1")
+    assert (turn.first_seq, turn.terminal_seq, turn.terminal_entry_id) == (1, 4, last.entry_id)
+    assert turn.status is TurnStatus.TERMINAL and turn.needs_commit
+    assert await store.pending_commits() == (turn,)
+    assert await store.pending_commits(SID) == (turn,)
+    assert await store.pending_commits("other-session") == ()
+
+
+async def test_mark_committed_clears_the_pending_commit_and_is_idempotent(
+    store: TranscriptStore,
+) -> None:
+    await run_turn(store, "t1")
+    first = await store.mark_committed("t1")
+    assert first.status is TurnStatus.COMMITTED
+    assert (first.commit_outcome, first.committed_at is not None) == ("committed", True)
+    again = await store.mark_committed("t1", outcome="duplicate")
+    assert again == first, "the first record stands"
+    assert await store.pending_commits() == ()
+
+
+async def test_a_legacy_path_turn_never_waits_for_a_commit(store: TranscriptStore) -> None:
+    await run_turn(store, "t1", engine_id=None)
+    turn = await store.get_turn("t1")
+    assert turn.status is TurnStatus.TERMINAL and not turn.needs_commit
+    assert await store.pending_commits() == ()
+
+
+async def test_pending_commits_survive_a_crash_between_terminal_entry_and_commit(
+    tmp_path: Path,
+) -> None:
+    """A child process ends a turn and dies before committing; a restart sees it pending."""
+    path = tmp_path / "t.db"
+    child = f"""
+import os, trio
+from claw import InlineWorkerPool
+from claw.models import AssistantMessage, UserMessage
+from claw.turns import open_transcript_store
+async def main():
+    async with open_transcript_store({str(path)!r}, workers=InlineWorkerPool()) as store:
+        await store.record_admitted("k", "s", UserMessage("q"), turn_id="t1",
+                                    advancement_key="adv-1", engine_id="lossless")
+        await store.append("k", "s", [AssistantMessage("a")], turn_id="t1", terminal=True)
+        os._exit(0)
+trio.run(main)
+"""
+    await trio.run_process([sys.executable, "-c", child])
+    async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
+        (pending,) = await store.pending_commits()
+        assert (pending.turn_id, pending.advancement_key, pending.engine_id) == (
+            "t1",
+            "adv-1",
+            "lossless",
+        )
+        assert (pending.first_seq, pending.terminal_seq) == (1, 2)
+        await store.mark_committed("t1")
+    async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
+        assert await store.pending_commits() == ()
+        assert (await store.get_turn("t1")).status is TurnStatus.COMMITTED
+
+
+async def test_a_turn_id_or_advancement_key_is_admitted_once(store: TranscriptStore) -> None:
+    await run_turn(store, "t1")
+    with pytest.raises(TurnLedgerError, match="turn id already recorded"):
+        await store.record_admitted(
+            KEY, SID, UserMessage("again"), turn_id="t1", advancement_key="adv-x"
+        )
+    with pytest.raises(TurnLedgerError, match="advancement key already recorded for turn 't1'"):
+        await store.record_admitted(
+            KEY, SID, UserMessage("again"), turn_id="t2", advancement_key="adv-t1"
+        )
+    assert len(await store.read_entries(SID)) == 2, "a refused admission leaves no user entry"
+
+
+async def test_ledger_refuses_out_of_order_and_foreign_updates(store: TranscriptStore) -> None:
+    await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="adv-1")
+    with pytest.raises(TurnLedgerError, match="no terminal entry yet"):
+        await store.mark_committed("t1")
+    with pytest.raises(TranscriptError, match="does not exist"):
+        await store.mark_terminal("t1", 5)
+    with pytest.raises(UnknownTurnError, match="'ghost'"):
+        await store.mark_committed("ghost")
+    with pytest.raises(TranscriptError, match="belongs to session id 'sess-1'"):
+        await store.append(KEY, "sess-2", [AssistantMessage("x")], turn_id="t1")
+    with pytest.raises(TranscriptError, match="advancement key 'adv-1', not 'adv-2'"):
+        await store.append(KEY, SID, [AssistantMessage("x")], turn_id="t1", advancement_key="adv-2")
+    with pytest.raises(TranscriptError, match="admitted by a UserMessage"):
+        await store.record_admitted(
+            KEY, SID, AssistantMessage("x"), turn_id="t9", advancement_key="a9"
+        )  # type: ignore[arg-type]
+
+
+async def test_mark_terminal_records_an_already_appended_entry_once(store: TranscriptStore) -> None:
+    await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="adv-1")
+    await store.append(KEY, SID, [AssistantMessage("a"), AssistantMessage("b")], turn_id="t1")
+    turn = await store.mark_terminal("t1", 3)
+    assert turn.terminal_seq == 3
+    assert await store.mark_terminal("t1", 3) == turn
+    with pytest.raises(TurnLedgerError, match="already ended"):
+        await store.mark_terminal("t1", 2)
+    with pytest.raises(TurnLedgerError, match="already ended"):
+        await store.append(KEY, SID, [AssistantMessage("c")], turn_id="t1", terminal=True)
+    assert len(await store.read_entries(SID)) == 3, "the refused terminal append rolled back"
+
+
+async def test_turns_lists_the_ledger_in_admission_order(store: TranscriptStore) -> None:
+    for turn_id in ("t1", "t2", "t3"):
+        await run_turn(store, turn_id)
+    await store.mark_committed("t2")
+    assert [t.turn_id for t in await store.turns(SID)] == ["t1", "t2", "t3"]
+    assert [t.turn_id for t in await store.pending_commits()] == ["t1", "t3"]
