@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from claw import HostClosedError, InlineWorkerPool, ThreadWorkerPool
 from claw.models import (
     AssistantMessage,
     CompactionSummary,
+    Message,
     SystemMessage,
     ToolCall,
     ToolResult,
@@ -18,6 +21,7 @@ from claw.models import (
     UserMessage,
 )
 from claw.turns import (
+    Appendable,
     CompactionInfo,
     TranscriptCursor,
     TranscriptEntryKind,
@@ -324,3 +328,62 @@ async def test_delta_on_an_empty_transcript_is_an_empty_rebuild(store: Transcrip
         True,
         TranscriptCursor("nobody", 0, 0),
     )
+
+
+# -- model-based: an engine that applies every delta always holds the visible history --
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("append"),
+            st.lists(st.sampled_from(["user", "assistant", "call"]), min_size=1, max_size=3),
+        ),
+        st.tuples(st.just("compact"), st.integers(0, 6)),
+        st.tuples(st.just("read"), st.just(None)),
+    ),
+    max_size=14,
+)
+
+
+@given(operations)
+@settings(deadline=None, max_examples=60)
+async def test_applying_every_delta_reproduces_exactly_the_visible_history(
+    ops: list[tuple[str, object]],
+) -> None:
+    async with open_transcript_store(":memory:", workers=InlineWorkerPool()) as store:
+        held: list[Message] = []
+        cursor: TranscriptCursor | None = None
+        written: list[tuple[int, Message | None]] = []  # (seq, visible message or None)
+        compaction: tuple[int, int, str] | None = None  # (seq, first_kept, summary)
+        for n, (op, arg) in enumerate([*ops, ("read", None)]):
+            if op == "append":
+                assert isinstance(arg, list)
+                batch: list[Appendable] = [
+                    UserMessage(f"u{n}")
+                    if k == "user"
+                    else AssistantMessage(f"a{n}")
+                    if k == "assistant"
+                    else CALL
+                    for k in arg
+                ]
+                entries = await store.append(KEY, SID, batch)
+                written += [(e.seq, e.message) for e in entries]
+            elif op == "compact":
+                assert isinstance(arg, int)
+                last = written[-1][0] if written else 0
+                floor = 1 if compaction is None else compaction[1]
+                kept = max(floor, last + 1 - arg)
+                entry = await store.append_compaction(KEY, SID, f"s{n}", first_kept_seq=kept)
+                written.append((entry.seq, None))
+                compaction = (entry.seq, kept, f"s{n}")
+            else:
+                delta = await store.read_session_transcript_visible_message_delta(SID, cursor)
+                held = list(delta.messages) if delta.rebuilt else held + list(delta.messages)
+                cursor = delta.cursor
+                expected: list[Message] = []
+                if compaction is not None:
+                    expected.append(CompactionSummary(compaction[2]))
+                start = 1 if compaction is None else compaction[1]
+                expected += [m for seq, m in written if seq >= start and m is not None]
+                assert held == expected
+                assert await store.visible_messages(SID) == tuple(expected)
