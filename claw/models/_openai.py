@@ -14,8 +14,8 @@ What it promises:
   numeric ``Retry-After``; then :class:`RetryableModelError`.
 * An HTTP 400/413/422 whose error text says the prompt is too long becomes
   :class:`ContextOverflowError`, which the turn runner answers by compacting.
-* The whole call (every attempt's request and response) is bounded in time by
-  ``timeout`` per attempt, and the response body by ``max_response_bytes``.
+* Each attempt (connect, request, whole response) is bounded by ``timeout``
+  seconds, and the response body by ``max_response_bytes``.
 
 Pass ``http_client`` to share one connection pool the host owns (and closes);
 without it each call opens and closes its own client.
