@@ -259,12 +259,19 @@ def _read(
 
 def _connect(path: str) -> sqlite3.Connection:
     """Open the store's one connection: autocommit mode (we write BEGIN/COMMIT), WAL, FULL sync."""
+    conn: sqlite3.Connection | None = None
     try:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
+    except sqlite3.OperationalError as exc:
+        if conn is not None:
+            conn.close()
+        raise SessionStorageError(f"cannot open the session store at {path}: {exc}") from exc
     except sqlite3.DatabaseError as exc:
+        if conn is not None:
+            conn.close()
         raise SessionSchemaError(
             f"cannot open the session store at {path}: {exc}; it is not a SQLite database"
         ) from exc

@@ -20,6 +20,7 @@ from claw.sessions import (
     SessionNotFoundError,
     SessionRow,
     SessionSchemaError,
+    SessionStorageError,
     SessionStore,
     open_session_store,
     resolve_audience,
@@ -459,6 +460,12 @@ async def test_a_file_that_is_not_sqlite_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"definitely not a database" * 100)
     with pytest.raises(SessionSchemaError, match="garbage.sqlite"):
         await SessionStore.open(path, workers=InlineWorkerPool())
+
+
+async def test_a_path_that_cannot_be_opened_is_a_storage_error(tmp_path: Path) -> None:
+    with pytest.raises(SessionStorageError, match="no-such-dir") as info:
+        await SessionStore.open(tmp_path / "no-such-dir" / "s.sqlite", workers=InlineWorkerPool())
+    assert isinstance(info.value, OSError)
 
 
 async def test_current_schema_missing_a_table_is_refused_as_damaged(tmp_path: Path) -> None:
