@@ -1,0 +1,408 @@
+"""The gateway server: transport, connect handshake, method registry and lifecycle.
+
+:class:`Gateway` binds one host to a method table and serves it over WebSocket
+(:meth:`Gateway.serve`, for ``nursery.start``) or over any connected byte stream
+(:meth:`Gateway.serve_stream`, which the in-memory harness uses with no sockets).
+:func:`run_gateway_until_signal` is the CLI's runner.
+
+Shutdown. Cancelling the serving nursery must still close every connection with
+1001 (going away), and a close handshake needs trio-websocket's reader task, which
+runs in the same cancelled region; left alone it dies at once and every client sees
+an abrupt 1006. So each connection is served inside a shielded scope, and a sibling
+task that only sleeps turns the outer cancellation into an orderly close: it marks the
+connection going-away, cancels the connection's work, and gives the shielded part a
+deadline of ``close_timeout`` to finish the handshake. Nothing can outlive that deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import signal
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+import attrs
+import trio
+import trio_websocket
+from trio_websocket import ConnectionClosed, WebSocketConnection
+
+from .._config import GatewayConfig
+from .._errors import HostClosedError
+from .._host import Host
+from .._util import final
+from ._auth import READ_SCOPE, TokenTable
+from ._methods import GatewayHandler, GatewayMethod
+from ._protocol import (
+    CancelFrame,
+    FrameError,
+    RequestId,
+    decode_frame,
+    encode_error,
+    json_type_name,
+)
+from ._session import Session
+
+logger = logging.getLogger("claw.gateway")
+
+PROTOCOL_VERSION = 1
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_POLICY_VIOLATION = 1008
+MAX_REQUESTED_SCOPES = 64
+
+# Frames up to max_message_bytes are read; larger ones up to this bound are read and
+# answered with INVALID_REQUEST, so the connection survives them. Beyond it the
+# transport refuses to buffer the frame and closes with 1009 (message too big).
+_OVERSIZE_ALLOWANCE = 8 * 1024 * 1024
+# The reader drains the transport's queue at once; a deeper queue would only multiply
+# the memory one flooding client can pin.
+_TRANSPORT_QUEUE = 1
+
+
+def transport_limit(max_message_bytes: int) -> int:
+    """The largest frame the transport buffers for a given application limit."""
+    return max(4 * max_message_bytes, max_message_bytes + _OVERSIZE_ALLOWANCE)
+
+
+@attrs.frozen
+class GatewayAddress:
+    """Where a serving gateway listens."""
+
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        """The ``ws://`` URL clients connect to."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ws://{host}:{self.port}"
+
+
+@attrs.frozen
+class GatewayConnectionStatistics:
+    """One open connection: its id, granted scopes and the work it holds."""
+
+    connection_id: str
+    scopes: tuple[str, ...]
+    requests_in_flight: int
+    responses_queued: int
+    revoked: bool
+
+
+@attrs.frozen
+class GatewayStatistics:
+    """A snapshot of the gateway's open connections."""
+
+    connections: tuple[GatewayConnectionStatistics, ...]
+
+    @property
+    def requests_in_flight(self) -> int:
+        """Requests in flight over all connections."""
+        return sum(c.requests_in_flight for c in self.connections)
+
+    def connection(self, connection_id: str) -> GatewayConnectionStatistics | None:
+        """The statistics of one connection, or ``None`` when it is not open."""
+        for stats in self.connections:
+            if stats.connection_id == connection_id:
+                return stats
+        return None
+
+
+@attrs.define(eq=False)
+class _Link:
+    """A connection's close code and work scope, shared with its shutdown watcher."""
+
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    close_code: int = CLOSE_NORMAL
+    close_reason: str | None = None
+    session: Session | None = None
+    finished: bool = False
+
+    def begin_close(self, code: int, reason: str) -> None:
+        self.close_code = code
+        self.close_reason = reason
+        if self.session is not None:
+            self.session.close(reason)
+        self.scope.cancel()
+
+
+def _default_config(gateway: Gateway) -> GatewayConfig:
+    return gateway.host.config.gateway
+
+
+@final
+@attrs.define(eq=False)
+class Gateway:
+    """The WebSocket gateway of one host: a method table served to authenticated clients.
+
+    ``config`` defaults to the host's ``gateway`` section. Register methods before or
+    while serving; each needs an operator scope (``operator.read`` by default) that is
+    checked before its handler runs. ``handshake_timeout`` bounds the WebSocket upgrade
+    and the wait for the ``connect`` frame; ``close_timeout`` the closing handshake.
+    """
+
+    host: Host
+    config: GatewayConfig = attrs.field(
+        default=attrs.Factory(_default_config, takes_self=True)
+    )
+    handshake_timeout: float = 10.0
+    close_timeout: float = 2.0
+    _registry: dict[str, GatewayMethod] = attrs.field(factory=dict, init=False)
+    _tokens: TokenTable = attrs.field(init=False)
+    _sessions: dict[str, Session] = attrs.field(factory=dict, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._tokens = TokenTable.from_config(self.config)
+
+    # -- methods -----------------------------------------------------------------
+
+    def register_method(
+        self, name: str, handler: GatewayHandler, *, required_scope: str = READ_SCOPE
+    ) -> None:
+        """Serve ``name`` with ``handler`` to connections granted ``required_scope``."""
+        self.add_method(GatewayMethod(name=name, handler=handler, required_scope=required_scope))
+
+    def add_method(self, method: GatewayMethod) -> None:
+        """Register a :class:`GatewayMethod`; a name can be registered once."""
+        if method.name in self._registry:
+            raise ValueError(f'gateway method "{method.name}" is already registered')
+        self._registry[method.name] = method
+
+    @property
+    def method_names(self) -> tuple[str, ...]:
+        """The registered method names, sorted."""
+        return tuple(sorted(self._registry))
+
+    # -- connections -------------------------------------------------------------
+
+    def statistics(self) -> GatewayStatistics:
+        """A snapshot of the open connections."""
+        return GatewayStatistics(
+            connections=tuple(
+                GatewayConnectionStatistics(
+                    connection_id=s.connection_id,
+                    scopes=tuple(sorted(s.scopes)),
+                    requests_in_flight=len(s.inflight),
+                    responses_queued=s.responses_queued,
+                    revoked=s.revoked_reason is not None,
+                )
+                for s in self._sessions.values()
+            )
+        )
+
+    async def invalidate(self, connection_id: str, reason: str = "invalidated by the host") -> bool:
+        """Revoke a connection's authority; returns once it is revoked.
+
+        The connection stays open: later requests, and in-flight ones at their next
+        check, fail with ``UNAVAILABLE``. Returns ``False`` when no such connection is
+        open (it may have just closed, which revoked it already).
+        """
+        session = self._sessions.get(connection_id)
+        if session is None:
+            await trio.lowlevel.checkpoint()
+            return False
+        session.revoke(reason)
+        await session.authority_released.wait()
+        return True
+
+    # -- serving -----------------------------------------------------------------
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[GatewayAddress] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """Listen on ``config.host``/``config.port`` until cancelled.
+
+        For ``address = await nursery.start(gateway.serve)``; port 0 binds an ephemeral
+        port, which the returned :class:`GatewayAddress` reports.
+        """
+        listeners = await trio.open_tcp_listeners(self.config.port, host=self.config.host)
+        if self.config.port == 0 and len(listeners) > 1:
+            # Port 0 on a name with several addresses gives each its own port; keep one
+            # so that the reported URL reaches every connection.
+            for extra in listeners[1:]:
+                await extra.aclose()
+            listeners = listeners[:1]
+        port = listeners[0].socket.getsockname()[1]
+        address = GatewayAddress(host=self.config.host, port=port)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._serve_tcp_stream, listeners)
+            logger.info("gateway listening on %s", address.url)
+            task_status.started(address)
+            await trio.sleep_forever()
+
+    async def _serve_tcp_stream(self, stream: trio.SocketStream) -> None:
+        # One broken connection must not take the listener (and every other client) down.
+        try:
+            await self.serve_stream(stream)
+        except Exception:
+            logger.exception("gateway connection failed")
+
+    async def serve_stream(self, stream: trio.abc.Stream) -> None:
+        """Serve one client over a connected byte stream (a socket or an in-memory pair).
+
+        Returns when the client has gone; if cancelled, first closes the WebSocket with
+        1001 (going away), taking at most ``close_timeout``.
+        """
+        link = _Link()
+        shelter = trio.CancelScope(shield=True)
+        async with trio.open_nursery() as guard:
+            guard.start_soon(self._forward_cancellation, link, shelter)
+            try:
+                with shelter:
+                    await self._serve_shielded(stream, link)
+            finally:
+                link.finished = True
+                guard.cancel_scope.cancel()
+
+    async def _forward_cancellation(self, link: _Link, shelter: trio.CancelScope) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            if not link.finished:
+                link.begin_close(CLOSE_GOING_AWAY, "gateway shutting down")
+                shelter.deadline = min(shelter.deadline, trio.current_time() + self.close_timeout)
+
+    async def _serve_shielded(self, stream: trio.abc.Stream, link: _Link) -> None:
+        limit = transport_limit(self.config.max_message_bytes)
+        ws: WebSocketConnection | None = None
+        try:
+            async with trio.open_nursery() as transport:
+                try:
+                    with link.scope:
+                        with trio.move_on_after(self.handshake_timeout):
+                            request = await trio_websocket.wrap_server_stream(
+                                transport,
+                                stream,
+                                message_queue_size=_TRANSPORT_QUEUE,
+                                max_message_size=limit,
+                            )
+                            ws = await request.accept()
+                        if ws is not None:
+                            await self._serve_connection(ws, link)
+                except ConnectionClosed:
+                    pass
+                finally:
+                    if ws is not None:
+                        with trio.move_on_after(self.close_timeout):
+                            await ws.aclose(link.close_code, link.close_reason)
+                    transport.cancel_scope.cancel()
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _serve_connection(self, ws: WebSocketConnection, link: _Link) -> None:
+        accepted = await self._accept_connect(ws)
+        if accepted is None:
+            link.close_code = CLOSE_POLICY_VIOLATION
+            link.close_reason = "unauthorized"
+            return
+        connect_id, granted = accepted
+        connection_id = f"conn-{secrets.token_hex(8)}"
+        hello: dict[str, Any] = {
+            "type": "hello-ok",
+            "protocol": PROTOCOL_VERSION,
+            "connectionId": connection_id,
+            "scopes": sorted(granted),
+            "methods": list(self.method_names),
+            "maxMessageBytes": self.config.max_message_bytes,
+            "maxInFlight": self.config.max_in_flight,
+        }
+        try:
+            async with self.host.open_scope("gateway-connection") as scope:
+                session = Session(
+                    connection_id=connection_id,
+                    scopes=granted,
+                    ws=ws,
+                    host=self.host,
+                    methods=self._registry,
+                    max_message_bytes=self.config.max_message_bytes,
+                    max_in_flight=self.config.max_in_flight,
+                    max_queued_messages=self.config.max_queued_messages,
+                )
+                link.session = session
+                self._sessions[connection_id] = session
+                try:
+                    await session.run(scope.nursery, connect_id, hello)
+                finally:
+                    del self._sessions[connection_id]
+        except HostClosedError:
+            link.close_code = CLOSE_GOING_AWAY
+            link.close_reason = "host shutting down"
+            if link.session is None:
+                await ws.send_message(
+                    encode_error(connect_id, "UNAVAILABLE", "the host is shutting down")
+                )
+
+    async def _accept_connect(
+        self, ws: WebSocketConnection
+    ) -> tuple[RequestId, frozenset[str]] | None:
+        """Read and check the connect frame; ``None`` after refusing it with UNAUTHORIZED."""
+        message: str | bytes | None = None
+        with trio.move_on_after(self.handshake_timeout):
+            message = await ws.get_message()
+        if message is None:
+            await self._refuse(ws, None, "no connect request arrived in time")
+            return None
+        try:
+            frame = decode_frame(message, max_bytes=self.config.max_message_bytes)
+        except FrameError as exc:
+            await self._refuse(ws, exc.request_id, f"expected a connect request: {exc.message}")
+            return None
+        if isinstance(frame, CancelFrame) or frame.method != "connect":
+            await self._refuse(
+                ws, frame.id, 'the first frame must be a request with method "connect"'
+            )
+            return None
+        auth = frame.params.get("auth")
+        token = auth.get("token") if isinstance(auth, dict) else None
+        if not isinstance(token, str):
+            await self._refuse(ws, frame.id, 'connect needs params.auth.token (a string)')
+            return None
+        requested = frame.params.get("scopes", [READ_SCOPE])
+        if (
+            not isinstance(requested, list)
+            or len(requested) > MAX_REQUESTED_SCOPES
+            or not all(isinstance(s, str) for s in requested)
+        ):
+            shown = json_type_name(requested)
+            await self._refuse(
+                ws,
+                frame.id,
+                f"connect params.scopes must be an array of at most {MAX_REQUESTED_SCOPES} "
+                f"strings, got {shown}",
+            )
+            return None
+        granted = self._tokens.grant(token, requested)
+        if granted is None:
+            await self._refuse(ws, frame.id, "the token is not valid for this gateway")
+            return None
+        return frame.id, granted
+
+    @staticmethod
+    async def _refuse(ws: WebSocketConnection, request_id: RequestId | None, message: str) -> None:
+        await ws.send_message(encode_error(request_id, "UNAUTHORIZED", message))
+
+
+async def run_gateway_until_signal(
+    gateway: Gateway,
+    *,
+    signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM),
+    task_status: trio.TaskStatus[GatewayAddress] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """Serve ``gateway`` until one of ``signals`` arrives; return that signal's number.
+
+    For ``address = await nursery.start(run_gateway_until_signal, gateway)`` in the CLI:
+    the signal handlers are installed before the address is reported, so a signal sent
+    right after startup is not lost. On the signal, every connection is closed with
+    1001 (going away) before this returns. Must run in the main thread.
+    """
+    with trio.open_signal_receiver(*signals) as received:
+        async with trio.open_nursery() as nursery:
+            address: GatewayAddress = await nursery.start(gateway.serve)
+            task_status.started(address)
+            async for signum in received:
+                logger.info("gateway stopping on signal %d", signum)
+                nursery.cancel_scope.cancel()
+                return int(signum)
+    raise RuntimeError("the signal receiver stopped without a signal")  # pragma: no cover
+

@@ -1,0 +1,312 @@
+"""One authenticated connection: its authority, in-flight requests and outgoing queue.
+
+A session starts once the ``connect`` frame was accepted and runs three kinds of task
+in the connection's host scope: a reader (decodes frames, answers malformed ones,
+starts a task per request), a sender (the only writer to the socket, draining a
+bounded queue, so a client that stops reading stalls only its own session), and one
+task per in-flight request inside that request's own cancel scope.
+
+Everything the session minted dies with it: the operator authority lives in a nested
+host scope held open by a task, so revoking the client (:meth:`Session.revoke`) can
+end that scope while the connection stays up, and closing the connection ends it too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection
+
+from .._capabilities import OperatorAuthority
+from .._errors import (
+    CapabilityDeniedError,
+    ForgedCapabilityError,
+    HostClosedError,
+    StaleCapabilityError,
+)
+from .._host import Host
+from ._errors import GatewayError
+from ._methods import GatewayMethod, GatewayRequestContext
+from ._protocol import (
+    CancelFrame,
+    FrameError,
+    RequestFrame,
+    RequestId,
+    decode_frame,
+    encode_error,
+    encode_result,
+)
+
+logger = logging.getLogger("claw.gateway")
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions inside ``group`` and its nested groups."""
+    found: list[BaseException] = []
+    for inner in group.exceptions:
+        if isinstance(inner, BaseExceptionGroup):
+            found.extend(_leaves(inner))
+        else:
+            found.append(inner)
+    return found
+
+
+@attrs.define(eq=False)
+class Session:
+    """The server side of one authenticated connection (gateway-internal)."""
+
+    connection_id: str
+    scopes: frozenset[str]
+    ws: WebSocketConnection
+    host: Host
+    methods: Mapping[str, GatewayMethod]
+    max_message_bytes: int
+    max_in_flight: int
+    max_queued_messages: int
+    authority: OperatorAuthority | None = attrs.field(default=None, init=False)
+    inflight: dict[RequestId, trio.CancelScope] = attrs.field(factory=dict, init=False)
+    closed_reason: str | None = attrs.field(default=None, init=False)
+    revoked_reason: str | None = attrs.field(default=None, init=False)
+    revoke_requested: trio.Event = attrs.field(factory=trio.Event, init=False)
+    authority_released: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _cancel_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _outbox_send: trio.MemorySendChannel[str] = attrs.field(init=False)
+    _outbox_receive: trio.MemoryReceiveChannel[str] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._outbox_send, self._outbox_receive = trio.open_memory_channel[str](
+            self.max_queued_messages
+        )
+
+    # -- state seen by handlers --------------------------------------------------
+
+    def problem(self) -> str | None:
+        """Why requests on this connection may no longer have effects, or ``None``."""
+        if self.closed_reason is not None:
+            return self.closed_reason
+        if self.revoked_reason is not None:
+            return f"this connection's authority was revoked ({self.revoked_reason})"
+        return None
+
+    @property
+    def responses_queued(self) -> int:
+        """Responses waiting for the client to read them."""
+        return self._outbox_send.statistics().current_buffer_used
+
+    def revoke(self, reason: str) -> None:
+        """Revoke the client's authority; the connection stays open, requests are refused."""
+        if self.revoked_reason is None:
+            self.revoked_reason = reason
+        self.revoke_requested.set()
+
+    def close(self, reason: str) -> None:
+        """End the session: refuse further effects and cancel every in-flight request."""
+        if self.closed_reason is None:
+            self.closed_reason = reason
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    # -- running -----------------------------------------------------------------
+
+    async def run(
+        self, nursery: trio.Nursery, connect_id: RequestId, hello: Mapping[str, Any]
+    ) -> None:
+        """Serve the connection until it closes; ``nursery`` is the connection scope's."""
+        self._cancel_scope = nursery.cancel_scope
+        try:
+            self.authority = await nursery.start(self._hold_authority)
+            await self.ws.send_message(encode_result(connect_id, hello))
+            nursery.start_soon(self._send_loop)
+            await self._read_loop(nursery)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.close("the connection closed")
+
+    async def _hold_authority(
+        self, *, task_status: trio.TaskStatus[OperatorAuthority] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        # The authority gets a scope of its own, so that revoking it (closing this scope)
+        # does not need the connection to close, and closing the connection revokes it.
+        try:
+            async with self.host.open_scope("gateway-connection-authority") as scope:
+                authority = scope.mint_operator_authority(
+                    self.scopes, connection_id=self.connection_id
+                )
+                task_status.started(authority)
+                await self.revoke_requested.wait()
+        finally:
+            self.authority_released.set()
+
+    async def _send_loop(self) -> None:
+        async with self._outbox_receive:
+            async for text in self._outbox_receive:
+                try:
+                    await self.ws.send_message(text)
+                except ConnectionClosed:
+                    self.close("the connection closed")
+                    return
+
+    async def _reply(self, text: str) -> None:
+        await self._outbox_send.send(text)
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                message = await self.ws.get_message()
+            except ConnectionClosed:
+                return
+            try:
+                frame = decode_frame(message, max_bytes=self.max_message_bytes)
+            except FrameError as exc:
+                await self._reply(encode_error(exc.request_id, "INVALID_REQUEST", exc.message))
+                continue
+            if isinstance(frame, CancelFrame):
+                scope = self.inflight.get(frame.id)
+                if scope is not None:
+                    scope.cancel()
+                continue
+            method = self.methods.get(frame.method)
+            refusal = self._refusal(frame, method)
+            if refusal is not None:
+                await self._reply(refusal)
+                continue
+            assert method is not None
+            cancel_scope = trio.CancelScope()
+            self.inflight[frame.id] = cancel_scope
+            nursery.start_soon(self._serve_request, frame, method, cancel_scope)
+
+    def _refusal(self, frame: RequestFrame, method: GatewayMethod | None) -> str | None:
+        if frame.method == "connect":
+            return encode_error(
+                frame.id, "INVALID_REQUEST", "already connected; connect is only the first frame"
+            )
+        if method is None:
+            known = ", ".join(sorted(self.methods)) or "none"
+            return encode_error(
+                frame.id,
+                "INVALID_REQUEST",
+                f'unknown method "{frame.method}" (this gateway serves: {known})',
+            )
+        if frame.id in self.inflight:
+            return encode_error(
+                frame.id,
+                "INVALID_REQUEST",
+                f"request id {frame.id!r} is already in flight; use a new id per request",
+            )
+        if len(self.inflight) >= self.max_in_flight:
+            return encode_error(
+                frame.id,
+                "UNAVAILABLE",
+                f"too many requests in flight on this connection (limit {self.max_in_flight}); "
+                "wait for answers before sending more",
+            )
+        return None
+
+    async def _serve_request(
+        self, frame: RequestFrame, method: GatewayMethod, cancel_scope: trio.CancelScope
+    ) -> None:
+        # The slot is held until the answer is queued, so a client that does not read
+        # cannot make the gateway hold more than max_in_flight answers for it.
+        try:
+            await self._reply(await self._answer(frame, method, cancel_scope))
+        finally:
+            del self.inflight[frame.id]
+
+    async def _answer(
+        self, frame: RequestFrame, method: GatewayMethod, cancel_scope: trio.CancelScope
+    ) -> str:
+        with cancel_scope:
+            try:
+                return await self._call(frame, method, cancel_scope)
+            except BaseExceptionGroup as group:
+                # A handler's own nursery: answer for a lone error as if it were raised
+                # directly, but let cancellation (and KeyboardInterrupt) go on unwinding.
+                cancelled, rest = group.split(trio.Cancelled)
+                leaves = _leaves(rest) if rest is not None else []
+                if any(not isinstance(leaf, Exception) for leaf in leaves):
+                    raise
+                if cancelled is not None:
+                    if rest is not None:
+                        self._log_failure(frame, method, rest)
+                    raise cancelled from None
+                if len(leaves) == 1 and isinstance(leaves[0], Exception):
+                    return self._error_for(frame, method, leaves[0])
+                self._log_failure(frame, method, group)
+                return self._internal(frame, method)
+            except Exception as exc:
+                return self._error_for(frame, method, exc)
+        # Only reached when the request's own scope caught the cancellation: a cancel
+        # frame aborted it. (Connection close cancels an outer scope and never gets here.)
+        return encode_error(frame.id, "UNAVAILABLE", f"request {frame.id!r} was aborted")
+
+    def _error_for(self, frame: RequestFrame, method: GatewayMethod, exc: Exception) -> str:
+        if isinstance(exc, GatewayError):
+            return encode_error(frame.id, exc.code, exc.message)
+        if isinstance(exc, StaleCapabilityError | ForgedCapabilityError):
+            return encode_error(
+                frame.id, "UNAVAILABLE", "the request's authority is no longer current"
+            )
+        if isinstance(exc, CapabilityDeniedError):
+            return encode_error(
+                frame.id, "FORBIDDEN", "the connection's authority does not allow this request"
+            )
+        if isinstance(exc, HostClosedError):
+            return encode_error(frame.id, "UNAVAILABLE", "the host is shutting down")
+        self._log_failure(frame, method, exc)
+        return self._internal(frame, method)
+
+    def _log_failure(self, frame: RequestFrame, method: GatewayMethod, exc: BaseException) -> None:
+        logger.error(
+            "gateway method %s failed (connection %s, request %r)",
+            method.name,
+            self.connection_id,
+            frame.id,
+            exc_info=exc,
+        )
+
+    @staticmethod
+    def _internal(frame: RequestFrame, method: GatewayMethod) -> str:
+        # The exception's text stays in the log: it may name paths or other internals.
+        return encode_error(
+            frame.id, "INTERNAL", f"internal error in {method.name}; the gateway log has details"
+        )
+
+    async def _call(
+        self, frame: RequestFrame, method: GatewayMethod, cancel_scope: trio.CancelScope
+    ) -> str:
+        problem = self.problem()
+        if problem is not None:
+            raise GatewayError("UNAVAILABLE", problem)
+        authority = self.authority
+        assert authority is not None
+        if not authority.has_scope(method.required_scope):
+            raise GatewayError(
+                "FORBIDDEN",
+                f"{method.name} needs the {method.required_scope} scope; connect with a token "
+                f"that allows it and request it in scopes",
+            )
+        async with self.host.open_scope("gateway-request") as request_scope:
+            caller = request_scope.mint_caller_context(authority, cancel_scope=cancel_scope)
+            context = GatewayRequestContext._create(
+                host=self.host,
+                request_id=frame.id,
+                method=frame.method,
+                params=frame.params,
+                authority=authority,
+                caller=caller,
+                connection_problem=self.problem,
+            )
+            payload = await method.handler(context)
+            # An abort or revocation that landed while the handler finished must not let
+            # its result through.
+            context.check_current()
+        if not isinstance(payload, Mapping):
+            raise TypeError(
+                f"gateway method {method.name} returned {type(payload).__name__}, not a mapping"
+            )
+        return encode_result(frame.id, payload)
