@@ -155,16 +155,20 @@ class GatewayClient(metaclass=NoPublicConstructor):
             self._closed = GatewayConnectionError(f"the gateway connection closed{detail}")
         return self._closed
 
+    def _fail_pending(self, failure: GatewayConnectionError) -> None:
+        if self._closed is None:
+            self._closed = failure
+        for slot in self._pending.values():
+            if not slot.done.is_set():
+                slot.failure = failure
+                slot.done.set()
+
     async def _read_loop(self) -> None:
         while True:
             try:
                 message = await self._ws.get_message()
             except ConnectionClosed as exc:
-                failure = self._connection_closed(exc)
-                for slot in self._pending.values():
-                    if not slot.done.is_set():
-                        slot.failure = failure
-                        slot.done.set()
+                self._fail_pending(self._connection_closed(exc))
                 return
             frame = _parse_response(message)
             if frame is None:
@@ -239,6 +243,7 @@ async def _session(
                 yield client
             finally:
                 nursery.cancel_scope.cancel()
+                client._fail_pending(GatewayConnectionError("the gateway client was closed"))
     except BaseExceptionGroup as group:
         # The reader never raises, so a lone exception is the caller's own.
         if len(group.exceptions) == 1:
