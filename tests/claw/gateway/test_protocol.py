@@ -1,0 +1,101 @@
+"""Frame decoding and response encoding, without a socket."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import claw
+from claw.gateway import ERROR_CODES, GatewayError
+from claw.gateway._auth import TokenTable
+from claw.gateway._protocol import (
+    CancelFrame,
+    FrameError,
+    RequestFrame,
+    decode_frame,
+    encode_error,
+    encode_result,
+)
+
+BIG = 1 << 20
+
+
+def test_request_frame_decodes_with_default_params() -> None:
+    assert decode_frame('{"type":"req","id":"1","method":"m"}', max_bytes=BIG) == RequestFrame(
+        id="1", method="m", params={}
+    )
+
+
+def test_cancel_frame_decodes() -> None:
+    assert decode_frame('{"type":"cancel","id":7}', max_bytes=BIG) == CancelFrame(id=7)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "[" * 5000 + "]" * 5000,
+        '{"type":"req","id":"a","method":"m","params":{"n":' + "9" * 5000 + "}}",
+        '{"type":"req","id":"a","method":"m","params":{"n":Infinity}}',
+        '{"type":"req","id":' + str(2**60) + ',"method":"m"}',
+        '{"type":"req","id":"' + "i" * 129 + '","method":"m"}',
+    ],
+    ids=["deep-nesting", "huge-integer", "infinity", "unsafe-integer-id", "long-id"],
+)
+def test_hostile_json_is_a_frame_error_not_a_crash(message: str) -> None:
+    with pytest.raises(FrameError) as refused:
+        decode_frame(message, max_bytes=BIG)
+    assert refused.value.request_id is None
+
+
+def test_oversize_is_measured_in_utf8_bytes() -> None:
+    message = json.dumps({"type": "req", "id": "1", "method": "m", "params": {"s": "€" * 10}})
+    decode_frame(message, max_bytes=len(message.encode()))
+    with pytest.raises(FrameError, match="larger than"):
+        decode_frame(message, max_bytes=len(message.encode()) - 1)
+
+
+def test_encoded_responses_have_the_wire_shape() -> None:
+    assert json.loads(encode_result("1", {"a": [1]})) == {
+        "type": "res",
+        "id": "1",
+        "ok": True,
+        "payload": {"a": [1]},
+    }
+    assert json.loads(encode_error(None, "FORBIDDEN", "no")) == {
+        "type": "res",
+        "id": None,
+        "ok": False,
+        "error": {"code": "FORBIDDEN", "message": "no"},
+    }
+
+
+def test_error_codes_are_exactly_the_wire_codes() -> None:
+    assert {
+        "INVALID_REQUEST",
+        "UNAUTHORIZED",
+        "FORBIDDEN",
+        "NOT_FOUND",
+        "UNAVAILABLE",
+        "INTERNAL",
+    } == ERROR_CODES
+
+
+def test_gateway_error_refuses_an_unknown_code() -> None:
+    with pytest.raises(ValueError, match="not a gateway error code"):
+        GatewayError("TEAPOT", "no")  # type: ignore[arg-type]
+    error = GatewayError("NOT_FOUND", "gone")
+    assert isinstance(error, claw.ClawError)
+    assert isinstance(error, RuntimeError)
+    assert (error.code, error.message) == ("NOT_FOUND", "gone")
+
+
+def test_token_table_unions_the_shorthand_and_the_table() -> None:
+    table = TokenTable.from_config(
+        claw.GatewayConfig(token="t", tokens={"t": ("operator.admin",), "u": ("operator.read",)})
+    )
+    assert table.allowed_scopes("t") == {"operator.read", "operator.admin"}
+    assert table.allowed_scopes("u") == {"operator.read"}
+    assert table.allowed_scopes("v") is None
+    assert table.allowed_scopes("") is None
+    assert table.grant("u", ["operator.admin"]) == frozenset()
