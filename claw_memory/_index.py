@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn, final
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 import trio
@@ -503,16 +504,15 @@ class MemoryIndex:
         """Build the next generation off the loop and swap it in (one assignment)."""
         old = self._generation
         searcher = await self._workers.run_sync(self._lexical.searcher)
-        new = await self._workers.run_sync(
-            lambda: old.derive(
-                number=self._publications + 1,
-                searcher=searcher,
-                replaced=replaced,
-                removed_ids=removed_ids,
-                added=added,
-                added_vectors=added_vectors,
-            )
+        change = _Publication(
+            number=self._publications + 1,
+            searcher=searcher,
+            replaced=replaced,
+            removed_ids=removed_ids,
+            added=added,
+            added_vectors=added_vectors,
         )
+        new = await self._workers.run_sync(derive_generation, old, change)
         self._publications += 1
         self._generation = new
 
@@ -824,6 +824,30 @@ class MemoryIndex:
             last_sync_at=self._last_sync_at,
             active_searches=self._active_searches,
         )
+
+
+@attrs.frozen(eq=False)
+class _Publication:
+    """What changes from one generation to the next."""
+
+    number: int
+    searcher: Any
+    replaced: frozenset[str]
+    removed_ids: frozenset[str]
+    added: Sequence[ChunkRecord]
+    added_vectors: npt.NDArray[np.float32] | None
+
+
+def derive_generation(old: Generation, change: _Publication) -> Generation:
+    """Build the generation after ``old`` (a named worker function: crash tests park on it)."""
+    return old.derive(
+        number=change.number,
+        searcher=change.searcher,
+        replaced=change.replaced,
+        removed_ids=change.removed_ids,
+        added=change.added,
+        added_vectors=change.added_vectors,
+    )
 
 
 def _recover_lexical(store: Store, lexical: LexicalIndex) -> None:
