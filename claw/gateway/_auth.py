@@ -47,9 +47,7 @@ class TokenTable:
             if not all(isinstance(s, str) and s for s in allowed):
                 # The token itself is a secret: it is not put into the message.
                 raise ConfigError("gateway.tokens", "token scopes must be non-empty strings")
-        return cls(
-            entries=tuple((t.encode("utf-8"), frozenset(s)) for t, s in merged.items())
-        )
+        return cls(entries=tuple((t.encode("utf-8"), frozenset(s)) for t, s in merged.items()))
 
     def allowed_scopes(self, presented: str) -> frozenset[str] | None:
         """The scopes ``presented`` may be granted, or ``None`` when it is not a valid token."""

@@ -103,7 +103,7 @@ class GatewayClient(metaclass=NoPublicConstructor):
         if request_id in self._pending:
             raise ValueError(f"request id {request_id!r} is already in flight on this client")
         if self._closed is not None:
-            raise self._closed
+            raise GatewayConnectionError(str(self._closed))
         slot = _Pending(method=method)
         self._pending[request_id] = slot
         try:
@@ -175,9 +175,7 @@ class GatewayClient(metaclass=NoPublicConstructor):
                 logger.warning("ignoring a frame from the gateway that is not a response")
                 continue
             request_id = frame.get("id")
-            waiting = (
-                self._pending.get(request_id) if isinstance(request_id, str | int) else None
-            )
+            waiting = self._pending.get(request_id) if isinstance(request_id, str | int) else None
             if waiting is None or waiting.done.is_set():
                 logger.debug("ignoring a response for unknown request %r", request_id)
                 continue

@@ -119,9 +119,7 @@ def decode_frame(message: str | bytes, *, max_bytes: int) -> Frame:
     if frame_type == "cancel":
         return CancelFrame(id=request_id)
     if frame_type != "req":
-        shown = (
-            repr(frame_type[:32]) if isinstance(frame_type, str) else json_type_name(frame_type)
-        )
+        shown = repr(frame_type[:32]) if isinstance(frame_type, str) else json_type_name(frame_type)
         raise FrameError(request_id, f'unknown frame type {shown}; send "req" or "cancel"')
     method = data.get("method")
     if not isinstance(method, str) or not 0 < len(method) <= MAX_METHOD_CHARS:

@@ -143,9 +143,7 @@ class Gateway:
     """
 
     host: Host
-    config: GatewayConfig = attrs.field(
-        default=attrs.Factory(_default_config, takes_self=True)
-    )
+    config: GatewayConfig = attrs.field(default=attrs.Factory(_default_config, takes_self=True))
     handshake_timeout: float = 10.0
     close_timeout: float = 2.0
     _registry: dict[str, GatewayMethod] = attrs.field(factory=dict, init=False)
@@ -356,7 +354,7 @@ class Gateway:
         auth = frame.params.get("auth")
         token = auth.get("token") if isinstance(auth, dict) else None
         if not isinstance(token, str):
-            await self._refuse(ws, frame.id, 'connect needs params.auth.token (a string)')
+            await self._refuse(ws, frame.id, "connect needs params.auth.token (a string)")
             return None
         requested = frame.params.get("scopes", [READ_SCOPE])
         if (
@@ -405,4 +403,3 @@ async def run_gateway_until_signal(
                 nursery.cancel_scope.cancel()
                 return int(signum)
     raise RuntimeError("the signal receiver stopped without a signal")  # pragma: no cover
-
