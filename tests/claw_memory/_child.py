@@ -53,5 +53,5 @@ async def main(workspace: str, index_dir: str, action: str, victim: str) -> None
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:] + [""]
+    args = [*sys.argv[1:], ""]
     trio.run(main, args[0], args[1], args[2], args[3])

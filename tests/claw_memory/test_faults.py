@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -103,4 +102,3 @@ async def test_a_second_process_gets_a_clear_lock_error(workspace: Path, index_d
     # Once the other process is gone the index opens normally.
     async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)) as index:
         assert await _excerpts(index, "held", "lexical") == {"held"}
-    assert os.path.exists(index_dir / "LOCK")
