@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 from typing import Any
 
@@ -232,3 +233,25 @@ async def test_a_client_that_never_sends_connect_is_refused_after_the_handshake_
         with pytest.raises(trio_websocket.ConnectionClosed) as closed:
             await ws.get_message()
     assert closed.value.reason.code == 1008
+
+
+async def test_garbage_instead_of_a_websocket_upgrade_is_dropped_and_others_served(
+    host: claw.Host,
+    nursery: trio.Nursery,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="claw.gateway")
+    gateway = Gateway(host, config=make_gateway_config(), handshake_timeout=5.0)
+    install_test_methods(gateway, Recorder())
+    address: GatewayAddress = await nursery.start(gateway.serve)
+    stream = await trio.open_tcp_stream("127.0.0.1", address.port)
+    async with stream:
+        await stream.send_all(b"\x16\x03\x01 not http at all\r\n\r\n")
+        received = b""
+        while chunk := await stream.receive_some():
+            received += chunk
+    assert not received.startswith(b"HTTP/1.1 101")
+    async with open_gateway_client(address.url, READ_TOKEN) as client:
+        assert (await client.request("test.echo"))["params"] == {}
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
