@@ -44,10 +44,12 @@ class MemoryCoreSettings:
     # Transcript documents: turns per chunk and neighbouring turns in the context field.
     transcript_turns_per_chunk: int = 1
     transcript_context_turns: int = 2
-    # Ranking.
+    # Ranking. context_boost weighs the transcript context field (neighbouring turns)
+    # against the turn's own text; 0.8 measured best on LoCoMo turn recall (lexical
+    # recall_any@10 0.705 at 0.35, 0.736 at 0.8, 0.733 at 1.0).
     vector_weight: float = 0.7
     text_weight: float = 0.3
-    context_boost: float = 0.35
+    context_boost: float = 0.8
     path_boost: float = 0.5
     candidate_multiplier: int = 4
     min_score: float = 0.35

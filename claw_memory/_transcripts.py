@@ -169,5 +169,8 @@ def prepare_session_chunks(
                 entry_ids=tuple(t.entry_id for t in group),
                 timestamp=group[-1].timestamp,
             )
-            out.append(PreparedChunk(record=record, context=context, embed_text=piece))
+            # The vector also sees the neighbouring turns: a reply is often what makes
+            # a turn findable ("Which colours?" -> "Mostly orange").
+            embed_text = f"{piece}\n{context}" if context else piece
+            out.append(PreparedChunk(record=record, context=context, embed_text=embed_text))
     return out
