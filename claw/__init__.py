@@ -18,6 +18,8 @@ from ._config import CompactionConfig as CompactionConfig
 from ._config import GatewayConfig as GatewayConfig
 from ._config import HostConfig as HostConfig
 from ._config import MemoryFlushConfig as MemoryFlushConfig
+from ._config import ModelProviderConfig as ModelProviderConfig
+from ._config import ModelsConfig as ModelsConfig
 from ._config import PluginEntryConfig as PluginEntryConfig
 from ._config import PluginsConfig as PluginsConfig
 from ._config import SlotsConfig as SlotsConfig
@@ -34,6 +36,8 @@ from ._errors import SlotConflictError as SlotConflictError
 from ._errors import StaleCapabilityError as StaleCapabilityError
 from ._errors import StateLockedError as StateLockedError
 from ._errors import UnsupportedRequestError as UnsupportedRequestError
+from ._events import EventLog as EventLog
+from ._events import HostEvent as HostEvent
 from ._host import Host as Host
 from ._host import HostScope as HostScope
 from ._host import SlotSelection as SlotSelection
@@ -44,11 +48,21 @@ from ._plugins import PluginApi as PluginApi
 from ._plugins import PluginContracts as PluginContracts
 from ._plugins import RegisteredTool as RegisteredTool
 from ._plugins import Tool as Tool
+from ._runs import Run as Run
 from ._util import fixup_module_metadata as _fixup_module_metadata
 from ._workers import InlineWorkerPool as InlineWorkerPool
 from ._workers import ThreadWorkerPool as ThreadWorkerPool
 from ._workers import WorkerPool as WorkerPool
 from ._workers import WorkerPoolStatistics as WorkerPoolStatistics
+from .models import AssistantMessage as AssistantMessage
+from .models import Model as Model
+from .models import ToolCall as ToolCall
+from .models import ToolResult as ToolResult
+from .models import UserMessage as UserMessage
+from .turns._runner import TurnResult as TurnResult
+from .turns._tools import FlushToolContext as FlushToolContext
+from .turns._tools import ToolContext as ToolContext
+from .turns._tools import ToolPolicy as ToolPolicy
 
 __version__ = "0.1.0"
 

@@ -100,11 +100,34 @@ class CompactionConfig:
 class AgentDefaultsConfig:
     """``[agents.defaults]``: what every agent uses unless it says otherwise."""
 
-    model: str = "scripted/default"
+    model: str | None = None
     fallbacks: tuple[str, ...] = ()
+    system_prompt: str | None = None
     context_window: int = attrs.field(default=128_000, validator=_positive)
     max_tool_rounds: int = attrs.field(default=8, validator=_positive)
     compaction: CompactionConfig = attrs.field(factory=CompactionConfig)
+
+
+@attrs.frozen
+class ModelProviderConfig:
+    """``[models.providers.<name>]``: an OpenAI-compatible endpoint serving ``<name>/<model>``.
+
+    ``api_key_env`` names the environment variable holding the key (keys never live in
+    the config file).
+    """
+
+    base_url: str
+    kind: str = "openai-compatible"
+    api_key_env: str | None = None
+    context_window: int = attrs.field(default=32768, validator=_positive)
+    timeout: float = attrs.field(default=120.0, validator=_positive)
+
+
+@attrs.frozen
+class ModelsConfig:
+    """``[models]``: model providers the host registers at start."""
+
+    providers: Mapping[str, ModelProviderConfig] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -156,6 +179,7 @@ class HostConfig:
     default_agent_id: str = "main"
     plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
     agents: AgentsConfig = attrs.field(factory=AgentsConfig)
+    models: ModelsConfig = attrs.field(factory=ModelsConfig)
     workers: WorkersConfig = attrs.field(factory=WorkersConfig)
     gateway: GatewayConfig = attrs.field(factory=GatewayConfig)
 

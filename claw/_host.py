@@ -14,8 +14,8 @@ import importlib.metadata
 import logging
 import os
 import weakref
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,13 +31,19 @@ from ._capabilities import (
     OperatorAuthority,
 )
 from ._config import HostConfig
-from ._errors import ConfigError, ContractError, HostClosedError, StateLockedError
+from ._errors import ClawError, ConfigError, ContractError, HostClosedError, StateLockedError
+from ._events import EventLog
 from ._plugins import Plugin, PluginApi, PluginRegistry
 from ._runs import Run, open_run
 from ._util import NoPublicConstructor, collapse_single_exception_group, final
 from ._workers import InlineWorkerPool, ThreadWorkerPool, WorkerPool
+from .context._engines import ContextEngineSlot
 from .memory._runtime import MemoryRuntime
-from .sessions import SessionStore
+from .models import ModelRegistry, UserMessage, openai_compatible_provider
+from .sessions import SessionRow, SessionStore
+from .turns import TranscriptStore, open_transcript_store
+from .turns._runner import TurnResult, TurnRunner
+from .turns._tools import ToolPolicy
 
 logger = logging.getLogger("claw.host")
 
@@ -154,7 +160,125 @@ class Host(metaclass=NoPublicConstructor):
         self._nursery: trio.Nursery | None = None
         self._slots: SlotSelection | None = None
         self.memory: MemoryRuntime = MemoryRuntime(self)
+        self.events: EventLog = EventLog()
+        self.models: ModelRegistry = ModelRegistry()
         self._sessions: SessionStore | None = None
+        self._turns: TurnRunner | None = None
+        self._flush: Any = None
+
+    @property
+    def transcripts(self) -> TranscriptStore:
+        """The durable transcript store (entries, cursor API, accepted-turns ledger)."""
+        if self._turns is None:
+            raise HostClosedError("the host is not open")
+        return self._turns.store
+
+    @property
+    def turns(self) -> TurnRunner:
+        """The turn runner (host-internal; use :meth:`run_turn`)."""
+        if self._turns is None:
+            raise HostClosedError("the host is not open")
+        return self._turns
+
+    async def run_turn(
+        self,
+        session_key: str,
+        message: UserMessage,
+        *,
+        sender_is_owner: bool,
+        sandboxed: bool = False,
+        tool_policy: ToolPolicy | None = None,
+        model: str | None = None,
+    ) -> TurnResult:
+        """Admit ``message`` into ``session_key``, run the turn, commit it, maintain.
+
+        ``sender_is_owner`` is the channel layer's trusted assertion about the sender.
+        ``model`` pins an exact ``provider/model`` for this turn (no fallback chain).
+        """
+        self._check_open()
+        return await self.turns.run_turn(
+            session_key,
+            message,
+            sender_is_owner=sender_is_owner,
+            sandboxed=sandboxed,
+            tool_policy=tool_policy,
+            model=model,
+        )
+
+    async def retry_turn(
+        self,
+        turn_id: str,
+        *,
+        sender_is_owner: bool,
+        sandboxed: bool = False,
+        tool_policy: ToolPolicy | None = None,
+        model: str | None = None,
+    ) -> TurnResult:
+        """Run again a turn that failed before its terminal entry, on its recorded path."""
+        self._check_open()
+        return await self.turns.retry_turn(
+            turn_id,
+            sender_is_owner=sender_is_owner,
+            sandboxed=sandboxed,
+            tool_policy=tool_policy,
+            model=model,
+        )
+
+    async def compact(self, session_key: str) -> Any:
+        """Compact a session now (engine-owned or runtime compaction)."""
+        self._check_open()
+        return await self.turns.compact(session_key)
+
+    def _engine_slot(self) -> ContextEngineSlot:
+        selected = self.slots.context_engine
+        registered = self._plugins.context_engines.get(selected)
+        entry = self.config.plugins.entry(registered.plugin_id) if registered else None
+        return ContextEngineSlot(
+            registered=registered,
+            config=entry.config if entry is not None else None,
+            workspace_dir=self.config.workspace_dir,
+            state_dir=self.config.resolved_state_dir,
+        )
+
+    def _register_model_providers(self) -> None:
+        for name, provider in self.config.models.providers.items():
+            if provider.kind != "openai-compatible":
+                raise ConfigError(
+                    f"models.providers.{name}.kind",
+                    f"unsupported provider kind {provider.kind!r} (supported: openai-compatible)",
+                    value=provider.kind,
+                )
+            api_key = os.environ.get(provider.api_key_env) if provider.api_key_env else None
+            self.models.register_provider(
+                name,
+                openai_compatible_provider(
+                    provider.base_url,
+                    api_key=api_key,
+                    context_window=provider.context_window,
+                    timeout=provider.timeout,
+                ),
+            )
+
+    async def _post_compaction_refresh(self, row: SessionRow) -> None:
+        """Ask the memory provider to refresh after a compaction; omission or denial is logged."""
+        if self.slots.memory_plugin is None:
+            return
+        try:
+            async with self.open_scope("post-compaction-refresh") as scope:
+                ctx = scope.mint_caller_context(
+                    scope.mint_host_authority("refresh"), purpose="refresh"
+                )
+                async with self.memory.open(ctx, agent_id=row.agent_id) as handle:
+                    refreshed = await handle.refresh()
+        except ClawError as exc:
+            logger.info("post-compaction refresh of %s was refused: %s", row.session_key, exc)
+            self.events.emit("memory.refresh_denied", row.session_key, error=str(exc))
+            return
+        if refreshed:
+            self.events.emit("memory.refreshed", row.session_key)
+        else:
+            logger.info("memory provider %s offers no refresh()", self.slots.memory_plugin)
+            self.events.emit("memory.refresh_omitted", row.session_key)
 
     @property
     def sessions(self) -> SessionStore:
@@ -385,7 +509,8 @@ async def open_host(
     ``plugins`` are loaded in addition to those discovered through the ``claw.plugins``
     entry-point group (unless ``plugins.discover = false``); an explicit plugin wins
     over a discovered one with the same id. ``workers`` replaces the shared worker pool
-    (the harness passes an inline pool).
+    (the harness passes an inline pool). Turns whose commit was interrupted by a crash
+    are committed, with their own keys, before the host is handed out.
     """
     config = config if config is not None else HostConfig()
     if workers is None:
@@ -398,26 +523,38 @@ async def open_host(
     lock = _StateLock(config.resolved_state_dir)
     lock.acquire()
     try:
-        host._load_plugins(plugins)
-        host._sessions = await SessionStore.open(
-            config.resolved_state_dir / "sessions.sqlite3", workers=workers
-        )
-        host._sessions.add_listener(host._on_session_change)
-        with collapse_single_exception_group():
-            async with trio.open_nursery() as nursery:
-                host._nursery = nursery
-                host._open = True
-                try:
-                    yield host
-                finally:
-                    host._open = False
-                    nursery.cancel_scope.cancel()
+        async with AsyncExitStack() as stack:
+            host._load_plugins(plugins)
+            host._register_model_providers()
+            state = config.resolved_state_dir
+            host._sessions = await SessionStore.open(state / "sessions.sqlite3", workers=workers)
+            stack.push_async_callback(_shielded_close, host._sessions.aclose)
+            host._sessions.add_listener(host._on_session_change)
+            transcripts = await stack.enter_async_context(
+                open_transcript_store(state / "transcripts.sqlite3", workers=workers)
+            )
+            host._turns = TurnRunner(
+                host=host, store=transcripts, slot=host._engine_slot(), models=host.models
+            )
+            with collapse_single_exception_group():
+                async with trio.open_nursery() as nursery:
+                    host._nursery = nursery
+                    host._open = True
+                    try:
+                        for name, service in host._plugins.services:
+                            await nursery.start(service)
+                            logger.debug("plugin service %s started", name)
+                        await host._turns.recover_pending_commits()
+                        yield host
+                    finally:
+                        host._open = False
+                        nursery.cancel_scope.cancel()
     finally:
         host._closed = True
         host._open = False
-        try:
-            if host._sessions is not None:
-                with trio.CancelScope(shield=True):
-                    await host._sessions.aclose()
-        finally:
-            lock.release()
+        lock.release()
+
+
+async def _shielded_close(close: Callable[[], Awaitable[None]]) -> None:
+    with trio.CancelScope(shield=True):
+        await close()

@@ -140,6 +140,7 @@ class PluginRegistry:
     memory_capabilities: dict[str, Any] = attrs.field(factory=dict)
     embedding_providers: dict[str, RegisteredEmbeddingProvider] = attrs.field(factory=dict)
     tools: list[RegisteredTool] = attrs.field(factory=list)
+    services: list[tuple[str, Callable[..., Awaitable[None]]]] = attrs.field(factory=list)
 
     def tools_named(self, name: str) -> list[RegisteredTool]:
         """Every registered tool called ``name``, whoever owns it."""
@@ -261,6 +262,15 @@ class PluginApi(metaclass=NoPublicConstructor):
         if any(t.tool.name == tool.name for t in self._registry.tools_of(self.plugin_id)):
             raise ContractError(f'plugin "{self.plugin_id}" registered tool "{tool.name}" twice')
         self._registry.tools.append(RegisteredTool(plugin_id=self.plugin_id, tool=tool))
+
+    def register_service(self, name: str, service: Callable[..., Awaitable[None]]) -> None:
+        """Run ``await service(task_status=...)`` in the host's nursery while the host is open.
+
+        The service calls ``task_status.started()`` once ready; it is cancelled when the
+        host closes, so it owns its resources with ``try``/``finally``.
+        """
+        self._check_open(f'service "{name}"')
+        self._registry.services.append((f"{self.plugin_id}:{name}", service))
 
     def get_embedding_provider(self, provider_id: str) -> EmbeddingProvider | None:
         """Look up a registered embedding provider by id (any plugin's)."""

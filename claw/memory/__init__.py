@@ -1,5 +1,6 @@
 """The provider-neutral memory runtime: contracts, values, the legacy adapter, the guard."""
 
+from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._contracts import LegacyReadResult as LegacyReadResult
 from ._contracts import LegacySearchResult as LegacySearchResult
 from ._contracts import MemoryPluginCapability as MemoryPluginCapability
@@ -36,3 +37,6 @@ from ._types import MemorySearchResult as MemorySearchResult
 from ._types import ProviderCapabilities as ProviderCapabilities
 from ._types import SearchCoverage as SearchCoverage
 from ._types import Source as Source
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

@@ -1,5 +1,6 @@
 """claw.models: conversation messages, the Model protocol, model references and clients."""
 
+from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._errors import AllModelsFailedError as AllModelsFailedError
 from ._errors import ContextOverflowError as ContextOverflowError
 from ._errors import InvalidModelRefError as InvalidModelRefError
@@ -31,3 +32,6 @@ from ._registry import ModelCompletion as ModelCompletion
 from ._registry import ModelRef as ModelRef
 from ._registry import ModelRegistry as ModelRegistry
 from ._registry import ProviderFactory as ProviderFactory
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

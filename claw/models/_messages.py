@@ -148,22 +148,39 @@ class SystemMessage:
         return cls(text=r.text("text", allow_empty=True))
 
 
+def _optional_sender(_inst: object, attribute: attrs.Attribute[str | None], value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"{attribute.name} must be a non-empty string or None, got {value!r}")
+
+
 @attrs.frozen
 class UserMessage:
-    """What the user said."""
+    """What the user said; ``sender`` is the display name the channel gave, if any.
+
+    The sender name is for transcripts and retrieval ("who said what"); it grants
+    nothing: whether a sender is the trusted owner is asserted separately by the
+    channel layer when it admits the turn.
+    """
 
     ROLE: ClassVar[str] = "user"
     text: str = attrs.field(validator=_str)
+    sender: str | None = attrs.field(default=None, validator=_optional_sender)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``{"role": "user", "text"}``."""
-        return {"role": self.ROLE, "text": self.text}
+        """The JSON form: ``{"role": "user", "text", "sender"?}``."""
+        out: dict[str, Any] = {"role": self.ROLE, "text": self.text}
+        if self.sender is not None:
+            out["sender"] = self.sender
+        return out
 
     @classmethod
     def from_dict(cls, data: object, *, path: str = "") -> UserMessage:
         """Parse the JSON form; raises :class:`MessageFormatError` naming the bad field."""
-        r = _Reader(data, path, ("role", "text"), role=cls.ROLE)
-        return cls(text=r.text("text", allow_empty=True))
+        r = _Reader(data, path, ("role", "text", "sender"), role=cls.ROLE)
+        sender = r.optional("sender")
+        if sender is not None and (not isinstance(sender, str) or not sender):
+            raise MessageFormatError(r.path("sender"), "expected a non-empty string")
+        return cls(text=r.text("text", allow_empty=True), sender=sender)
 
 
 def _tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:

@@ -5,6 +5,7 @@
 the capability layer mints and checks memory audiences with.
 """
 
+from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._errors import InvalidSessionError as InvalidSessionError
 from ._errors import SessionError as SessionError
 from ._errors import SessionExistsError as SessionExistsError
@@ -29,3 +30,6 @@ from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._store import SessionListener as SessionListener
 from ._store import SessionStore as SessionStore
 from ._store import open_session_store as open_session_store
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

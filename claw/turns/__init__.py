@@ -1,5 +1,6 @@
 """claw.turns: durable session transcripts, the accepted-turns ledger, the turn runner."""
 
+from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._ledger import AdmittedTurn as AdmittedTurn
 from ._ledger import TurnLedgerError as TurnLedgerError
 from ._ledger import TurnStatus as TurnStatus
@@ -17,3 +18,6 @@ from ._transcript import UnknownEntryError as UnknownEntryError
 from ._transcript import entry_id as entry_id
 from ._transcript import open_transcript_store as open_transcript_store
 from ._transcript import parse_entry_id as parse_entry_id
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

@@ -1,0 +1,691 @@
+"""The turn runner: admit, run, commit, maintain.
+
+``await host.run_turn(session_key, claw.UserMessage(text), sender_is_owner=...)``:
+
+1. admits the user entry and records the turn in the durable ledger (one transaction),
+   with a deterministic ``turn_id`` and ``advancement_key`` derived from the session
+   id and the entry's position;
+2. opens a run (:meth:`claw.Host.open_run`), which mints the run's capabilities;
+3. completes the memory plugin's async prompt preparation, then assembles context
+   through the active engine (or the legacy one) while the prompt snapshot is active;
+4. calls the model, with the run's tools, in a loop bounded by ``max_tool_rounds``,
+   appending entries up to the terminal entry; a context overflow flushes and
+   compacts once, then retries;
+5. commits the inclusive accepted turn to a durable engine (``commit_turn``,
+   idempotent by ``advancement_key``) and records that in the ledger;
+6. runs maintenance: the pre-compaction memory flush and compaction when thresholds
+   say so, then the provider's optional refresh.
+
+Turns of one session are serialised. The path a turn takes (engine or legacy) is
+decided once, at admission, and recorded: a retry of the turn keeps it, the next
+logical turn decides again. A turn whose terminal entry was written but whose commit
+was not (a crash in between) is committed with the same key before the session's next
+turn, and at host start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import trio
+
+from .._errors import ClawError, ConfigError, ContractError
+from .._plugins import RegisteredTool
+from ..context import (
+    AfterTurnParams,
+    AssembleParams,
+    AssembleResult,
+    CommitTurnParams,
+    CommitTurnResult,
+    CompactParams,
+    CompactResult,
+    ContextProjection,
+    MemoryPromptSnapshot,
+    active_prompt_snapshot,
+    build_memory_system_prompt_addition,
+    estimate_tokens,
+)
+from ..context._engines import ContextEngineSlot, runtime_compaction_params
+from ..models import (
+    AssistantMessage,
+    ContextOverflowError,
+    Message,
+    ModelRegistry,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
+from ..sessions import SessionNotFoundError, SessionRow
+from ._compaction import runtime_compaction
+from ._ledger import AdmittedTurn
+from ._tools import ToolContext, ToolPolicy, run_tool_call, select_tools, tool_specs
+from ._transcript import TranscriptStore
+
+if TYPE_CHECKING:
+    from .._host import Host
+    from .._runs import Run
+
+logger = logging.getLogger("claw.turns")
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant with a durable memory."
+
+Projection = Literal["per-turn", "bootstrapped", "reused"]
+
+
+def advancement_key_for(session_id: str, first_seq: int) -> str:
+    """The deterministic advancement key of the turn admitted at ``first_seq``."""
+    digest = hashlib.sha256(f"claw-advance-v1\x1f{session_id}\x1f{first_seq}".encode())
+    return "adv-" + digest.hexdigest()[:40]
+
+
+@attrs.frozen
+class TurnResult:
+    """What one turn did."""
+
+    turn_id: str
+    advancement_key: str
+    session_key: str
+    session_id: str
+    reply: AssistantMessage
+    entry_ids: tuple[str, ...]
+    engine_id: str
+    model_ref: str | None
+    commit: Literal["committed", "duplicate", "legacy", "failed"]
+    projection: Projection = "per-turn"
+    compaction: CompactResult | None = None
+    flush: Any = None
+    tool_rounds: int = 0
+
+
+@attrs.frozen
+class _ThreadState:
+    epoch: str
+    projected: tuple[Message, ...]
+    count: int
+
+
+def _shape(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_shape(v) for v in value[:1]]
+    return type(value).__name__
+
+
+def redact_for_projection(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """A thread-bootstrap copy: tool metadata and input shape kept, raw payloads redacted."""
+    out: list[Message] = []
+    for message in messages:
+        if isinstance(message, ToolResult):
+            out.append(
+                attrs.evolve(
+                    message,
+                    content=f"[redacted tool result: {len(message.content)} characters]",
+                )
+            )
+        elif isinstance(message, AssistantMessage) and message.tool_calls:
+            calls = tuple(
+                ToolCall(id=c.id, name=c.name, arguments=_shape(c.arguments.thaw()))
+                for c in message.tool_calls
+            )
+            out.append(attrs.evolve(message, tool_calls=calls))
+        else:
+            out.append(message)
+    return tuple(out)
+
+
+@attrs.define(eq=False)
+class TurnRunner:
+    """Runs turns for one host; see the module docstring."""
+
+    host: Host
+    store: TranscriptStore
+    slot: ContextEngineSlot
+    models: ModelRegistry
+    _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
+    _threads: dict[str, _ThreadState] = attrs.field(factory=dict, init=False)
+    _compaction_counts: dict[str, int] = attrs.field(factory=dict, init=False)
+
+    # -- public ----------------------------------------------------------------
+
+    def lock_for(self, session_key: str) -> trio.Lock:
+        """The lock that serialises turns (and maintenance) of one session."""
+        lock = self._locks.get(session_key)
+        if lock is None:
+            lock = self._locks[session_key] = trio.Lock()
+        return lock
+
+    async def run_turn(
+        self,
+        session_key: str,
+        message: UserMessage,
+        *,
+        sender_is_owner: bool,
+        sandboxed: bool = False,
+        tool_policy: ToolPolicy | None = None,
+        model: str | None = None,
+    ) -> TurnResult:
+        if not isinstance(message, UserMessage):
+            raise TypeError(f"run_turn takes a claw.UserMessage, got {type(message).__name__}")
+        async with self.lock_for(session_key):
+            row = self._row(session_key)
+            await self.recover_pending_commits(row.session_id)
+            stats = await self.store.stats(row.session_id)
+            first_seq = stats.last_seq + 1
+            durable = self.slot.durable_engine()
+            engine_id = self.slot.selected_id if durable is not None else None
+            turn_id = f"{row.session_id}:turn:{first_seq}"
+            _, turn = await self.store.record_admitted(
+                session_key,
+                row.session_id,
+                message,
+                turn_id=turn_id,
+                advancement_key=advancement_key_for(row.session_id, first_seq),
+                engine_id=engine_id,
+            )
+            if engine_id is None and self.slot.selected_id != "legacy":
+                self.host.events.emit(
+                    "turn.legacy_path",
+                    session_key,
+                    turn_id=turn_id,
+                    engine_id=self.slot.selected_id,
+                    reason="engine does not declare the durable admitted-turn contract",
+                )
+            self.host.events.emit("turn.admitted", session_key, turn_id=turn_id)
+            return await self._execute(
+                turn,
+                row,
+                sender_is_owner=sender_is_owner,
+                sandboxed=sandboxed,
+                tool_policy=tool_policy,
+                model=model,
+            )
+
+    async def retry_turn(
+        self,
+        turn_id: str,
+        *,
+        sender_is_owner: bool,
+        sandboxed: bool = False,
+        tool_policy: ToolPolicy | None = None,
+        model: str | None = None,
+    ) -> TurnResult:
+        """Run again an admitted turn that did not reach its terminal entry, on its path."""
+        turn = await self.store.get_turn(turn_id)
+        async with self.lock_for(turn.session_key):
+            row = self._row(turn.session_key)
+            if row.session_id != turn.session_id:
+                raise ContractError(
+                    f"turn {turn_id} belongs to an earlier incarnation of {turn.session_key!r}"
+                )
+            turn = await self.store.get_turn(turn_id)
+            if turn.terminal_seq is not None:
+                raise ContractError(f"turn {turn_id} already reached its terminal entry")
+            return await self._execute(
+                turn,
+                row,
+                sender_is_owner=sender_is_owner,
+                sandboxed=sandboxed,
+                tool_policy=tool_policy,
+                model=model,
+            )
+
+    async def recover_pending_commits(self, session_id: str | None = None) -> int:
+        """Commit every ended-but-uncommitted turn with its own key; returns how many."""
+        count = 0
+        for turn in await self.store.pending_commits(session_id):
+            await self._commit(turn)
+            count += 1
+        return count
+
+    async def compact(self, session_key: str, *, reason: str = "manual") -> CompactResult:
+        """Compact a session now, through its engine (or the runtime)."""
+        async with self.lock_for(session_key):
+            row = self._row(session_key)
+            return await self._compact(row, reason=reason)  # type: ignore[arg-type]
+
+    def compaction_count(self, session_id: str) -> int:
+        """How many compactions completed for this session incarnation (for flush ids)."""
+        return self._compaction_counts.get(session_id, 0)
+
+    # -- internals -------------------------------------------------------------
+
+    def _row(self, session_key: str) -> SessionRow:
+        row = self.host.sessions.get_nowait(session_key)
+        if row is None:
+            raise SessionNotFoundError(session_key)
+        return row
+
+    def _model_refs(self, model: str | None) -> tuple[str, tuple[str, ...], bool]:
+        defaults = self.host.config.agents.defaults
+        if model is not None:
+            return model, (), True
+        if defaults.model is None:
+            raise ConfigError(
+                "agents.defaults.model",
+                'no model is configured; set it (for example "ollama/qwen3:8b") or pass model=',
+            )
+        return defaults.model, tuple(defaults.fallbacks), False
+
+    def _context_window(self, primary: str) -> int:
+        try:
+            return int(self.models.resolve(primary).context_window)
+        except ClawError:
+            return self.host.config.agents.defaults.context_window
+
+    def _tools(self, policy: ToolPolicy | None) -> tuple[RegisteredTool, ...]:
+        return select_tools(
+            self.host.plugin_registry.tools,
+            policy or ToolPolicy(),
+            prefer_plugin=self.host.slots.memory_plugin,
+        )
+
+    async def _snapshot(
+        self, run: Run, tools: Sequence[RegisteredTool], citations_mode: str
+    ) -> MemoryPromptSnapshot:
+        guidance: tuple[str, ...] = ()
+        _, capability = self.host.memory.selection()
+        prep = capability.prompt_preparation if capability is not None else None
+        if prep is not None:
+            try:
+                lines = await prep(
+                    agent_id=run.agent_id, session_key=run.session_key, caller=run.caller
+                )
+                guidance = tuple(str(line) for line in lines)
+            except trio.Cancelled:
+                raise
+            except Exception as exc:
+                logger.warning("memory prompt preparation failed: %s", exc)
+                self.host.events.emit(
+                    "memory.prompt_preparation_failed", run.session_key, error=type(exc).__name__
+                )
+        return MemoryPromptSnapshot(
+            session_key=run.session_key,
+            available_tools=frozenset(t.name for t in tools),
+            citations_mode=citations_mode,
+            guidance=guidance,
+        )
+
+    async def _assemble(
+        self,
+        engine: Any,
+        run: Run,
+        messages: tuple[Message, ...],
+        tools: Sequence[RegisteredTool],
+        *,
+        context_window: int,
+        model_ref: str,
+    ) -> tuple[AssembleResult, str]:
+        citations_mode = "auto"
+        snapshot = await self._snapshot(run, tools, citations_mode)
+        params = AssembleParams(
+            messages=messages,
+            session_key=run.session_key,
+            session_id=run.authority.session_id,
+            agent_id=run.agent_id,
+            run_id=f"{run.session_key}#{id(run):x}",
+            available_tools=snapshot.available_tools,
+            citations_mode=citations_mode,  # type: ignore[arg-type]
+            token_budget=context_window,
+            context_window=context_window,
+            model=model_ref,
+        )
+        legacy = self.slot.legacy
+
+        async def legacy_assemble() -> AssembleResult:
+            return await legacy.assemble(params)
+
+        with active_prompt_snapshot(snapshot):
+            result: AssembleResult = await self.slot.call(
+                engine, "assemble", params, fallback=legacy_assemble
+            )
+            if not isinstance(result, AssembleResult):
+                raise ContractError(
+                    f'context engine "{engine.info.id}" returned a {type(result).__name__} from '
+                    "assemble(), not an AssembleResult"
+                )
+            if engine is legacy or self.slot.is_quarantined():
+                addition = build_memory_system_prompt_addition(
+                    available_tools=snapshot.available_tools,
+                    citations_mode=citations_mode,
+                    agent_session_key=run.session_key,
+                )
+            else:
+                addition = result.system_prompt_addition or ""
+        base = self.host.config.agents.defaults.system_prompt or DEFAULT_SYSTEM_PROMPT
+        system_prompt = base + ("\n\n" + addition if addition else "")
+        return result, system_prompt
+
+    def _project(
+        self, session_id: str, result: AssembleResult
+    ) -> tuple[tuple[Message, ...], Projection]:
+        projection: ContextProjection | None = result.context_projection
+        if projection is None:
+            self._threads.pop(session_id, None)
+            return result.messages, "per-turn"
+        state = self._threads.get(session_id)
+        if state is not None and state.epoch == projection.epoch:
+            new = result.messages[state.count :]
+            messages = state.projected + tuple(new)
+            self._threads[session_id] = _ThreadState(
+                projection.epoch, state.projected + redact_for_projection(new), len(result.messages)
+            )
+            return messages, "reused"
+        self._threads[session_id] = _ThreadState(
+            projection.epoch, redact_for_projection(result.messages), len(result.messages)
+        )
+        return result.messages, "bootstrapped"
+
+    def thread_projection(self, session_id: str) -> tuple[Message, ...] | None:
+        """The redacted thread-bootstrap projection kept for a session, if any."""
+        state = self._threads.get(session_id)
+        return state.projected if state is not None else None
+
+    async def _execute(
+        self,
+        turn: AdmittedTurn,
+        row: SessionRow,
+        *,
+        sender_is_owner: bool,
+        sandboxed: bool,
+        tool_policy: ToolPolicy | None,
+        model: str | None,
+    ) -> TurnResult:
+        durable = self.slot.durable_engine() if turn.engine_id is not None else None
+        engine = durable if durable is not None else self.slot.legacy
+        engine_name = engine.info.id
+        primary, fallbacks, pinned = self._model_refs(model)
+        context_window = self._context_window(primary)
+        tools = self._tools(tool_policy)
+        tool_map = {t.name: t for t in tools}
+        specs = tool_specs(tools)
+        max_rounds = self.host.config.agents.defaults.max_tool_rounds
+        flush_result: Any = None
+        compaction: CompactResult | None = None
+        async with self.host.open_run(
+            row.session_key, sender_is_owner=sender_is_owner, sandboxed=sandboxed
+        ) as run:
+            visible = await self.store.visible_messages(row.session_id)
+            flush_result = await self._maybe_flush(
+                run, row, visible, context_window=context_window, overflow=False
+            )
+            assembled, system_prompt = await self._assemble(
+                engine, run, visible, tools, context_window=context_window, model_ref=primary
+            )
+            messages, projection = self._project(row.session_id, assembled)
+            rounds = 0
+            overflowed = False
+            entry_ids: list[str] = [turn.first_entry_id]
+            model_ref: str | None = None
+
+            def context_for(tool: RegisteredTool) -> ToolContext:
+                return ToolContext(
+                    owner_plugin_id=tool.plugin_id,
+                    tool_name=tool.name,
+                    session_key=run.session_key,
+                    agent_id=run.agent_id,
+                    caller=run.caller,
+                    sandboxed=run.authority.sandboxed,
+                    workspace_dir=self.host.config.workspace_dir,
+                )
+
+            while True:
+                try:
+                    completion = await self.models.complete_with_fallback(
+                        primary,
+                        fallbacks,
+                        messages=messages,
+                        system_prompt=system_prompt,
+                        tools=specs,
+                        pinned=pinned,
+                    )
+                except ContextOverflowError:
+                    if overflowed:
+                        raise
+                    overflowed = True
+                    self.host.events.emit("turn.overflow", row.session_key, turn_id=turn.turn_id)
+                    current = await self.store.visible_messages(row.session_id)
+                    flush_result = await self._maybe_flush(
+                        run, row, current, context_window=context_window, overflow=True
+                    )
+                    compaction = await self._compact(row, reason="overflow")
+                    current = await self.store.visible_messages(row.session_id)
+                    assembled, system_prompt = await self._assemble(
+                        engine,
+                        run,
+                        current,
+                        tools,
+                        context_window=context_window,
+                        model_ref=primary,
+                    )
+                    messages, projection = self._project(row.session_id, assembled)
+                    continue
+                reply = completion.message
+                model_ref = str(completion.ref)
+                if reply.tool_calls and rounds < max_rounds:
+                    rounds += 1
+                    entries = await self.store.append(
+                        row.session_key, row.session_id, [reply], turn_id=turn.turn_id
+                    )
+                    entry_ids.extend(e.entry_id for e in entries)
+                    results = [
+                        await run_tool_call(call, tool_map, context_for)
+                        for call in reply.tool_calls
+                    ]
+                    entries = await self.store.append(
+                        row.session_key, row.session_id, results, turn_id=turn.turn_id
+                    )
+                    entry_ids.extend(e.entry_id for e in entries)
+                    messages = (*messages, reply, *results)
+                    continue
+                if reply.tool_calls:
+                    reply = AssistantMessage(
+                        text=reply.text or f"(stopped after {max_rounds} tool rounds)",
+                        usage=reply.usage,
+                    )
+                entries = await self.store.append(
+                    row.session_key, row.session_id, [reply], turn_id=turn.turn_id, terminal=True
+                )
+                entry_ids.extend(e.entry_id for e in entries)
+                break
+            self.host.events.emit(
+                "turn.terminal", row.session_key, turn_id=turn.turn_id, tool_rounds=rounds
+            )
+            ended = await self.store.get_turn(turn.turn_id)
+            commit = await self._commit(ended) if ended.engine_id is not None else "legacy"
+            if durable is not None and not self.slot.is_quarantined():
+                after = getattr(durable, "after_turn", None)
+                if callable(after):
+                    await self.slot.call(
+                        durable,
+                        "after_turn",
+                        AfterTurnParams(
+                            messages=await self._turn_messages(ended),
+                            session_key=row.session_key,
+                            session_id=row.session_id,
+                            agent_id=run.agent_id,
+                        ),
+                        fallback=_noop,
+                    )
+            if compaction is None:
+                compaction = await self._maybe_compact(row, context_window=context_window, run=run)
+        return TurnResult(
+            turn_id=turn.turn_id,
+            advancement_key=turn.advancement_key,
+            session_key=row.session_key,
+            session_id=row.session_id,
+            reply=reply,
+            entry_ids=tuple(entry_ids),
+            engine_id=engine_name,
+            model_ref=model_ref,
+            commit=commit,  # type: ignore[arg-type]
+            projection=projection,
+            compaction=compaction,
+            flush=flush_result,
+            tool_rounds=rounds,
+        )
+
+    async def _turn_messages(self, turn: AdmittedTurn) -> tuple[Message, ...]:
+        through = turn.terminal_seq
+        entries = await self.store.read_entries(
+            turn.session_id, after_seq=turn.first_seq - 1, through_seq=through
+        )
+        return tuple(e.message for e in entries if e.message is not None)
+
+    async def _commit(self, turn: AdmittedTurn) -> str:
+        """Commit an ended turn to its engine with its own key; record the outcome."""
+        engine = self.slot.durable_engine()
+        if engine is None or self.slot.selected_id != turn.engine_id:
+            await self.store.mark_committed(turn.turn_id, outcome="engine-unavailable")
+            self.host.events.emit(
+                "turn.commit_abandoned",
+                turn.session_key,
+                turn_id=turn.turn_id,
+                engine_id=turn.engine_id,
+            )
+            return "failed"
+        assert turn.terminal_seq is not None
+        entries = await self.store.read_entries(
+            turn.session_id, after_seq=turn.first_seq - 1, through_seq=turn.terminal_seq
+        )
+        messages = tuple(e.message for e in entries if e.message is not None)
+        params = CommitTurnParams(
+            advancement_key=turn.advancement_key,
+            turn_id=turn.turn_id,
+            entry_ids=tuple(e.entry_id for e in entries),
+            messages=messages,
+            session_key=turn.session_key,
+            session_id=turn.session_id,
+        )
+        try:
+            result: object = await self.slot.call(engine, "commit_turn", params)
+        except ContractError as exc:
+            await self.store.mark_committed(turn.turn_id, outcome="engine-failed")
+            self.host.events.emit(
+                "engine.quarantined", turn.session_key, engine_id=turn.engine_id, error=str(exc)
+            )
+            return "failed"
+        if not isinstance(result, CommitTurnResult):
+            raise ContractError(
+                f'context engine "{turn.engine_id}" returned {type(result).__name__} from '
+                "commit_turn(), not a CommitTurnResult"
+            )
+        await self.store.mark_committed(turn.turn_id, outcome=result.status)
+        self.host.events.emit(
+            "turn.committed",
+            turn.session_key,
+            turn_id=turn.turn_id,
+            advancement_key=turn.advancement_key,
+            status=result.status,
+        )
+        return result.status
+
+    async def _summarise(self, messages: Sequence[Message], system_prompt: str) -> AssistantMessage:
+        primary, fallbacks, pinned = self._model_refs(None)
+        completion = await self.models.complete_with_fallback(
+            primary,
+            fallbacks,
+            messages=messages,
+            system_prompt=system_prompt,
+            tools=(),
+            pinned=pinned,
+        )
+        return completion.message
+
+    async def _compact(
+        self, row: SessionRow, *, reason: Literal["threshold", "overflow", "manual"]
+    ) -> CompactResult:
+        engine = self.slot.durable_engine() or self.slot.legacy
+        defaults = self.host.config.agents.defaults
+        primary = defaults.model
+
+        async def runtime(params: CompactParams) -> CompactResult:
+            return await runtime_compaction(
+                params,
+                store=self.store,
+                session_key=row.session_key,
+                session_id=row.session_id,
+                summarise=self._summarise,
+                keep_recent_tokens=defaults.compaction.keep_recent_tokens,
+            )
+
+        params = runtime_compaction_params(
+            CompactParams(
+                reason=reason,
+                messages=await self.store.visible_messages(row.session_id),
+                session_key=row.session_key,
+                session_id=row.session_id,
+                agent_id=row.agent_id,
+                context_window=defaults.context_window,
+                model=primary,
+            ),
+            runtime,
+        )
+        legacy = self.slot.legacy
+
+        async def fallback() -> CompactResult:
+            return await legacy.compact(params)
+
+        result: CompactResult = await self.slot.call(engine, "compact", params, fallback=fallback)
+        if result.compacted:
+            self._compaction_counts[row.session_id] = self.compaction_count(row.session_id) + 1
+            self.host.events.emit(
+                "compaction.completed",
+                row.session_key,
+                reason=reason,
+                engine_id=engine.info.id,
+                tokens_before=result.tokens_before,
+                tokens_after=result.tokens_after,
+            )
+            await self.host._post_compaction_refresh(row)
+        else:
+            self.host.events.emit(
+                "compaction.skipped", row.session_key, reason=result.reason or "not compacted"
+            )
+        return result
+
+    async def _maybe_compact(
+        self, row: SessionRow, *, context_window: int, run: Run
+    ) -> CompactResult | None:
+        compaction = self.host.config.agents.defaults.compaction
+        visible = await self.store.visible_messages(row.session_id)
+        tokens = estimate_tokens(visible)
+        floor = _scaled_floor(compaction.memory_flush.reserve_tokens_floor, context_window)
+        if tokens <= context_window - floor:
+            return None
+        await self._maybe_flush(run, row, visible, context_window=context_window, overflow=False)
+        return await self._compact(row, reason="threshold")
+
+    async def _maybe_flush(
+        self,
+        run: Run,
+        row: SessionRow,
+        visible: Sequence[Message],
+        *,
+        context_window: int,
+        overflow: bool,
+    ) -> Any:
+        flush = self.host._flush
+        if flush is None:
+            return None
+        return await flush.maybe_flush(
+            run=run,
+            row=row,
+            visible=visible,
+            context_window=context_window,
+            overflow=overflow,
+            compaction_count=self.compaction_count(row.session_id),
+        )
+
+
+async def _noop() -> None:
+    await trio.lowlevel.checkpoint()
+
+
+def _scaled_floor(floor: int, context_window: int) -> int:
+    """The reserve floor, scaled down for small windows so a flush can still run."""
+    return min(floor, context_window // 4)

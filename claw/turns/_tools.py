@@ -1,0 +1,159 @@
+"""Tool policy, the context a tool handler receives, and running one tool call.
+
+Tools are registered by plugins and carry their owning plugin id. A run sees the tools
+its turn's :class:`ToolPolicy` allows. A handler receives a :class:`ToolContext` with
+the run's caller context (its authority, audience and currency check); tools never get
+the host, and a tool-arm flush context additionally carries the flush identity.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from .._capabilities import FlushIdentity, MemoryAudience, MemoryCallerContext
+from .._errors import ClawError
+from .._plugins import RegisteredTool
+from ..models import ToolCall, ToolResult, ToolSpec
+
+logger = logging.getLogger("claw.tools")
+
+
+def _names(value: Iterable[str] | None) -> frozenset[str] | None:
+    return None if value is None else frozenset(value)
+
+
+def _deny(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
+
+
+@attrs.frozen
+class ToolPolicy:
+    """Which tools a turn may use: ``allow`` (``None``: every registered tool) minus ``deny``."""
+
+    allow: frozenset[str] | None = attrs.field(default=None, converter=_names)
+    deny: frozenset[str] = attrs.field(factory=frozenset, converter=_deny)
+
+    def allows(self, name: str) -> bool:
+        """Whether ``name`` passes this policy."""
+        return name not in self.deny and (self.allow is None or name in self.allow)
+
+
+@attrs.frozen
+class FlushToolContext:
+    """What a tool-arm flush adds to the tool context: its deterministic flush identity.
+
+    ``flush_id`` lets a provider deduplicate a retried mutation; it grants no authority.
+    """
+
+    identity: FlushIdentity
+
+    @property
+    def flush_id(self) -> str:
+        return self.identity.flush_id
+
+
+@attrs.frozen
+class ToolContext:
+    """What a tool handler receives.
+
+    ``caller`` is the run's :class:`~claw.MemoryCallerContext`: call
+    ``caller.assert_current()`` before each effect. ``audience`` is the run's (or, in a
+    flush, the delegated) memory audience. ``memory_flush`` is set only in tool-arm
+    flush runs. ``owner_plugin_id`` is the plugin that registered the tool.
+    """
+
+    owner_plugin_id: str
+    tool_name: str
+    session_key: str
+    agent_id: str
+    caller: MemoryCallerContext
+    sandboxed: bool
+    workspace_dir: Path
+    memory_flush: FlushToolContext | None = None
+
+    @property
+    def audience(self) -> MemoryAudience | None:
+        return self.caller.audience
+
+
+def tool_specs(tools: Sequence[RegisteredTool]) -> tuple[ToolSpec, ...]:
+    """The specs the model sees for ``tools``."""
+    return tuple(
+        ToolSpec(
+            name=t.tool.name, description=t.tool.description, parameters=dict(t.tool.parameters)
+        )
+        for t in tools
+    )
+
+
+def select_tools(
+    registered: Sequence[RegisteredTool], policy: ToolPolicy, *, prefer_plugin: str | None
+) -> tuple[RegisteredTool, ...]:
+    """The tools a turn sees: allowed by policy, one per name.
+
+    When two plugins registered the same name, the memory slot owner's wins, else the
+    first registered; the other is left out with a warning.
+    """
+    chosen: dict[str, RegisteredTool] = {}
+    for tool in registered:
+        if not policy.allows(tool.name):
+            continue
+        existing = chosen.get(tool.name)
+        if existing is None:
+            chosen[tool.name] = tool
+            continue
+        keep = tool if tool.plugin_id == prefer_plugin else existing
+        drop = existing if keep is tool else tool
+        chosen[tool.name] = keep
+        logger.warning(
+            'tool "%s" is registered by plugins "%s" and "%s"; using the one of "%s"',
+            tool.name,
+            existing.plugin_id,
+            tool.plugin_id,
+            keep.plugin_id,
+        )
+        del drop
+    return tuple(chosen.values())
+
+
+async def run_tool_call(
+    call: ToolCall, tools: Mapping[str, RegisteredTool], context_for: Any
+) -> ToolResult:
+    """Run one tool call; unknown tools and tool errors become error results for the model.
+
+    Cancellation propagates. A handler's claw error (a stale capability, say) is
+    reported to the model by type and message; any other exception by type only.
+    """
+    tool = tools.get(call.name)
+    if tool is None:
+        return ToolResult(
+            call_id=call.id, name=call.name, content=f"unknown tool {call.name!r}", is_error=True
+        )
+    context: ToolContext = context_for(tool)
+    try:
+        arguments = call.arguments.thaw()
+        content: object = await tool.tool.handler(context, arguments)
+    except trio.Cancelled:
+        raise
+    except ClawError as exc:
+        return ToolResult(
+            call_id=call.id, name=call.name, content=f"{type(exc).__name__}: {exc}", is_error=True
+        )
+    except Exception as exc:
+        logger.warning('tool "%s" of plugin "%s" failed', call.name, tool.plugin_id, exc_info=exc)
+        return ToolResult(
+            call_id=call.id,
+            name=call.name,
+            content=f"tool failed: {type(exc).__name__}",
+            is_error=True,
+        )
+    if not isinstance(content, str):
+        content = json.dumps(content, default=str)
+    return ToolResult(call_id=call.id, name=call.name, content=content)
