@@ -35,6 +35,7 @@ from ._errors import ClawError, ConfigError, ContractError, HostClosedError, Sta
 from ._events import EventLog
 from ._plugins import Plugin, PluginApi, PluginRegistry
 from ._runs import Run, open_run
+from ._transcript_reader import TranscriptReader
 from ._util import NoPublicConstructor, collapse_single_exception_group, final
 from ._workers import InlineWorkerPool, ThreadWorkerPool, WorkerPool
 from .context._engines import ContextEngineSlot
@@ -397,6 +398,7 @@ class Host(metaclass=NoPublicConstructor):
                 workers=self.workers,
                 workspace_dir=self.config.workspace_dir,
                 state_dir=self.config.resolved_state_dir,
+                transcripts=TranscriptReader(self),
             )
             try:
                 plugin.register(api)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from ._workers import WorkerPool
 
 if TYPE_CHECKING:
     from ._embeddings import EmbeddingProvider
+    from ._transcript_reader import TranscriptReader
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
@@ -45,6 +46,12 @@ def _valid_id(kind: str) -> Callable[[object, attrs.Attribute[Any], str], None]:
     return check
 
 
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ContractError(f"expected a sequence of names, not the string {value!r}")
+    return tuple(value)
+
+
 @attrs.frozen
 class PluginContracts:
     """A plugin's manifest: what it declares it will register.
@@ -54,8 +61,8 @@ class PluginContracts:
     brings.
     """
 
-    embedding_providers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    tools: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    embedding_providers: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    tools: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
 
 @attrs.frozen
@@ -169,6 +176,7 @@ class PluginApi(metaclass=NoPublicConstructor):
         workers: WorkerPool,
         workspace_dir: Path,
         state_dir: Path,
+        transcripts: TranscriptReader,
     ) -> None:
         self._plugin = plugin
         self._registry = registry
@@ -178,6 +186,8 @@ class PluginApi(metaclass=NoPublicConstructor):
         self.workspace_dir: Path = workspace_dir
         self.state_dir: Path = state_dir
         self.logger: logging.Logger = logging.getLogger(f"claw.plugins.{plugin.id}")
+        #: Read-only session transcripts (usable once the host is open).
+        self.transcripts: TranscriptReader = transcripts
 
     @property
     def plugin_id(self) -> str:

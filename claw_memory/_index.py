@@ -794,6 +794,16 @@ class MemoryIndex:
             await self._publish(removed_ids=frozenset(ids))
             return ForgetResult(dry_run=False, chunk_ids=ids, paths=paths)
 
+    def source_paths(self, source: SourceKind = "memory") -> tuple[str, ...]:
+        """The virtual paths of the indexed (not skipped) sources of one kind, sorted."""
+        return tuple(
+            sorted(
+                s.path
+                for s in self._sources.values()
+                if s.source == source and s.skip_reason is None
+            )
+        )
+
     # -- status -------------------------------------------------------------------
     def status(self) -> IndexStatus:
         """A snapshot of the index (no I/O)."""

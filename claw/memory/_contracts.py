@@ -18,7 +18,7 @@ its own hooks); the host then reports absent search support neutrally.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
@@ -154,6 +154,10 @@ class PublicArtifacts(Protocol):
     async def list_artifacts(self, *, agent_id: str) -> Sequence[PublicArtifact]: ...
 
 
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class MemoryPluginCapability:
     """What a memory plugin registers with ``api.register_memory_capability``.
@@ -170,6 +174,6 @@ class MemoryPluginCapability:
     flush_plan_resolver: Callable[..., Any] | None = None
     provider_flush_plan_resolver: Callable[..., Any] | None = None
     public_artifacts: PublicArtifacts | None = None
-    recall_tool_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    recall_tool_names: tuple[str, ...] = attrs.field(default=(), converter=_names)
     prompt_preparation: Callable[..., Awaitable[Any]] | None = None
     dreaming: Any = None

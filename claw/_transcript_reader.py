@@ -1,0 +1,105 @@
+"""A read-only view of the host's session transcripts for plugins (memory providers).
+
+Memory plugins index session transcripts; they read them through this facet, never
+through the host's stores. Sessions are listed per agent, one entry per session
+incarnation (a reset that changes the session id keeps the old transcript listed, so
+memory survives resets until it is forgotten); detached internal sessions (such as a
+flush's maintenance run) have no session row and are never listed. A turn is a user or
+assistant message with text: tool results, tool-call records and compaction summaries
+are left out.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .models import AssistantMessage, UserMessage
+
+if TYPE_CHECKING:
+    from ._host import Host
+    from .turns import TranscriptCursor, TranscriptDelta
+
+
+@attrs.frozen
+class TranscriptSessionInfo:
+    """One session incarnation with a token that changes whenever its transcript does."""
+
+    agent_id: str
+    session_key: str
+    session_id: str
+    change_token: str
+
+
+@attrs.frozen
+class TranscriptTurnInfo:
+    """One visible turn: who said what, and when (seconds since the epoch)."""
+
+    entry_id: str
+    role: str
+    speaker: str
+    text: str
+    timestamp: float | None = None
+
+
+@attrs.define(eq=False)
+class TranscriptReader:
+    """Read-only access to session transcripts, handed to plugins as ``api.transcripts``."""
+
+    _host: Host
+
+    async def list_sessions(self, *, agent_id: str | None = None) -> list[TranscriptSessionInfo]:
+        """Every session incarnation with a transcript (of ``agent_id``, when given)."""
+        host = self._host
+        host._check_open()
+        out: list[TranscriptSessionInfo] = []
+        for row in await host.sessions.list(agent_id):
+            for session_id in await host.transcripts.session_ids(row.session_key):
+                stats = await host.transcripts.stats(session_id)
+                if stats.entry_count == 0:
+                    continue
+                token = f"{stats.entry_count}:{stats.last_seq}:{stats.byte_size}"
+                out.append(
+                    TranscriptSessionInfo(
+                        agent_id=row.agent_id,
+                        session_key=row.session_key,
+                        session_id=session_id,
+                        change_token=token,
+                    )
+                )
+        return out
+
+    async def read_turns(self, session_id: str) -> list[TranscriptTurnInfo]:
+        """The user and assistant turns of a session incarnation, in order."""
+        host = self._host
+        host._check_open()
+        turns: list[TranscriptTurnInfo] = []
+        for entry in await host.transcripts.read_entries(session_id):
+            message = entry.payload
+            if isinstance(message, UserMessage) and message.text.strip():
+                speaker = message.sender or "user"
+                role = "user"
+            elif isinstance(message, AssistantMessage) and message.text.strip():
+                speaker = role = "assistant"
+            else:
+                continue
+            turns.append(
+                TranscriptTurnInfo(
+                    entry_id=entry.entry_id,
+                    role=role,
+                    speaker=speaker,
+                    text=message.text,
+                    timestamp=entry.created_at,
+                )
+            )
+        return turns
+
+    async def read_visible_message_delta(
+        self, session_id: str, cursor: TranscriptCursor | None = None
+    ) -> TranscriptDelta:
+        """The cursor API engines use to bootstrap or rebuild history (see claw.turns)."""
+        self._host._check_open()
+        return await self._host.transcripts.read_session_transcript_visible_message_delta(
+            session_id, cursor
+        )

@@ -1,0 +1,253 @@
+"""The Memory Core plugin object: configuration, embedders, the index service.
+
+``claw_memory.plugin`` (id ``memory-core``) is discovered through the ``claw.plugins``
+entry point and selected into the memory slot by default. It registers:
+
+* its embedding providers (``claw-hash``, the built-in default; ``openai-compatible``
+  and ``sentence-transformers`` when configured), declared in its manifest;
+* its memory capability: the provider-neutral ``provider_runtime``, the legacy
+  file-shaped ``runtime``, ``authorize_search_hits`` on both, ``public_artifacts``,
+  ``recall_tool_names`` and the async memory prompt preparation;
+* the agent tools ``memory_search`` and ``memory_get``;
+* a service that owns one index per agent (opened on first use under
+  ``<state_dir>/memory/<agent_id>``) and closes them when the host closes.
+
+Configuration lives under ``[plugins.entries.memory-core.config]``: every
+:class:`MemoryCoreSettings` field, plus ``embedder`` (``"claw-hash"``, ``"none"``,
+``"openai-compatible"`` or ``"sentence-transformers"``), ``embedding`` (the options of
+the chosen remote or local model) and ``deny_sandboxed``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from claw.plugin_sdk import (
+    ConfigError,
+    EmbeddingProvider,
+    Plugin,
+    PluginApi,
+    PluginContracts,
+    TranscriptReader,
+)
+
+from ._hash_embedder import HashEmbedder
+from ._http_embedder import OpenAIEmbedder
+from ._index import MemoryIndex, open_memory_index
+from ._runtime import build_capability
+from ._settings import MemoryCoreSettings
+from ._st_embedder import SentenceTransformerEmbedder
+from ._tools import memory_tools
+from ._transcripts import TranscriptSession, TranscriptTurn
+
+PLUGIN_ID = "memory-core"
+EMBEDDERS = ("claw-hash", "openai-compatible", "sentence-transformers")
+TOOLS = ("memory_search", "memory_get")
+_EXTRA_KEYS = frozenset({"embedder", "embedding", "deny_sandboxed"})
+_AGENT_DIR_RE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@attrs.frozen
+class MemoryCoreConfig:
+    """Parsed ``[plugins.entries.memory-core.config]``."""
+
+    settings: MemoryCoreSettings
+    embedder: str = "claw-hash"
+    embedding: Mapping[str, Any] = attrs.field(factory=dict)
+    deny_sandboxed: bool = False
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> MemoryCoreConfig:
+        """Parse and validate; errors name the key path under the plugin's config."""
+        prefix = f"plugins.entries.{PLUGIN_ID}.config"
+        known = {f.name for f in attrs.fields(MemoryCoreSettings)}
+        settings_kwargs: dict[str, Any] = {"sources": ("memory", "sessions")}
+        for key, value in data.items():
+            if key in _EXTRA_KEYS:
+                continue
+            if key not in known:
+                raise ConfigError(
+                    f"{prefix}.{key}",
+                    f"unknown key (known keys: {', '.join(sorted(known | _EXTRA_KEYS))})",
+                    value=value,
+                )
+            settings_kwargs[key] = tuple(value) if isinstance(value, list) else value
+        try:
+            settings = MemoryCoreSettings(**settings_kwargs)
+        except ConfigError as exc:
+            raise ConfigError(f"{prefix}.{exc.key_path}", str(exc).split(": ", 1)[-1]) from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(prefix, str(exc)) from None
+        embedder = data.get("embedder", "claw-hash")
+        if embedder != "none" and embedder not in EMBEDDERS:
+            raise ConfigError(
+                f"{prefix}.embedder",
+                f"unknown embedder {embedder!r} (use none, {', '.join(EMBEDDERS)})",
+                value=embedder,
+            )
+        embedding = data.get("embedding", {})
+        if not isinstance(embedding, Mapping):
+            raise ConfigError(f"{prefix}.embedding", "expected a table", value=embedding)
+        deny = data.get("deny_sandboxed", False)
+        if not isinstance(deny, bool):
+            raise ConfigError(f"{prefix}.deny_sandboxed", "expected true or false", value=deny)
+        return cls(settings=settings, embedder=embedder, embedding=embedding, deny_sandboxed=deny)
+
+
+def _build_remote_embedder(config: MemoryCoreConfig, api: PluginApi) -> EmbeddingProvider | None:
+    prefix = f"plugins.entries.{PLUGIN_ID}.config.embedding"
+    options = dict(config.embedding)
+    if config.embedder == "openai-compatible":
+        for key in ("base_url", "model", "dims"):
+            if key not in options:
+                raise ConfigError(f"{prefix}.{key}", "required for the openai-compatible embedder")
+        key_env = options.pop("api_key_env", None)
+        return OpenAIEmbedder(
+            base_url=str(options.pop("base_url")),
+            model=str(options.pop("model")),
+            dims=int(options.pop("dims")),
+            api_key=os.environ.get(str(key_env)) if key_env else None,
+            **options,
+        )
+    if config.embedder == "sentence-transformers":
+        if "model_path" not in options:
+            raise ConfigError(f"{prefix}.model_path", "required for sentence-transformers")
+        return SentenceTransformerEmbedder(
+            str(options.pop("model_path")), workers=api.workers, **options
+        )
+    return None
+
+
+@attrs.define(eq=False)
+class _AgentTranscripts:
+    """Memory Core's view of one agent's host transcripts (the SDK reader, adapted)."""
+
+    reader: TranscriptReader
+    agent_id: str
+
+    async def list_sessions(self) -> Sequence[TranscriptSession]:
+        return [
+            TranscriptSession(
+                agent_id=s.agent_id,
+                session_key=s.session_key,
+                session_id=s.session_id,
+                change_token=s.change_token,
+            )
+            for s in await self.reader.list_sessions(agent_id=self.agent_id)
+        ]
+
+    async def read_turns(self, session: TranscriptSession) -> Sequence[TranscriptTurn]:
+        return [
+            TranscriptTurn(
+                entry_id=t.entry_id,
+                role=t.role,
+                speaker=t.speaker,
+                text=t.text,
+                timestamp=t.timestamp,
+            )
+            for t in await self.reader.read_turns(session.session_id)
+        ]
+
+
+@attrs.define(eq=False)
+class MemoryCoreService:
+    """Owns Memory Core's per-agent indexes for the life of the host."""
+
+    api: PluginApi
+    config: MemoryCoreConfig
+    _indexes: dict[str, MemoryIndex] = attrs.field(factory=dict, init=False)
+    _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
+
+    @property
+    def workspace_dir(self) -> Path:
+        return self.api.workspace_dir
+
+    def embedder(self) -> EmbeddingProvider | None:
+        """The configured embedding provider, looked up in the host's one registry."""
+        if self.config.embedder == "none":
+            return None
+        provider = self.api.get_embedding_provider(self.config.embedder)
+        if provider is None:
+            raise ConfigError(
+                f"plugins.entries.{PLUGIN_ID}.config.embedder",
+                f"embedding provider {self.config.embedder!r} is not registered",
+                value=self.config.embedder,
+            )
+        return provider
+
+    def index_dir(self, agent_id: str) -> Path:
+        safe = _AGENT_DIR_RE.sub("_", agent_id) or "_"
+        return self.api.state_dir / "memory" / safe
+
+    async def index(self, agent_id: str) -> MemoryIndex:
+        """The open index of ``agent_id`` (opened, and synced, on first use)."""
+        existing = self._indexes.get(agent_id)
+        if existing is not None:
+            return existing
+        async with self._lock:
+            existing = self._indexes.get(agent_id)
+            if existing is not None:
+                return existing
+            if self._stack is None or self._closed:
+                raise ConfigError(PLUGIN_ID, "Memory Core is not running (the host is closed)")
+            index = await self._stack.enter_async_context(
+                open_memory_index(
+                    workspace_dir=self.workspace_dir,
+                    index_dir=self.index_dir(agent_id),
+                    workers=self.api.workers,
+                    settings=self.config.settings,
+                    embedder=self.embedder(),
+                    transcripts=_AgentTranscripts(self.api.transcripts, agent_id)
+                    if "sessions" in self.config.settings.sources
+                    else None,
+                )
+            )
+            self._indexes[agent_id] = index
+            return index
+
+    def open_indexes(self) -> dict[str, MemoryIndex]:
+        """The indexes opened so far, by agent."""
+        return dict(self._indexes)
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run while the host is open; closes every index when cancelled."""
+        async with AsyncExitStack() as stack:
+            self._stack = stack
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._closed = True
+                self._indexes.clear()
+
+
+def _register(api: PluginApi) -> None:
+    config = MemoryCoreConfig.from_mapping(api.config)
+    api.register_embedding_provider(HashEmbedder(workers=api.workers))
+    remote = _build_remote_embedder(config, api)
+    if remote is not None:
+        api.register_embedding_provider(remote)
+    service = MemoryCoreService(api=api, config=config)
+    api.register_service("indexes", service.serve)
+    api.register_memory_capability(build_capability(service))
+    for tool in memory_tools(service):
+        api.register_tool(tool)
+
+
+plugin = Plugin(
+    id=PLUGIN_ID,
+    name="Memory Core",
+    version="0.1.0",
+    register=_register,
+    contracts=PluginContracts(embedding_providers=EMBEDDERS, tools=TOOLS),
+)

@@ -1,0 +1,517 @@
+"""Memory Core's runtimes: the provider-neutral handle, the legacy manager, visibility.
+
+Visibility policy (Memory Core owns it, as the seed asks of every memory plugin):
+
+* Memory files (``MEMORY.md``, ``memory/**``...) are the agent owner's: a session
+  caller sees them only with an ``owner-private`` audience; an operator (authenticated
+  with ``operator.read``) sees them for the agent it addressed; a host authority and a
+  session without an audience see none. ``deny_sandboxed`` refuses sandboxed sessions.
+* Session transcripts reach a caller only through :func:`authorize_hits`: the agent's
+  own sessions for a trusted operator or host scope; for a session caller, its own
+  session, its audience's root conversation, every session of the agent for the
+  owner-private audience, and the conversations a host-granted recall pass names.
+  Hits of another agent never pass.
+
+The provider checks ``context.assert_current()`` right before each effect, including
+after its own awaits, so a caller whose audience went stale meanwhile is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from claw.plugin_sdk import (
+    AuthorizeSearchHitsRequest,
+    CapabilityDeniedError,
+    Citation,
+    HealthStatus,
+    HostAuthority,
+    LegacyReadResult,
+    LegacySearchResult,
+    MemoryCallerContext,
+    MemoryGetRequest,
+    MemoryGetResult,
+    MemoryHealth,
+    MemoryPluginCapability,
+    MemoryProviderOpenResult,
+    MemoryReference,
+    MemorySearchHit,
+    MemorySearchRequest,
+    MemorySearchResult,
+    OperatorAuthority,
+    ProviderCapabilities,
+    PublicArtifact,
+    SearchCoverage,
+    SessionAuthority,
+    UnsupportedRequestError,
+    line_fragment,
+    parse_line_fragment,
+)
+
+from ._errors import MemoryCoreError, SourcePathError
+from ._types import SearchFilter, SearchHit
+
+if TYPE_CHECKING:
+    from ._plugin import MemoryCoreService
+
+PROVIDER_ID = "memory-core"
+RECALL_TOOLS = ("memory_search", "memory_get")
+_PROJECT_RE = re.compile(r"^memory/projects/([^/]+)/")
+_EXCERPT_CHARS = 700
+
+
+def may_read_memory_files(service: MemoryCoreService, context: MemoryCallerContext) -> bool:
+    """Whether ``context`` may see the owner's memory files (see the module docstring)."""
+    authority = context.authority
+    if isinstance(authority, OperatorAuthority):
+        return authority.has_scope("operator.read") or authority.has_scope("operator.admin")
+    if isinstance(authority, SessionAuthority):
+        if authority.sandboxed and service.config.deny_sandboxed:
+            return False
+        audience = authority.audience
+        return audience is not None and audience.kind == "owner-private"
+    return False
+
+
+def _session_allowed(
+    *,
+    agent_id: str,
+    hit_agent: str | None,
+    hit_session: str | None,
+    session_key: str | None,
+    trusted_agent_scope: str | None,
+    audience: Any,
+    recall: Any,
+    sandboxed: bool,
+    deny_sandboxed: bool,
+) -> bool:
+    if hit_agent != agent_id:
+        return False
+    if trusted_agent_scope is not None:
+        return hit_agent == trusted_agent_scope
+    if sandboxed and deny_sandboxed:
+        return False
+    if session_key is not None and hit_session == session_key:
+        return audience is not None
+    if audience is not None:
+        if audience.agent_id != agent_id:
+            return False
+        if audience.kind == "owner-private":
+            return True
+        if hit_session is not None and (
+            hit_session == audience.session_key
+            or hit_session.startswith(f"{audience.session_key}/")
+        ):
+            return True
+    return recall is not None and hit_session in recall.conversation_keys
+
+
+def authorize_hits(
+    service: MemoryCoreService, request: AuthorizeSearchHitsRequest
+) -> list[MemorySearchHit]:
+    """Admit only the hits the requester may observe (the module docstring's policy)."""
+    admitted: list[MemorySearchHit] = []
+    for hit in request.hits:
+        if hit.source != "sessions":
+            admitted.append(hit)
+            continue
+        if _session_allowed(
+            agent_id=request.agent_id,
+            hit_agent=hit.metadata.get("agent_id"),
+            hit_session=hit.metadata.get("session_key"),
+            session_key=request.session_key,
+            trusted_agent_scope=request.trusted_agent_scope,
+            audience=request.audience,
+            recall=request.conversation_recall,
+            sandboxed=request.sandboxed,
+            deny_sandboxed=service.config.deny_sandboxed,
+        ):
+            admitted.append(hit)
+    return admitted
+
+
+def _context_grants(context: MemoryCallerContext) -> dict[str, Any]:
+    authority = context.authority
+    if isinstance(authority, SessionAuthority):
+        return {
+            "session_key": authority.session_key,
+            "trusted_agent_scope": None,
+            "audience": authority.audience,
+            "recall": authority.conversation_recall,
+            "sandboxed": authority.sandboxed,
+        }
+    return {
+        "session_key": None,
+        "trusted_agent_scope": None,
+        "audience": None,
+        "recall": None,
+        "sandboxed": False,
+    }
+
+
+def to_neutral_hit(hit: SearchHit) -> MemorySearchHit:
+    """A Memory Core hit as a provider-neutral hit (always with a citation)."""
+    return MemorySearchHit(
+        reference=MemoryReference(
+            provider_id=PROVIDER_ID,
+            id=hit.path,
+            revision=hit.revision,
+            fragment=line_fragment(hit.start_line, hit.end_line),
+        ),
+        excerpt=hit.excerpt[:_EXCERPT_CHARS],
+        score=round(float(hit.score), 6),
+        citation=Citation(
+            path=hit.path, start_line=hit.start_line, end_line=hit.end_line, source=hit.source
+        ),
+        source=hit.source,
+        metadata={
+            "chunk_id": hit.chunk_id,
+            "agent_id": hit.agent_id,
+            "session_key": hit.session_key,
+            "session_id": hit.session_id,
+            "entry_ids": list(hit.entry_ids),
+            "text_score": hit.text_score,
+            "vector_score": hit.vector_score,
+        },
+    )
+
+
+def _project_of(path: str) -> str | None:
+    match = _PROJECT_RE.match(path)
+    return match.group(1) if match else None
+
+
+def _parse_cursor(cursor: str | None) -> int:
+    if cursor is None:
+        return 0
+    if not cursor.isdigit() or len(cursor) > 9:
+        raise UnsupportedRequestError(
+            f'memory provider "{PROVIDER_ID}" cannot read cursor {cursor!r}; '
+            "pass back the nextCursor of a previous search"
+        )
+    return int(cursor)
+
+
+@attrs.define(eq=False)
+class MemoryCoreHandle:
+    """A caller-bound reader over one agent's Memory Core index."""
+
+    service: MemoryCoreService
+    agent_id: str
+    context: MemoryCallerContext
+    capabilities: ProviderCapabilities
+    _closed: bool = attrs.field(default=False, init=False)
+
+    async def search(self, request: MemorySearchRequest) -> MemorySearchResult:
+        requested = request.sources or self.capabilities.sources
+        memory_ok = may_read_memory_files(self.service, self.context)
+        effective = tuple(s for s in requested if s != "memory" or memory_ok)
+        warning = None
+        if "memory" in requested and not memory_ok:
+            warning = "memory files are owner-private and were not searched for this caller"
+        if not effective:
+            return MemorySearchResult(
+                hits=(),
+                coverage=SearchCoverage(sources=(), complete=False),
+                warning=warning,
+            )
+        offset = _parse_cursor(request.cursor)
+        index = await self.service.index(self.agent_id)
+        self.context.assert_current()
+        result = await index.search(
+            request.query,
+            mode="lexical" if request.lexical_only else None,
+            max_results=min(request.max_results, 100),
+            offset=offset,
+            min_score=request.min_score,
+            filter=SearchFilter(sources=frozenset(effective), agent_ids=frozenset({self.agent_id})),
+        )
+        # Our own awaits are done: recheck before any data leaves the provider.
+        self.context.assert_current()
+        active = set(request.active_project_keys)
+        hits = []
+        for hit in result.hits:
+            project = _project_of(hit.path) if hit.source == "memory" else None
+            if active and project is not None and project not in active:
+                continue
+            hits.append(to_neutral_hit(hit))
+        return MemorySearchResult(
+            hits=tuple(hits),
+            next_cursor=None if result.next_offset is None else str(result.next_offset),
+            coverage=SearchCoverage(sources=effective, complete=effective == tuple(requested)),
+            warning=warning,
+        )
+
+    async def _check_path_access(self, path: str) -> str:
+        if path.startswith("sessions/"):
+            parts = path.split("/")
+            if len(parts) != 3:
+                raise UnsupportedRequestError(f"{path!r} is not a Memory Core transcript path")
+            sessions = await self.service.api.transcripts.list_sessions(agent_id=self.agent_id)
+            by_path = {f"sessions/{s.agent_id}/{s.session_id}": s for s in sessions}
+            session = by_path.get(path)
+            if session is None:
+                return "missing"
+            grants = _context_grants(self.context)
+            if isinstance(self.context.authority, OperatorAuthority | HostAuthority):
+                grants["trusted_agent_scope"] = self.agent_id
+            if not _session_allowed(
+                agent_id=self.agent_id,
+                hit_agent=session.agent_id,
+                hit_session=session.session_key,
+                deny_sandboxed=self.service.config.deny_sandboxed,
+                **grants,
+            ):
+                raise CapabilityDeniedError(f"this caller may not read transcript {path!r}")
+            return hashlib.sha256(session.change_token.encode()).hexdigest()
+        if not may_read_memory_files(self.service, self.context):
+            raise CapabilityDeniedError(
+                f"{path!r} is an owner-private memory file; this caller may not read it"
+            )
+        target = (self.service.workspace_dir / path).resolve()
+        root = self.service.workspace_dir.resolve()
+        if root not in target.parents or not target.is_file():
+            return "missing"
+        data = await self.service.api.workers.run_sync(target.read_bytes)
+        return hashlib.sha256(data).hexdigest()
+
+    async def get(self, request: MemoryGetRequest) -> MemoryGetResult:
+        ref = request.reference
+        from_line, lines = request.from_line, request.lines
+        if ref.fragment is not None and from_line is None and lines is None:
+            start, end = parse_line_fragment(ref.fragment)
+            from_line, lines = start, end - start + 1
+        revision = await self._check_path_access(ref.id)
+        if revision == "missing" or (ref.revision is not None and ref.revision != revision):
+            return MemoryGetResult(status="not_found", reference=ref)
+        index = await self.service.index(self.agent_id)
+        self.context.assert_current()
+        try:
+            read = await index.read(ref.id, from_line=from_line or 1, lines=lines)
+        except SourcePathError:
+            return MemoryGetResult(status="not_found", reference=ref)
+        self.context.assert_current()
+        return MemoryGetResult(
+            status="ok",
+            reference=attrs.evolve(ref, revision=revision),
+            text=read.text,
+            from_line=read.from_line,
+            lines=read.to_line - read.from_line + 1,
+            total_lines=read.total_lines,
+            truncated=read.truncated,
+        )
+
+    async def health(self) -> MemoryHealth:
+        self.context.assert_current()
+        try:
+            index = await self.service.index(self.agent_id)
+        except MemoryCoreError as exc:
+            return MemoryHealth(status="unavailable", message=type(exc).__name__)
+        status = index.status()
+        state: HealthStatus = "degraded" if status.skipped else "ready"
+        return MemoryHealth(
+            status=state,
+            message=f"{len(status.skipped)} source(s) skipped" if status.skipped else None,
+            details={
+                "chunks": status.chunks,
+                "memoryChunks": status.memory_chunks,
+                "sessionChunks": status.session_chunks,
+                "sources": status.sources,
+                "skippedSources": len(status.skipped),
+                "embedder": status.embedder_id,
+                "model": status.embedder_model,
+                "dims": status.dims,
+                "searchMode": status.default_mode,
+                "generation": status.generation,
+            },
+        )
+
+    async def refresh(self) -> None:
+        """Provider-owned refresh: sync the index with its sources now."""
+        index = await self.service.index(self.agent_id)
+        self.context.assert_current()
+        await index.sync()
+
+    async def close(self) -> None:
+        self._closed = True
+
+
+@attrs.define(eq=False)
+class MemoryCoreProviderRuntime:
+    """Memory Core's provider-neutral runtime."""
+
+    service: MemoryCoreService
+
+    def capabilities(self) -> ProviderCapabilities:
+        return ProviderCapabilities(
+            sources=self.service.config.settings.sources,
+            pagination=True,
+            candidates=(),
+            project_filter=True,
+        )
+
+    async def open(
+        self, *, agent_id: str, context: MemoryCallerContext
+    ) -> MemoryProviderOpenResult:
+        audience = context.audience
+        if audience is not None and audience.agent_id != agent_id:
+            raise CapabilityDeniedError("memory audience belongs to another agent")
+        context.assert_current()
+        return MemoryProviderOpenResult(
+            provider=MemoryCoreHandle(
+                service=self.service,
+                agent_id=agent_id,
+                context=context,
+                capabilities=self.capabilities(),
+            )
+        )
+
+    async def authorize_search_hits(
+        self, request: AuthorizeSearchHitsRequest
+    ) -> Sequence[MemorySearchHit]:
+        return authorize_hits(self.service, request)
+
+
+@attrs.define(eq=False)
+class MemoryCoreSearchManager:
+    """The legacy, file-shaped manager over the same index (for v1 callers)."""
+
+    service: MemoryCoreService
+    agent_id: str
+    context: MemoryCallerContext
+
+    async def search(
+        self,
+        query: str,
+        *,
+        max_results: int,
+        min_score: float | None,
+        sources: tuple[str, ...],
+        session_key: str | None,
+    ) -> Sequence[LegacySearchResult]:
+        handle = MemoryCoreHandle(
+            self.service, self.agent_id, self.context, ProviderCapabilities(sources=sources)
+        )
+        result = await handle.search(
+            MemorySearchRequest(query=query, max_results=max_results, min_score=min_score)
+        )
+        out = []
+        for hit in result.hits:
+            citation = hit.citation
+            assert citation is not None
+            out.append(
+                LegacySearchResult(
+                    path=citation.path,
+                    start_line=citation.start_line,
+                    end_line=citation.end_line,
+                    score=hit.score or 0.0,
+                    snippet=hit.excerpt,
+                    source=hit.source,
+                    citation=f"{citation.path}#L{citation.start_line}-L{citation.end_line}",
+                    metadata=hit.metadata,
+                )
+            )
+        return out
+
+    async def read_file(
+        self, path: str, *, from_line: int | None, lines: int | None
+    ) -> LegacyReadResult | None:
+        handle = MemoryCoreHandle(
+            self.service, self.agent_id, self.context, ProviderCapabilities(sources=("memory",))
+        )
+        result = await handle.get(
+            MemoryGetRequest(
+                reference=MemoryReference(provider_id=PROVIDER_ID, id=path),
+                from_line=from_line,
+                lines=lines,
+            )
+        )
+        if result.status != "ok" or result.text is None:
+            return None
+        return LegacyReadResult(
+            path=path,
+            text=result.text,
+            from_line=result.from_line or 1,
+            lines=result.lines,
+            total_lines=result.total_lines,
+            truncated=result.truncated,
+        )
+
+    async def status(self) -> dict[str, Any]:
+        index = await self.service.index(self.agent_id)
+        status = index.status()
+        return {
+            "status": "degraded" if status.skipped else "ready",
+            "provider": PROVIDER_ID,
+            "chunks": status.chunks,
+            "sources": status.sources,
+            "skipped": [{"path": s.path, "reason": s.reason} for s in status.skipped],
+            "embedder": status.embedder_id,
+            "model": status.embedder_model,
+            "searchMode": status.default_mode,
+            "index_dir": status.index_dir,
+            "workspace_dir": status.workspace_dir,
+        }
+
+    async def close(self) -> None:
+        return None
+
+
+@attrs.define(eq=False)
+class MemoryCoreLegacyRuntime:
+    """The legacy file-shaped runtime (``MemoryPluginRuntime``)."""
+
+    service: MemoryCoreService
+
+    async def get_search_manager(
+        self, *, agent_id: str, context: MemoryCallerContext
+    ) -> MemoryCoreSearchManager:
+        context.assert_current()
+        return MemoryCoreSearchManager(self.service, agent_id, context)
+
+    async def authorize_search_hits(
+        self, request: AuthorizeSearchHitsRequest
+    ) -> Sequence[MemorySearchHit]:
+        return authorize_hits(self.service, request)
+
+
+@attrs.define(eq=False)
+class MemoryCoreArtifacts:
+    """The exportable artifacts Memory Core declares: the workspace's memory files."""
+
+    service: MemoryCoreService
+
+    async def list_artifacts(self, *, agent_id: str) -> Sequence[PublicArtifact]:
+        index = await self.service.index(agent_id)
+        artifacts = []
+        for path in index.source_paths("memory"):
+            artifacts.append(PublicArtifact(id=path, kind="memory-file", path=path))
+        return artifacts
+
+
+def build_capability(service: MemoryCoreService) -> MemoryPluginCapability:
+    """Memory Core's memory capability."""
+
+    async def prepare(*, agent_id: str, session_key: str, caller: MemoryCallerContext) -> list[str]:
+        if may_read_memory_files(service, caller):
+            return [
+                "Your long-term memory (MEMORY.md and memory/*.md) and past conversations "
+                "are searchable."
+            ]
+        return [
+            "Only this conversation's own history is searchable here; the owner's private "
+            "memory files are not available in this chat."
+        ]
+
+    return MemoryPluginCapability(
+        provider_runtime=MemoryCoreProviderRuntime(service),
+        runtime=MemoryCoreLegacyRuntime(service),
+        public_artifacts=MemoryCoreArtifacts(service),
+        recall_tool_names=RECALL_TOOLS,
+        prompt_preparation=prepare,
+    )

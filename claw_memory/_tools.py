@@ -1,0 +1,148 @@
+"""Memory Core's agent tools: ``memory_search`` and ``memory_get``.
+
+Both run with the calling run's :class:`~claw.plugin_sdk.MemoryCallerContext` (its
+authority and audience), through the same provider handle and visibility policy as
+every other caller: a group chat's agent sees what that group may see, no more.
+Results are plain text with ``Source: <path>#L<a>-L<b>`` citations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from claw.plugin_sdk import (
+    AuthorizeSearchHitsRequest,
+    ClawError,
+    MemoryGetRequest,
+    MemoryReference,
+    MemorySearchRequest,
+    OperatorAuthority,
+    SessionAuthority,
+    Tool,
+    ToolContext,
+)
+
+from ._runtime import PROVIDER_ID, MemoryCoreHandle, MemoryCoreProviderRuntime, authorize_hits
+
+if TYPE_CHECKING:
+    from ._plugin import MemoryCoreService
+
+SEARCH_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "What to look for in memory."},
+        "max_results": {"type": "integer", "minimum": 1, "maximum": 20},
+    },
+    "required": ["query"],
+}
+GET_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "A path from a memory_search result."},
+        "from": {"type": "integer", "minimum": 1},
+        "lines": {"type": "integer", "minimum": 1, "maximum": 400},
+    },
+    "required": ["path"],
+}
+
+
+def _int_arg(arguments: Mapping[str, Any], name: str, default: int | None) -> int | None:
+    value = arguments.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def memory_tools(service: MemoryCoreService) -> list[Tool]:
+    """The tools Memory Core registers."""
+    runtime = MemoryCoreProviderRuntime(service)
+
+    async def handle_for(context: ToolContext) -> MemoryCoreHandle:
+        opened = await runtime.open(agent_id=context.agent_id, context=context.caller)
+        handle = opened.provider
+        assert isinstance(handle, MemoryCoreHandle)
+        return handle
+
+    async def memory_search(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return "memory_search needs a non-empty 'query' string."
+        limit = _int_arg(arguments, "max_results", 6) or 6
+        handle = await handle_for(context)
+        result = await handle.search(MemorySearchRequest(query=query, max_results=min(limit, 20)))
+        authority = context.caller.authority
+        hits = authorize_hits(
+            service,
+            AuthorizeSearchHitsRequest(
+                agent_id=context.agent_id,
+                hits=result.hits,
+                session_key=context.session_key,
+                sandboxed=context.sandboxed,
+                trusted_agent_scope=context.agent_id
+                if isinstance(authority, OperatorAuthority)
+                else None,
+                audience=authority.audience if isinstance(authority, SessionAuthority) else None,
+                conversation_recall=authority.conversation_recall
+                if isinstance(authority, SessionAuthority)
+                else None,
+            ),
+        )
+        if not hits:
+            note = f" ({result.warning})" if result.warning else ""
+            return f"No memory matched {query!r}{note}."
+        lines = []
+        for number, hit in enumerate(hits, start=1):
+            c = hit.citation
+            assert c is not None
+            lines.append(
+                f"{number}. [{hit.score:.2f}] {hit.excerpt.strip()}\n"
+                f"   Source: {c.path}#L{c.start_line}-L{c.end_line}"
+            )
+        return "\n".join(lines)
+
+    async def memory_get(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        path = arguments.get("path")
+        if not isinstance(path, str) or not path:
+            return "memory_get needs a 'path' from a memory_search result."
+        start = _int_arg(arguments, "from", None)
+        count = _int_arg(arguments, "lines", None)
+        handle = await handle_for(context)
+        try:
+            result = await handle.get(
+                MemoryGetRequest(
+                    reference=MemoryReference(provider_id=PROVIDER_ID, id=path.split("#")[0]),
+                    from_line=start,
+                    lines=count,
+                )
+            )
+        except ClawError as exc:
+            return f"memory_get refused: {exc}"
+        if result.status != "ok" or result.text is None:
+            return f"{path} was not found in memory."
+        first = result.from_line or 1
+        last = first + (result.lines or 1) - 1
+        more = " (truncated)" if result.truncated else ""
+        return f"{path} lines {first}-{last}{more}:\n{result.text}"
+
+    return [
+        Tool(
+            name="memory_search",
+            description=(
+                "Search long-term memory (memory files and past conversations you may see). "
+                "Returns excerpts with Source citations."
+            ),
+            handler=memory_search,
+            parameters=SEARCH_PARAMETERS,
+            read_only=True,
+        ),
+        Tool(
+            name="memory_get",
+            description="Read lines of a memory file or transcript found by memory_search.",
+            handler=memory_get,
+            parameters=GET_PARAMETERS,
+            read_only=True,
+        ),
+    ]

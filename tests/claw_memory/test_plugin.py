@@ -1,0 +1,230 @@
+"""Memory Core as the selected memory plugin, through the host's runtime and tools."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import claw
+import claw_memory
+from claw.memory import MemoryGetRequest, MemoryReference, MemorySearchRequest
+from claw.models import ToolResult, UserMessage
+from claw_testing import ScriptedModel, ScriptedReply
+
+MEMORY = """# Memory
+
+## Preferences
+- Alice prefers green tea over coffee.
+- The deploy window is Friday afternoon.
+
+## People
+- Bob is the release manager for project apollo.
+"""
+
+
+def _config(tmp_path: Path, **plugin_config: Any) -> claw.HostConfig:
+    workspace = tmp_path / "ws"
+    (workspace / "memory").mkdir(parents=True)
+    (workspace / "MEMORY.md").write_text(MEMORY, encoding="utf-8")
+    (workspace / "memory" / "2026-11-30.md").write_text(
+        "# 2026-11-30\n- Met Carol about the quarterly budget review.\n", encoding="utf-8"
+    )
+    entries = {"memory-core": claw.PluginEntryConfig(config=plugin_config)} if plugin_config else {}
+    return claw.HostConfig(
+        workspace_dir=workspace,
+        state_dir=tmp_path / "state",
+        plugins=claw.PluginsConfig(discover=False, entries=entries),
+        workers=claw.WorkersConfig(inline=True),
+        agents=claw.AgentsConfig(defaults=claw.AgentDefaultsConfig(model="scripted/main")),
+    )
+
+
+@pytest.fixture
+async def host(tmp_path: Path) -> AsyncIterator[claw.Host]:
+    async with claw.open_host(_config(tmp_path), plugins=[claw_memory.plugin]) as h:
+        await h.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+        await h.sessions.create("grp:1", agent_id="main", chat_type="group")
+        yield h
+
+
+async def _operator_search(host: claw.Host, query: str, **kw: Any) -> Any:
+    async with host.open_scope("op") as scope:
+        ctx = scope.mint_caller_context(scope.mint_operator_authority({"operator.read"}))
+        async with host.memory.open(ctx) as handle:
+            return await handle.search(MemorySearchRequest(query=query, **kw))
+
+
+async def test_memory_core_is_selected_by_default_and_native(host: claw.Host) -> None:
+    assert host.slots.memory_plugin == "memory-core"
+    assert host.memory.uses_provider_runtime()
+    assert "claw-hash" in host.plugin_registry.embedding_providers
+    assert {t.name for t in host.plugin_registry.tools_of("memory-core")} == {
+        "memory_search",
+        "memory_get",
+    }
+
+
+async def test_operator_search_returns_cited_memory_hits(host: claw.Host) -> None:
+    result = await _operator_search(host, "green tea", min_score=0.0)
+    assert result.hits
+    top = result.hits[0]
+    assert top.reference.provider_id == "memory-core"
+    assert top.reference.id == "MEMORY.md"
+    assert top.citation is not None
+    assert top.citation.path == "MEMORY.md"
+    assert "green tea" in top.excerpt
+
+
+async def test_owner_run_sees_memory_files_and_group_run_does_not(host: claw.Host) -> None:
+    async with host.open_run("dm:alice", sender_is_owner=True) as run:
+        async with host.memory.open(run.caller) as handle:
+            owner = await handle.search(MemorySearchRequest(query="green tea", min_score=0.0))
+    async with host.open_run("grp:1", sender_is_owner=False) as run:
+        async with host.memory.open(run.caller) as handle:
+            group = await handle.search(MemorySearchRequest(query="green tea", min_score=0.0))
+    assert owner.hits
+    assert not [h for h in group.hits if h.source == "memory"]
+    assert group.warning is not None and "owner-private" in group.warning
+
+
+async def test_get_resolves_a_fragment_and_refuses_a_stale_revision(host: claw.Host) -> None:
+    result = await _operator_search(host, "release manager", min_score=0.0)
+    ref = result.hits[0].reference
+    async with host.open_scope("op") as scope:
+        ctx = scope.mint_caller_context(scope.mint_operator_authority({"operator.read"}))
+        async with host.memory.open(ctx) as handle:
+            got = await handle.get(MemoryGetRequest(reference=ref))
+            assert got.status == "ok"
+            assert got.text is not None and "release manager" in got.text
+            stale = await handle.get(
+                MemoryGetRequest(reference=attrs.evolve(ref, revision="0" * 64))
+            )
+            assert stale.status == "not_found"
+            missing = await handle.get(
+                MemoryGetRequest(reference=MemoryReference(provider_id="memory-core", id="NOPE.md"))
+            )
+            assert missing.status == "not_found"
+
+
+async def test_group_run_is_denied_reading_memory_files(host: claw.Host) -> None:
+    async with host.open_run("grp:1", sender_is_owner=False) as run:
+        async with host.memory.open(run.caller) as handle:
+            with pytest.raises(claw.CapabilityDeniedError, match="owner-private"):
+                await handle.get(
+                    MemoryGetRequest(
+                        reference=MemoryReference(provider_id="memory-core", id="MEMORY.md")
+                    )
+                )
+
+
+async def test_health_for_status_authority_has_no_paths(host: claw.Host) -> None:
+    async with host.open_scope("status") as scope:
+        ctx = scope.mint_caller_context(scope.mint_host_authority("status"))
+        async with host.memory.open(ctx) as handle:
+            health = await handle.health()
+    assert health.status == "ready"
+    assert health.details["chunks"] >= 2
+    assert "/" not in repr(health.details)
+
+
+async def test_host_authority_search_sees_no_memory_files(host: claw.Host) -> None:
+    async with host.open_scope("status") as scope:
+        ctx = scope.mint_caller_context(scope.mint_host_authority("status"))
+        async with host.memory.open(ctx) as handle:
+            result = await handle.search(MemorySearchRequest(query="green tea", min_score=0.0))
+    assert result.hits == ()
+
+
+async def test_transcripts_are_indexed_and_authorized_per_conversation(host: claw.Host) -> None:
+    model = ScriptedModel(["noted, the launch is on Tuesday", "ok"])
+    host.models.register_provider("scripted", lambda name: model)
+    await host.run_turn(
+        "grp:1",
+        UserMessage("the zeppelin launch moved to Tuesday", sender="bob"),
+        sender_is_owner=False,
+    )
+    await host.run_turn("dm:alice", UserMessage("hello"), sender_is_owner=True)
+    async with host.open_run("grp:1", sender_is_owner=False) as run:
+        async with host.memory.open(run.caller) as handle:
+            own = await handle.search(MemorySearchRequest(query="zeppelin launch", min_score=0.0))
+    assert [h.source for h in own.hits][:1] == ["sessions"]
+    assert own.hits[0].metadata["session_key"] == "grp:1"
+    await host.sessions.create("grp:2", agent_id="main", chat_type="group")
+    async with host.open_run("grp:2", sender_is_owner=False) as run:
+        async with host.memory.open(run.caller) as handle:
+            other = await handle.search(MemorySearchRequest(query="zeppelin launch", min_score=0.0))
+    assert other.hits == ()
+    operator = await _operator_search(host, "zeppelin launch", min_score=0.0)
+    assert any(h.source == "sessions" for h in operator.hits)
+
+
+async def test_pagination_and_project_filter(host: claw.Host) -> None:
+    workspace = host.config.workspace_dir
+    (workspace / "memory" / "projects" / "apollo").mkdir(parents=True)
+    (workspace / "memory" / "projects" / "zeus").mkdir(parents=True)
+    (workspace / "memory" / "projects" / "apollo" / "notes.md").write_text(
+        "launch checklist apollo\n"
+    )
+    (workspace / "memory" / "projects" / "zeus" / "notes.md").write_text("launch checklist zeus\n")
+    both = await _operator_search(host, "launch checklist", min_score=0.0)
+    assert {h.reference.id for h in both.hits} >= {
+        "memory/projects/apollo/notes.md",
+        "memory/projects/zeus/notes.md",
+    }
+    only = await _operator_search(
+        host, "launch checklist", min_score=0.0, active_project_keys=("apollo",)
+    )
+    assert "memory/projects/zeus/notes.md" not in {h.reference.id for h in only.hits}
+    first = await _operator_search(host, "launch checklist", min_score=0.0, max_results=1)
+    assert first.next_cursor is not None
+    second = await _operator_search(
+        host, "launch checklist", min_score=0.0, max_results=1, cursor=first.next_cursor
+    )
+    assert second.hits[0].reference.id != first.hits[0].reference.id
+
+
+async def test_memory_search_tool_runs_with_the_runs_audience(host: claw.Host) -> None:
+    model = ScriptedModel(
+        [
+            ScriptedReply(tool_calls=[("memory_search", {"query": "green tea"})]),
+            "Alice likes green tea.",
+            ScriptedReply(tool_calls=[("memory_search", {"query": "green tea"})]),
+            "I cannot see that here.",
+        ]
+    )
+    host.models.register_provider("scripted", lambda name: model)
+    await host.run_turn("dm:alice", UserMessage("what tea?"), sender_is_owner=True)
+    owner_result = next(m for m in model.calls[1].messages if isinstance(m, ToolResult))
+    assert "Source: MEMORY.md#L" in owner_result.content
+    await host.run_turn("grp:1", UserMessage("what tea?"), sender_is_owner=False)
+    group_result = next(m for m in model.calls[3].messages if isinstance(m, ToolResult))
+    assert "MEMORY.md" not in group_result.content
+    assert "## Memory" in model.calls[0].system_prompt
+
+
+async def test_public_artifacts_list_memory_files(host: claw.Host) -> None:
+    _, capability = host.memory.selection()
+    assert capability is not None and capability.public_artifacts is not None
+    artifacts = await capability.public_artifacts.list_artifacts(agent_id="main")
+    assert [a.path for a in artifacts] == ["MEMORY.md", "memory/2026-11-30.md"]
+
+
+async def test_unknown_config_key_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(
+        claw.ConfigError, match=r"plugins\.entries\.memory-core\.config\.chunk_tokenz"
+    ):
+        async with claw.open_host(_config(tmp_path, chunk_tokenz=3), plugins=[claw_memory.plugin]):
+            pass  # pragma: no cover
+
+
+async def test_lexical_only_when_embedder_is_none(tmp_path: Path) -> None:
+    async with claw.open_host(
+        _config(tmp_path, embedder="none"), plugins=[claw_memory.plugin]
+    ) as host:
+        result = await _operator_search(host, "green tea", min_score=0.0)
+        assert result.hits
+        assert result.hits[0].metadata["vector_score"] is None
