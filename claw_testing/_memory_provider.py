@@ -240,7 +240,8 @@ class RecordingMemoryProvider:
 
     ``provider_id`` must equal the id of the plugin that registers it (references name
     the selected provider). ``gate``, when set, makes ``search`` wait on it before its
-    effect, so a test can change the world in between. ``authorize`` toggles the
+    effect, and ``open_gate`` makes ``open`` wait, so a test can change the world in
+    between. ``authorize`` toggles the
     ``authorize_search_hits`` hook: without it the host must withhold session hits.
     """
 
@@ -253,6 +254,7 @@ class RecordingMemoryProvider:
     authorize: bool = True
     health_status: Literal["ready", "degraded", "unavailable"] = "ready"
     gate: trio.Event | None = None
+    open_gate: trio.Event | None = None
     calls: list[tuple[str, Any]] = attrs.field(factory=list)
     open_handles: int = 0
 
@@ -263,6 +265,9 @@ class RecordingMemoryProvider:
     async def open(
         self, *, agent_id: str, context: MemoryCallerContext
     ) -> MemoryProviderOpenResult:
+        if self.open_gate is not None:
+            self.calls.append(("open.enter", agent_id))
+            await self.open_gate.wait()
         self.calls.append(("open", agent_id))
         authority = context.authority
         if not isinstance(authority, OperatorAuthority | SessionAuthority | HostAuthority):

@@ -32,6 +32,7 @@ from .._errors import HostClosedError
 from .._host import Host
 from .._util import final
 from ._auth import READ_SCOPE, TokenTable
+from ._memory import register_memory_methods
 from ._methods import GatewayHandler, GatewayMethod
 from ._protocol import (
     CancelFrame,
@@ -146,12 +147,15 @@ class Gateway:
     config: GatewayConfig = attrs.field(default=attrs.Factory(_default_config, takes_self=True))
     handshake_timeout: float = 10.0
     close_timeout: float = 2.0
+    memory_methods: bool = True
     _registry: dict[str, GatewayMethod] = attrs.field(factory=dict, init=False)
     _tokens: TokenTable = attrs.field(init=False)
     _sessions: dict[str, Session] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._tokens = TokenTable.from_config(self.config)
+        if self.memory_methods:
+            register_memory_methods(self)
 
     # -- methods -----------------------------------------------------------------
 

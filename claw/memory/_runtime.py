@@ -336,9 +336,13 @@ class MemoryRuntime:
 
     @asynccontextmanager
     async def open(
-        self, context: MemoryCallerContext, *, agent_id: str | None = None
+        self, context: MemoryCallerContext, *, agent_id: str | None = None, legacy: bool = False
     ) -> AsyncIterator[GuardedMemoryHandle]:
-        """Open the selected provider for ``context``; the handle is closed on exit."""
+        """Open the selected provider for ``context``; the handle is closed on exit.
+
+        ``legacy=True`` asks for the file-shaped runtime (v1 callers); it is an error
+        when the provider has none.
+        """
         self._host.verify(context)
         agent = self._agent_for(context, agent_id)
         plugin_id, cap = self.selection()
@@ -354,7 +358,11 @@ class MemoryRuntime:
         context.assert_current()
         handle: MemoryProviderHandle
         authorize: Any
-        if cap.provider_runtime is not None:
+        if legacy and cap.runtime is None:
+            raise UnsupportedRequestError(
+                f'memory plugin "{plugin_id}" has no file-shaped runtime; use the neutral one'
+            )
+        if cap.provider_runtime is not None and not legacy:
             runtime = cap.provider_runtime
             if not callable(getattr(runtime, "open", None)):
                 raise ContractError(f'memory plugin "{plugin_id}" has an invalid provider_runtime')
@@ -380,8 +388,8 @@ class MemoryRuntime:
             authorize = getattr(runtime, "authorize_search_hits", None)
             native = True
         elif cap.runtime is not None:
-            legacy = cap.runtime
-            manager = await legacy.get_search_manager(agent_id=agent, context=context)
+            legacy_runtime = cap.runtime
+            manager = await legacy_runtime.get_search_manager(agent_id=agent, context=context)
             if manager is None:
                 raise MemoryUnavailableError(
                     f'memory plugin "{plugin_id}" has no search manager for agent {agent!r}'
@@ -389,7 +397,7 @@ class MemoryRuntime:
             handle = LegacyProviderHandle(
                 provider_id=plugin_id, manager=manager, session_key=context.session_key
             )
-            authorize = getattr(legacy, "authorize_search_hits", None)
+            authorize = getattr(legacy_runtime, "authorize_search_hits", None)
             native = False
         else:
             raise MemoryUnavailableError(

@@ -1,0 +1,359 @@
+"""``memory.search`` (v1 and v2), ``memory.get`` and ``memory.status``.
+
+The functions :func:`memory_search`, :func:`memory_get` and :func:`memory_status` take
+a host, a :class:`~claw.MemoryCallerContext` and the wire ``params`` and return the wire
+payload. The gateway calls them with the context it minted for the request;
+in-process agent-tool and agent-runtime callers call them with their admitted run's
+context instead (no new authority is minted for them). Every provider call goes
+through the host's guarded handle, and ``check`` (the gateway's request currency check)
+runs before and after each call; the handle is closed in every case.
+
+Wire shapes (camelCase) are exactly those of the issue: v2 search answers
+``{version: 2, agentId, providerId, hits, nextCursor?, coverage?, warning?}``; v1 (no
+version, or ``version: 1``) answers the file-shaped ``{agentId, provider, searchMode,
+results}`` through the legacy runtime, and a provider that only has the neutral runtime
+answers ``INVALID_REQUEST`` naming the plugin and asking for ``version: 2``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._capabilities import MemoryCallerContext, SessionAuthority
+from .._errors import (
+    CapabilityDeniedError,
+    ClawError,
+    ContractError,
+    HostClosedError,
+    ProviderError,
+    StaleCapabilityError,
+    UnsupportedRequestError,
+)
+from ..memory import (
+    MemoryGetRequest,
+    MemoryReference,
+    MemorySearchHit,
+    MemorySearchRequest,
+    MemoryUnavailableError,
+)
+from ._errors import GatewayError
+from ._methods import GatewayRequestContext
+
+if TYPE_CHECKING:
+    from .._host import Host
+
+T = TypeVar("T")
+
+MAX_RESULTS_DEFAULT = 20
+MAX_RESULTS_LIMIT = 50
+Check = Callable[[], None]
+
+_SEARCH_V2_FIELDS = frozenset(
+    {"version", "query", "maxResults", "minScore", "cursor", "sources", "agentId"}
+)
+_SEARCH_V1_FIELDS = frozenset({"version", "query", "maxResults", "minScore", "sources", "agentId"})
+_GET_FIELDS = frozenset({"reference", "from", "lines", "agentId"})
+_REFERENCE_FIELDS = frozenset({"providerId", "id", "revision", "fragment"})
+_STATUS_FIELDS = frozenset({"agentId"})
+
+
+def _invalid(message: str) -> GatewayError:
+    return GatewayError("INVALID_REQUEST", message)
+
+
+def _no_unknown(params: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise _invalid(f"{where}: unknown field {unknown[0]!r}")
+
+
+def _string(params: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
+    value = params.get(key)
+    if value is None:
+        if required:
+            raise _invalid(f"{key} is required")
+        return None
+    if not isinstance(value, str):
+        raise _invalid(f"{key} must be a string")
+    if required and not value.strip():
+        raise _invalid(f"{key} must not be empty")
+    return value
+
+
+def _positive_int(params: Mapping[str, Any], key: str) -> int | None:
+    value = params.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _invalid(f"{key} must be a positive integer")
+    return value
+
+
+def _agent(params: Mapping[str, Any], caller: MemoryCallerContext) -> str | None:
+    agent = _string(params, "agentId")
+    if agent is not None and not agent:
+        raise _invalid("agentId must not be empty")
+    authority = caller.authority
+    if agent is None and isinstance(authority, SessionAuthority):
+        return authority.agent_id
+    return agent
+
+
+def _translate(exc: BaseException) -> BaseException:
+    """Map claw errors to the wire's error codes (gateway errors pass through)."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, UnsupportedRequestError):
+        return GatewayError("INVALID_REQUEST", str(exc))
+    if isinstance(exc, CapabilityDeniedError):
+        return GatewayError("FORBIDDEN", str(exc))
+    if isinstance(exc, StaleCapabilityError | HostClosedError):
+        return GatewayError("UNAVAILABLE", str(exc))
+    if isinstance(exc, MemoryUnavailableError):
+        return GatewayError("UNAVAILABLE", str(exc))
+    if isinstance(exc, ProviderError):
+        return GatewayError("UNAVAILABLE", str(exc))
+    if isinstance(exc, ContractError):
+        return GatewayError("INTERNAL", "the memory provider broke its contract")
+    return exc
+
+
+async def _guarded(check: Check, fn: Callable[[], Awaitable[T]]) -> T:
+    check()
+    try:
+        result = await fn()
+    except ClawError as exc:
+        translated = _translate(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+    check()
+    return result
+
+
+def _wire_hit(hit: MemorySearchHit) -> dict[str, Any]:
+    reference: dict[str, Any] = {"providerId": hit.reference.provider_id, "id": hit.reference.id}
+    if hit.reference.revision is not None:
+        reference["revision"] = hit.reference.revision
+    out: dict[str, Any] = {"reference": reference, "excerpt": hit.excerpt}
+    if hit.score is not None:
+        out["score"] = hit.score
+    if hit.citation is not None:
+        out["citation"] = {
+            "path": hit.citation.path,
+            "startLine": hit.citation.start_line,
+            "endLine": hit.citation.end_line,
+            "source": hit.citation.source,
+        }
+    return out
+
+
+def _search_request(params: Mapping[str, Any], *, v2: bool) -> MemorySearchRequest:
+    _no_unknown(params, _SEARCH_V2_FIELDS if v2 else _SEARCH_V1_FIELDS, "memory.search")
+    query = _string(params, "query", required=True)
+    assert query is not None
+    max_results = _positive_int(params, "maxResults") or MAX_RESULTS_DEFAULT
+    if max_results > MAX_RESULTS_LIMIT:
+        raise _invalid(f"maxResults must be at most {MAX_RESULTS_LIMIT}")
+    min_score = params.get("minScore")
+    if min_score is not None and (
+        isinstance(min_score, bool)
+        or not isinstance(min_score, int | float)
+        or not math.isfinite(min_score)
+    ):
+        raise _invalid("minScore must be a finite number")
+    sources = params.get("sources")
+    if sources is not None:
+        if not isinstance(sources, list) or not sources:
+            raise _invalid("sources must be a non-empty array of 'memory' and/or 'sessions'")
+        for source in sources:
+            if source not in ("memory", "sessions"):
+                raise _invalid(f"sources contains {source!r}; use 'memory' and/or 'sessions'")
+    cursor = _string(params, "cursor") if v2 else None
+    return MemorySearchRequest(
+        query=query,
+        max_results=max_results,
+        min_score=float(min_score) if min_score is not None else None,
+        cursor=cursor,
+        sources=tuple(sources) if sources is not None else None,
+    )
+
+
+async def memory_search(
+    host: Host, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
+) -> dict[str, Any]:
+    """The ``memory.search`` payload (v1 or v2) for ``caller``."""
+    version = params.get("version", 1)
+    if isinstance(version, bool) or version not in (1, 2):
+        raise _invalid(f"unsupported memory.search version {version!r}; use 1 or 2")
+    request = _search_request(params, v2=version == 2)
+    agent = _agent(params, caller)
+    if version == 1:
+        return await _search_v1(host, caller, request, agent, check)
+    async with host.memory.open(caller, agent_id=agent) as handle:
+        result = await _guarded(check, lambda: handle.search(request))
+        payload: dict[str, Any] = {
+            "version": 2,
+            "agentId": handle.agent_id,
+            "providerId": handle.provider_id,
+            "hits": [_wire_hit(h) for h in result.hits],
+        }
+        if result.next_cursor is not None:
+            payload["nextCursor"] = result.next_cursor
+        if result.coverage is not None:
+            payload["coverage"] = {
+                "sources": list(result.coverage.sources),
+                "complete": result.coverage.complete,
+            }
+        if result.warning is not None:
+            payload["warning"] = result.warning
+        return payload
+
+
+async def _search_v1(
+    host: Host,
+    caller: MemoryCallerContext,
+    request: MemorySearchRequest,
+    agent: str | None,
+    check: Check,
+) -> dict[str, Any]:
+    plugin_id, capability = host.memory.selection()
+    if plugin_id is None or capability is None:
+        raise GatewayError("UNAVAILABLE", "no memory plugin is selected")
+    if capability.runtime is None:
+        raise _invalid(
+            f'memory plugin "{plugin_id}" uses the provider runtime; '
+            "retry memory.search with version: 2"
+        )
+    async with host.memory.open(caller, agent_id=agent, legacy=True) as handle:
+        result = await _guarded(check, lambda: handle.search(request))
+        status = await _guarded(check, handle.health)
+        results = []
+        for hit in result.hits:
+            citation = hit.citation
+            if citation is None:  # pragma: no cover - the legacy adapter always cites
+                continue
+            item: dict[str, Any] = {
+                "path": citation.path,
+                "startLine": citation.start_line,
+                "endLine": citation.end_line,
+                "score": hit.score,
+                "snippet": hit.excerpt,
+                "source": hit.source,
+            }
+            label = hit.metadata.get("citation_label")
+            if isinstance(label, str):
+                item["citation"] = label
+            results.append(item)
+        mode = status.details.get("searchMode")
+        return {
+            "agentId": handle.agent_id,
+            "provider": plugin_id,
+            "searchMode": mode if isinstance(mode, str) else "unknown",
+            "results": results,
+        }
+
+
+def _reference(value: Any) -> MemoryReference:
+    if not isinstance(value, Mapping):
+        raise _invalid("reference must be an object with providerId and id")
+    _no_unknown(value, _REFERENCE_FIELDS, "memory.get reference")
+    provider = _string(value, "providerId", required=True)
+    ref_id = _string(value, "id", required=True)
+    assert provider is not None and ref_id is not None
+    return MemoryReference(
+        provider_id=provider,
+        id=ref_id,
+        revision=_string(value, "revision"),
+        fragment=_string(value, "fragment"),
+    )
+
+
+async def memory_get(
+    host: Host, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
+) -> dict[str, Any]:
+    """The ``memory.get`` payload for ``caller``."""
+    _no_unknown(params, _GET_FIELDS, "memory.get")
+    reference = _reference(params.get("reference"))
+    request = MemoryGetRequest(
+        reference=reference,
+        from_line=_positive_int(params, "from"),
+        lines=_positive_int(params, "lines"),
+    )
+    agent = _agent(params, caller)
+    async with host.memory.open(caller, agent_id=agent) as handle:
+        result = await _guarded(check, lambda: handle.get(request))
+        ref = result.reference
+        wire_ref: dict[str, Any] = {"providerId": ref.provider_id, "id": ref.id}
+        if ref.revision is not None:
+            wire_ref["revision"] = ref.revision
+        if ref.fragment is not None:
+            wire_ref["fragment"] = ref.fragment
+        payload: dict[str, Any] = {
+            "version": 2,
+            "agentId": handle.agent_id,
+            "providerId": handle.provider_id,
+            "status": result.status,
+            "reference": wire_ref,
+        }
+        if result.status == "ok":
+            payload["text"] = result.text
+            payload["from"] = result.from_line
+            payload["lines"] = result.lines
+            if result.total_lines is not None:
+                payload["totalLines"] = result.total_lines
+            payload["truncated"] = result.truncated
+        return payload
+
+
+async def memory_status(
+    host: Host, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
+) -> dict[str, Any]:
+    """The ``memory.status`` payload for ``caller`` (no host paths in details)."""
+    _no_unknown(params, _STATUS_FIELDS, "memory.status")
+    agent = _agent(params, caller)
+    async with host.memory.open(caller, agent_id=agent) as handle:
+        health = await _guarded(check, handle.health)
+        payload: dict[str, Any] = {
+            "version": 2,
+            "agentId": handle.agent_id,
+            "providerId": handle.provider_id,
+            "status": health.status,
+        }
+        if health.message is not None:
+            payload["message"] = health.message
+        if health.details:
+            payload["details"] = dict(health.details)
+        return payload
+
+
+def _handler(
+    fn: Callable[
+        [Host, MemoryCallerContext, Mapping[str, Any], Check], Awaitable[dict[str, Any]]
+    ],
+) -> Callable[[GatewayRequestContext], Awaitable[dict[str, Any]]]:
+    async def handle(ctx: GatewayRequestContext) -> dict[str, Any]:
+        try:
+            return await fn(ctx._host, ctx.caller, ctx.params, ctx.check_current)
+        except ClawError as exc:
+            translated = _translate(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    return handle
+
+
+MEMORY_METHODS: dict[str, Callable[[GatewayRequestContext], Awaitable[dict[str, Any]]]] = {
+    "memory.search": _handler(memory_search),
+    "memory.get": _handler(memory_get),
+    "memory.status": _handler(memory_status),
+}
+
+
+def register_memory_methods(gateway: Any) -> None:
+    """Register the three memory methods (each needs ``operator.read``)."""
+    for name, handler in MEMORY_METHODS.items():
+        gateway.register_method(name, handler, required_scope="operator.read")

@@ -1,0 +1,343 @@
+"""memory.search (v1/v2), memory.get and memory.status over the gateway."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import claw
+import claw_memory
+from claw.gateway import (
+    Gateway,
+    GatewayRequestError,
+    open_gateway_client,
+    open_in_memory_gateway_client,
+)
+from claw.gateway._memory import memory_search
+from claw_testing import MemoryRecord, RecordingMemoryProvider
+
+TOKEN = "memory-token-0001"
+NO_READ_TOKEN = "write-only-token-02"
+
+
+def _config(tmp_path: Path, memory: str) -> claw.HostConfig:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    (workspace / "MEMORY.md").write_text(
+        "# Memory\n- The staging database password rotates monthly.\n- Lunch is at noon.\n",
+        encoding="utf-8",
+    )
+    return claw.HostConfig(
+        workspace_dir=workspace,
+        state_dir=tmp_path / "state",
+        plugins=claw.PluginsConfig(discover=False, slots=claw.SlotsConfig(memory=memory)),
+        workers=claw.WorkersConfig(inline=True),
+        gateway=claw.GatewayConfig(
+            tokens={TOKEN: ("operator.read",), NO_READ_TOKEN: ("operator.write",)}
+        ),
+    )
+
+
+@pytest.fixture
+async def core_host(tmp_path: Path) -> AsyncIterator[claw.Host]:
+    async with claw.open_host(_config(tmp_path, "memory-core"), plugins=[claw_memory.plugin]) as h:
+        yield h
+
+
+@pytest.fixture
+def provider() -> RecordingMemoryProvider:
+    return RecordingMemoryProvider(
+        provider_id="recording-memory",
+        records=[
+            MemoryRecord(id="shared", text="the quarterly report is due friday"),
+            MemoryRecord(
+                id="own-session",
+                text="we discussed the quarterly report",
+                source="sessions",
+                session_key="dm:alice",
+            ),
+            MemoryRecord(
+                id="other-agent",
+                text="another agent discussed the quarterly report",
+                source="sessions",
+                agent_id="other",
+                session_key="dm:zed",
+            ),
+        ],
+    )
+
+
+@pytest.fixture
+async def native_host(
+    tmp_path: Path, provider: RecordingMemoryProvider
+) -> AsyncIterator[claw.Host]:
+    plugin = claw.Plugin(
+        id="recording-memory",
+        register=lambda api: api.register_memory_capability(provider.capability()),
+    )
+    async with claw.open_host(_config(tmp_path, "recording-memory"), plugins=[plugin]) as h:
+        await h.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+        yield h
+
+
+async def test_v2_search_get_and_status_for_an_operator_read_client(core_host: claw.Host) -> None:
+    gateway = Gateway(core_host)
+    async with open_in_memory_gateway_client(gateway, TOKEN) as client:
+        search = await client.request(
+            "memory.search", {"version": 2, "query": "staging database password", "minScore": 0}
+        )
+        assert search["version"] == 2
+        assert search["agentId"] == "main"
+        assert search["providerId"] == "memory-core"
+        hit = search["hits"][0]
+        assert set(hit) >= {"reference", "excerpt", "score", "citation"}
+        assert hit["reference"]["providerId"] == "memory-core"
+        assert hit["citation"] == {
+            "path": "MEMORY.md",
+            "startLine": 1,
+            "endLine": 3,
+            "source": "memory",
+        }
+        got = await client.request(
+            "memory.get", {"reference": hit["reference"], "from": 2, "lines": 1}
+        )
+        assert got["status"] == "ok"
+        assert got["text"] == "- The staging database password rotates monthly."
+        assert (got["version"], got["providerId"]) == (2, "memory-core")
+        missing = await client.request(
+            "memory.get", {"reference": {"providerId": "memory-core", "id": "NOPE.md"}}
+        )
+        assert missing["status"] == "not_found"
+        status = await client.request("memory.status", {})
+        assert status["status"] == "ready"
+        assert status["providerId"] == "memory-core"
+        assert "/" not in repr(status.get("details"))
+
+
+async def test_v1_search_returns_the_file_shaped_response(core_host: claw.Host) -> None:
+    gateway = Gateway(core_host)
+    async with open_in_memory_gateway_client(gateway, TOKEN) as client:
+        payload = await client.request("memory.search", {"query": "lunch", "minScore": 0})
+    assert set(payload) == {"agentId", "provider", "searchMode", "results"}
+    assert payload["provider"] == "memory-core"
+    assert payload["searchMode"] == "hybrid"
+    assert payload["results"][0]["path"] == "MEMORY.md"
+
+
+@pytest.mark.parametrize("version", [3, "2", True])
+async def test_other_versions_are_invalid(core_host: claw.Host, version: object) -> None:
+    async with open_in_memory_gateway_client(Gateway(core_host), TOKEN) as client:
+        with pytest.raises(GatewayRequestError) as info:
+            await client.request("memory.search", {"version": version, "query": "x"})
+    assert info.value.code == "INVALID_REQUEST"
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"version": 2}, "query"),
+        ({"version": 2, "query": "x", "maxResults": 0}, "maxResults"),
+        ({"version": 2, "query": "x", "maxResults": 51}, "at most 50"),
+        ({"version": 2, "query": "x", "sources": []}, "sources"),
+        ({"version": 2, "query": "x", "sources": ["files"]}, "files"),
+        ({"version": 2, "query": "x", "minScore": "high"}, "minScore"),
+        ({"version": 2, "query": "x", "surprise": 1}, "surprise"),
+    ],
+)
+async def test_bad_search_params_are_invalid_requests(
+    core_host: claw.Host, params: dict[str, Any], needle: str
+) -> None:
+    async with open_in_memory_gateway_client(Gateway(core_host), TOKEN) as client:
+        with pytest.raises(GatewayRequestError) as info:
+            await client.request("memory.search", params)
+        assert (await client.request("memory.status", {}))["status"] == "ready"
+    assert info.value.code == "INVALID_REQUEST"
+    assert needle in info.value.message
+
+
+async def test_v1_is_directed_to_v2_for_a_native_provider(native_host: claw.Host) -> None:
+    async with open_in_memory_gateway_client(Gateway(native_host), TOKEN) as client:
+        with pytest.raises(GatewayRequestError) as info:
+            await client.request("memory.search", {"query": "report"})
+    assert info.value.code == "INVALID_REQUEST"
+    assert '"recording-memory"' in info.value.message
+    assert "version: 2" in info.value.message
+
+
+async def test_without_operator_read_refused_before_provider_admission(
+    native_host: claw.Host, provider: RecordingMemoryProvider
+) -> None:
+    async with open_in_memory_gateway_client(
+        Gateway(native_host), NO_READ_TOKEN, scopes=("operator.write",)
+    ) as client:
+        for method, params in [
+            ("memory.search", {"version": 2, "query": "report"}),
+            ("memory.get", {"reference": {"providerId": "recording-memory", "id": "shared"}}),
+            ("memory.status", {}),
+        ]:
+            with pytest.raises(GatewayRequestError) as info:
+                await client.request(method, params)
+            assert info.value.code == "FORBIDDEN"
+    assert provider.calls == []
+
+
+async def test_operator_v2_search_keeps_own_agent_session_hits_only(
+    native_host: claw.Host,
+) -> None:
+    async with open_in_memory_gateway_client(Gateway(native_host), TOKEN) as client:
+        payload = await client.request("memory.search", {"version": 2, "query": "quarterly report"})
+    ids = {h["reference"]["id"] for h in payload["hits"]}
+    assert ids == {"shared", "own-session"}
+
+
+async def test_agent_tool_callers_use_their_runs_authority(
+    native_host: claw.Host, provider: RecordingMemoryProvider
+) -> None:
+    async with native_host.open_run("dm:alice", sender_is_owner=True) as run:
+        payload = await memory_search(
+            native_host, run.caller, {"version": 2, "query": "quarterly report"}, lambda: None
+        )
+    assert payload["agentId"] == "main"
+    assert [c[1] for c in provider.calls if c[0] == "open"] == ["main"]
+    _, authorize = next(c for c in provider.calls if c[0] == "authorize_search_hits")
+    assert authorize.session_key == "dm:alice"
+    assert authorize.trusted_agent_scope is None
+
+
+async def _park_then(
+    host: claw.Host,
+    provider: RecordingMemoryProvider,
+    act: Any,
+) -> tuple[GatewayRequestError | None, list[str]]:
+    """Start a v2 search whose provider parks on a gate; run ``act``; release the gate."""
+    provider.gate = trio.Event()
+    gateway = Gateway(host)
+    outcome: list[GatewayRequestError | None] = [None]
+    async with open_in_memory_gateway_client(gateway, TOKEN) as client:
+
+        async def search() -> None:
+            try:
+                await client.request(
+                    "memory.search", {"version": 2, "query": "report"}, request_id="s1"
+                )
+            except GatewayRequestError as exc:
+                outcome[0] = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(search)
+            await trio.testing.wait_all_tasks_blocked()
+            assert "search.enter" in provider.call_names()
+            await act(gateway, client)
+            provider.gate.set()
+    return outcome[0], provider.call_names()
+
+
+async def test_request_abort_refuses_before_provider_io(
+    native_host: claw.Host, provider: RecordingMemoryProvider
+) -> None:
+    async def abort(gateway: Gateway, client: Any) -> None:
+        await client.cancel("s1")
+        await trio.testing.wait_all_tasks_blocked()
+
+    error, calls = await _park_then(native_host, provider, abort)
+    assert error is None or error.code == "UNAVAILABLE"
+    assert "search" not in calls
+    assert calls[-1] == "close"
+
+
+async def test_client_invalidation_refuses_before_provider_io(
+    native_host: claw.Host, provider: RecordingMemoryProvider
+) -> None:
+    async def invalidate(gateway: Gateway, client: Any) -> None:
+        assert await gateway.invalidate(client.connection_id)
+
+    error, calls = await _park_then(native_host, provider, invalidate)
+    assert error is not None and error.code == "UNAVAILABLE"
+    assert "search" not in calls
+    assert calls[-1] == "close"
+
+
+async def test_authority_loss_during_open_refuses_before_provider_io(
+    native_host: claw.Host, provider: RecordingMemoryProvider
+) -> None:
+    provider.open_gate = trio.Event()
+    gateway = Gateway(native_host)
+    errors: list[GatewayRequestError] = []
+    async with open_in_memory_gateway_client(gateway, TOKEN) as client:
+
+        async def search() -> None:
+            try:
+                await client.request("memory.search", {"version": 2, "query": "report"})
+            except GatewayRequestError as exc:
+                errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(search)
+            await trio.testing.wait_all_tasks_blocked()
+            assert provider.call_names() == ["open.enter"]
+            assert await gateway.invalidate(client.connection_id)
+            provider.open_gate.set()
+    assert errors and errors[0].code == "UNAVAILABLE"
+    # The provider's own assert_current() refused the stale caller inside open():
+    # no handle was handed out and no search ran.
+    assert "search.enter" not in provider.call_names()
+    assert provider.open_handles == 0
+
+
+async def test_connection_close_refuses_before_provider_io(
+    native_host: claw.Host, provider: RecordingMemoryProvider
+) -> None:
+    provider.gate = trio.Event()
+    gateway = Gateway(native_host)
+    client_scope = trio.CancelScope()
+
+    async def client_task() -> None:
+        with client_scope:
+            async with open_in_memory_gateway_client(gateway, TOKEN) as client:
+                await client.request("memory.search", {"version": 2, "query": "report"})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client_task)
+        await trio.testing.wait_all_tasks_blocked()
+        assert "search.enter" in provider.call_names()
+        client_scope.cancel()  # the client goes away: its connection closes
+        await trio.testing.wait_all_tasks_blocked()
+        provider.gate.set()
+    assert "search" not in provider.call_names()
+    assert provider.call_names()[-1] == "close"
+
+
+async def test_many_clients_at_once_are_all_answered_correctly(core_host: claw.Host) -> None:
+    gateway = Gateway(core_host)
+    results: dict[int, Any] = {}
+
+    async def one(i: int) -> None:
+        async with open_in_memory_gateway_client(gateway, TOKEN) as client:
+            query = "lunch" if i % 2 else "staging database"
+            payload = await client.request(
+                "memory.search", {"version": 2, "query": query, "minScore": 0}
+            )
+            results[i] = (query, payload)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(16):
+            nursery.start_soon(one, i)
+    assert len(results) == 16
+    for query, payload in results.values():
+        assert query.split()[0] in payload["hits"][0]["excerpt"].lower()
+
+
+async def test_real_socket_client_gets_v2_search(core_host: claw.Host) -> None:
+    gateway = Gateway(core_host)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(gateway.serve)
+        async with open_gateway_client(address.url, TOKEN) as client:
+            payload = await client.request(
+                "memory.search", {"version": 2, "query": "lunch", "minScore": 0}
+            )
+        assert payload["hits"]
+        nursery.cancel_scope.cancel()
