@@ -39,6 +39,7 @@ from ._transcript_reader import TranscriptReader
 from ._util import NoPublicConstructor, collapse_single_exception_group, final
 from ._workers import InlineWorkerPool, ThreadWorkerPool, WorkerPool
 from .context._engines import ContextEngineSlot
+from .flush import FlushCoordinator
 from .memory._runtime import MemoryRuntime
 from .models import ModelRegistry, UserMessage, openai_compatible_provider
 from .sessions import SessionRow, SessionStore
@@ -538,6 +539,7 @@ async def open_host(
             host._turns = TurnRunner(
                 host=host, store=transcripts, slot=host._engine_slot(), models=host.models
             )
+            host._flush = FlushCoordinator(host)
             with collapse_single_exception_group():
                 async with trio.open_nursery() as nursery:
                     host._nursery = nursery

@@ -116,6 +116,30 @@ class Run(metaclass=NoPublicConstructor):
             _detached_parent_key=None if row is not None else self.session_key,
         )
 
+    def open_maintenance_run(self, detached_key: str) -> AbstractAsyncContextManager[Run]:
+        """Open a detached internal run for host maintenance (the memory flush) of this run.
+
+        ``detached_key`` must have no session row. The run's audience is this run's,
+        resolved from the source's trusted session facts and sender ownership and
+        delegated to ``detached_key``, keeping the source lineage and revocation (it is
+        stale once this run's audience is, or once a row appears for ``detached_key``).
+        The maintenance copy itself has ``sender_is_owner = False``: providers authorize
+        through the supplied audience, never through that flag.
+        """
+        if self._host.sessions.get_nowait(detached_key) is not None:
+            raise CapabilityDeniedError(
+                f"{detached_key!r} is a stored session; a maintenance run needs a detached key"
+            )
+        return open_run(
+            self._host,
+            detached_key,
+            sender_is_owner=self.sender_is_owner,
+            sandboxed=self.authority.sandboxed,
+            _parent=self,
+            _detached_parent_key=self.session_key,
+            _maintenance=True,
+        )
+
 
 def _mint_audience(
     host: Host,
@@ -194,6 +218,7 @@ async def open_run(
     recall_purpose: str = "active-memory-recall",
     _parent: Run | None = None,
     _detached_parent_key: str | None = None,
+    _maintenance: bool = False,
 ) -> AsyncIterator[Run]:
     """Open a run of ``session_key``; see :meth:`claw.Host.open_run`."""
     if not isinstance(sender_is_owner, bool):
@@ -259,7 +284,7 @@ async def open_run(
             session=row,
             authority=authority,
             caller=caller,
-            sender_is_owner=sender_is_owner,
+            sender_is_owner=False if _maintenance else sender_is_owner,
         )
 
 

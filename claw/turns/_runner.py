@@ -102,6 +102,14 @@ class TurnResult:
 
 
 @attrs.frozen
+class _FlushTurn:
+    """What a flush inherits from the turn that triggered it: tool policy and model chain."""
+
+    tool_policy: ToolPolicy | None
+    model_refs: tuple[str, tuple[str, ...], bool]
+
+
+@attrs.frozen
 class _ThreadState:
     epoch: str
     projected: tuple[Message, ...]
@@ -148,7 +156,7 @@ class TurnRunner:
     models: ModelRegistry
     _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
     _threads: dict[str, _ThreadState] = attrs.field(factory=dict, init=False)
-    _compaction_counts: dict[str, int] = attrs.field(factory=dict, init=False)
+    _engine_compactions: dict[str, int] = attrs.field(factory=dict, init=False)
 
     # -- public ----------------------------------------------------------------
 
@@ -248,9 +256,14 @@ class TurnRunner:
             row = self._row(session_key)
             return await self._compact(row, reason=reason)  # type: ignore[arg-type]
 
-    def compaction_count(self, session_id: str) -> int:
-        """How many compactions completed for this session incarnation (for flush ids)."""
-        return self._compaction_counts.get(session_id, 0)
+    async def compaction_count(self, session_id: str) -> int:
+        """How many compactions completed for this session id (for flush ids).
+
+        Runtime compactions are counted durably, as the transcript's compaction entries;
+        compactions an engine owns write no entry and are counted in memory on top.
+        """
+        stats = await self.store.stats(session_id)
+        return stats.compaction_count + self._engine_compactions.get(session_id, 0)
 
     # -- internals -------------------------------------------------------------
 
@@ -406,12 +419,15 @@ class TurnRunner:
         max_rounds = self.host.config.agents.defaults.max_tool_rounds
         flush_result: Any = None
         compaction: CompactResult | None = None
+        flush_turn = _FlushTurn(tool_policy=tool_policy, model_refs=(primary, fallbacks, pinned))
         async with self.host.open_run(
             row.session_key, sender_is_owner=sender_is_owner, sandboxed=sandboxed
         ) as run:
+            # The visible history already holds the admitted user message: the flush
+            # timing counts the incoming turn.
             visible = await self.store.visible_messages(row.session_id)
             flush_result = await self._maybe_flush(
-                run, row, visible, context_window=context_window, overflow=False
+                run, row, visible, context_window=context_window, overflow=False, turn=flush_turn
             )
             assembled, system_prompt = await self._assemble(
                 engine, run, visible, tools, context_window=context_window, model_ref=primary
@@ -449,8 +465,16 @@ class TurnRunner:
                     overflowed = True
                     self.host.events.emit("turn.overflow", row.session_key, turn_id=turn.turn_id)
                     current = await self.store.visible_messages(row.session_id)
-                    flush_result = await self._maybe_flush(
-                        run, row, current, context_window=context_window, overflow=True
+                    flush_result = (
+                        await self._maybe_flush(
+                            run,
+                            row,
+                            current,
+                            context_window=context_window,
+                            overflow=True,
+                            turn=flush_turn,
+                        )
+                        or flush_result
                     )
                     compaction = await self._compact(row, reason="overflow")
                     current = await self.store.visible_messages(row.session_id)
@@ -512,7 +536,10 @@ class TurnRunner:
                         fallback=_noop,
                     )
             if compaction is None:
-                compaction = await self._maybe_compact(row, context_window=context_window, run=run)
+                compaction, flushed = await self._maybe_compact(
+                    row, context_window=context_window, run=run, turn=flush_turn
+                )
+                flush_result = flushed or flush_result
         return TurnResult(
             turn_id=turn.turn_id,
             advancement_key=turn.advancement_key,
@@ -630,9 +657,12 @@ class TurnRunner:
         async def fallback() -> CompactResult:
             return await legacy.compact(params)
 
+        entries_before = (await self.store.stats(row.session_id)).compaction_count
         result: CompactResult = await self.slot.call(engine, "compact", params, fallback=fallback)
         if result.compacted:
-            self._compaction_counts[row.session_id] = self.compaction_count(row.session_id) + 1
+            if (await self.store.stats(row.session_id)).compaction_count == entries_before:
+                count = self._engine_compactions.get(row.session_id, 0)
+                self._engine_compactions[row.session_id] = count + 1
             self.host.events.emit(
                 "compaction.completed",
                 row.session_key,
@@ -649,16 +679,19 @@ class TurnRunner:
         return result
 
     async def _maybe_compact(
-        self, row: SessionRow, *, context_window: int, run: Run
-    ) -> CompactResult | None:
+        self, row: SessionRow, *, context_window: int, run: Run, turn: _FlushTurn
+    ) -> tuple[CompactResult | None, Any]:
         compaction = self.host.config.agents.defaults.compaction
         visible = await self.store.visible_messages(row.session_id)
         tokens = estimate_tokens(visible)
         floor = _scaled_floor(compaction.memory_flush.reserve_tokens_floor, context_window)
         if tokens <= context_window - floor:
-            return None
-        await self._maybe_flush(run, row, visible, context_window=context_window, overflow=False)
-        return await self._compact(row, reason="threshold")
+            return None, None
+        # At most one flush per compaction cycle: a no-op if this cycle already flushed.
+        flushed = await self._maybe_flush(
+            run, row, visible, context_window=context_window, overflow=False, turn=turn
+        )
+        return await self._compact(row, reason="threshold"), flushed
 
     async def _maybe_flush(
         self,
@@ -668,6 +701,7 @@ class TurnRunner:
         *,
         context_window: int,
         overflow: bool,
+        turn: _FlushTurn,
     ) -> Any:
         flush = self.host._flush
         if flush is None:
@@ -678,7 +712,9 @@ class TurnRunner:
             visible=visible,
             context_window=context_window,
             overflow=overflow,
-            compaction_count=self.compaction_count(row.session_id),
+            compaction_count=await self.compaction_count(row.session_id),
+            tool_policy=turn.tool_policy,
+            model_refs=turn.model_refs,
         )
 
 
