@@ -54,6 +54,13 @@ from ._workers import InlineWorkerPool as InlineWorkerPool
 from ._workers import ThreadWorkerPool as ThreadWorkerPool
 from ._workers import WorkerPool as WorkerPool
 from ._workers import WorkerPoolStatistics as WorkerPoolStatistics
+from .flush import FlushPlanError as FlushPlanError
+from .flush import FlushResult as FlushResult
+from .flush import MemoryFlushFilePlanDraft as MemoryFlushFilePlanDraft
+from .flush import MemoryFlushPlan as MemoryFlushPlan
+from .flush import MemoryFlushPlanRequest as MemoryFlushPlanRequest
+from .flush import MemoryFlushTiming as MemoryFlushTiming
+from .flush import MemoryFlushToolsPlan as MemoryFlushToolsPlan
 from .models import AssistantMessage as AssistantMessage
 from .models import Model as Model
 from .models import ToolCall as ToolCall

@@ -37,6 +37,7 @@ from ._types import (
 
 if TYPE_CHECKING:
     from .._capabilities import MemoryCallerContext
+    from ..flush import FlushPlanResolver, ProviderFlushPlanResolver
 
 
 @runtime_checkable
@@ -162,7 +163,10 @@ def _names(value: Iterable[str]) -> tuple[str, ...]:
 class MemoryPluginCapability:
     """What a memory plugin registers with ``api.register_memory_capability``.
 
-    Every field is optional. ``recall_tool_names`` are the concrete agent tools Active
+    Every field is optional. ``flush_plan_resolver`` returns a complete
+    :class:`~claw.flush.MemoryFlushPlan` or ``None``; ``provider_flush_plan_resolver``
+    returns a file draft or a tools plan the host completes, and wins when both are set
+    (see :mod:`claw.flush`). ``recall_tool_names`` are the concrete agent tools Active
     Memory uses for deep recall (only the selected slot owner's count).
     ``prompt_preparation`` is awaited by the host before a non-legacy engine's
     ``assemble`` and returns the immutable per-run snapshot that
@@ -171,8 +175,8 @@ class MemoryPluginCapability:
 
     provider_runtime: MemoryProviderRuntime | None = None
     runtime: MemoryPluginRuntime | None = None
-    flush_plan_resolver: Callable[..., Any] | None = None
-    provider_flush_plan_resolver: Callable[..., Any] | None = None
+    flush_plan_resolver: FlushPlanResolver | None = None
+    provider_flush_plan_resolver: ProviderFlushPlanResolver | None = None
     public_artifacts: PublicArtifacts | None = None
     recall_tool_names: tuple[str, ...] = attrs.field(default=(), converter=_names)
     prompt_preparation: Callable[..., Awaitable[Any]] | None = None

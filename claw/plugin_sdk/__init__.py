@@ -50,6 +50,15 @@ from ..context import MaintainParams as MaintainParams
 from ..context import TranscriptSemantics as TranscriptSemantics
 from ..context import build_memory_system_prompt_addition as build_memory_system_prompt_addition
 from ..context import delegate_compaction_to_runtime as delegate_compaction_to_runtime
+from ..flush import SILENT_TOKEN as SILENT_TOKEN
+from ..flush import FlushPlanError as FlushPlanError
+from ..flush import FlushPlanResolver as FlushPlanResolver
+from ..flush import MemoryFlushFilePlanDraft as MemoryFlushFilePlanDraft
+from ..flush import MemoryFlushPlan as MemoryFlushPlan
+from ..flush import MemoryFlushPlanRequest as MemoryFlushPlanRequest
+from ..flush import MemoryFlushTiming as MemoryFlushTiming
+from ..flush import MemoryFlushToolsPlan as MemoryFlushToolsPlan
+from ..flush import ProviderFlushPlanResolver as ProviderFlushPlanResolver
 from ..memory import AuthorizeSearchHitsRequest as AuthorizeSearchHitsRequest
 from ..memory import Citation as Citation
 from ..memory import HealthStatus as HealthStatus
