@@ -71,11 +71,26 @@ class TranscriptReader:
         return out
 
     async def read_turns(self, session_id: str) -> list[TranscriptTurnInfo]:
-        """The user and assistant turns of a session incarnation, in order."""
+        """The user and assistant turns of a session incarnation, in order.
+
+        Entries of a turn still in flight (admitted, no terminal entry yet) are left
+        out: they are the current context of a run, not memory, and a memory search
+        made during a turn must not find the turn's own question.
+        """
         host = self._host
         host._check_open()
+        open_from = min(
+            (
+                t.first_seq
+                for t in await host.transcripts.turns(session_id)
+                if t.terminal_seq is None
+            ),
+            default=None,
+        )
         turns: list[TranscriptTurnInfo] = []
         for entry in await host.transcripts.read_entries(session_id):
+            if open_from is not None and entry.seq >= open_from:
+                break
             message = entry.payload
             if isinstance(message, UserMessage) and message.text.strip():
                 speaker = message.sender or "user"

@@ -24,7 +24,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn, final
 
@@ -317,16 +317,20 @@ class MemoryIndex:
         return "lexical" if self._embedder is None else "hybrid"
 
     # -- sync ---------------------------------------------------------------------
-    async def sync(self, *, force: bool = False) -> SyncReport:
+    async def sync(
+        self, *, force: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> SyncReport:
         """Bring the index up to date with its sources; ``force`` re-reads and re-chunks all.
 
         Only sources whose stat (files) or change token (sessions) moved are read;
-        a file whose bytes hash the same only has its stat refreshed.
+        a file whose bytes hash the same only has its stat refreshed. ``progress``, when
+        given, is called with ``(embedded, to_embed)`` as new chunks are embedded (the
+        slow part of a large sync), so a CLI can draw a progress bar.
         """
         self._check_open()
         async with self._write_lock:
             self._check_open()
-            return await self._sync_locked(force)
+            return await self._sync_locked(force, progress)
 
     async def _scan_memory(self) -> dict[str, FileEntry]:
         if "memory" not in self._settings.sources:
@@ -338,7 +342,9 @@ class MemoryIndex:
             return []
         return list(await self._transcripts.list_sessions())
 
-    async def _sync_locked(self, force: bool) -> SyncReport:
+    async def _sync_locked(
+        self, force: bool, progress: Callable[[int, int], None] | None = None
+    ) -> SyncReport:
         settings = self._settings
         entries = await self._scan_memory()
         sessions = await self._list_sessions()
@@ -412,7 +418,7 @@ class MemoryIndex:
 
         # Embed every new chunk (through the cache).
         all_chunks = [c for _, chunks in changes for c in chunks]
-        vectors, embedded = await self._embed_chunks(all_chunks)
+        vectors, embedded = await self._embed_chunks(all_chunks, progress)
 
         source_changes: list[SourceChange] = []
         offset = 0
@@ -455,7 +461,9 @@ class MemoryIndex:
         return prov.split(":", 1)[1] if prov.startswith("memory:") else prov
 
     async def _embed_chunks(
-        self, chunks: Sequence[PreparedChunk]
+        self,
+        chunks: Sequence[PreparedChunk],
+        progress: Callable[[int, int], None] | None = None,
     ) -> tuple[npt.NDArray[np.float32] | None, int]:
         """Vectors for ``chunks`` (cache first), and how many texts were embedded anew."""
         embedder = self._embedder
@@ -472,9 +480,18 @@ class MemoryIndex:
             if h not in cached and h not in missing:
                 missing[h] = c.embed_text
         if missing:
-            fresh = await embed_texts(
-                embedder, list(missing.values()), self._settings.embed_batch_size
-            )
+            texts = list(missing.values())
+            step = max(1, self._settings.embed_batch_size) * 4
+            parts = []
+            for start in range(0, len(texts), step):
+                parts.append(
+                    await embed_texts(
+                        embedder, texts[start : start + step], self._settings.embed_batch_size
+                    )
+                )
+                if progress is not None:
+                    progress(min(start + step, len(texts)), len(texts))
+            fresh = np.concatenate(parts).astype(np.float32)
             new_entries = list(zip(missing.keys(), fresh, strict=True))
             await self._workers.run_sync(
                 self._store.cache_vectors,
@@ -631,6 +648,8 @@ class MemoryIndex:
                 vector_weight=settings.vector_weight,
                 text_weight=settings.text_weight,
                 context_boost=settings.context_boost,
+                far_context_boost=settings.far_context_boost,
+                speaker_boost=settings.speaker_boost,
                 path_boost=settings.path_boost,
                 candidate_multiplier=settings.candidate_multiplier,
                 min_score=cut,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -494,6 +494,88 @@ class MemoryCoreArtifacts:
         return artifacts
 
 
+def _require_operator(context: MemoryCallerContext) -> None:
+    context.assert_current()
+    if not isinstance(context.authority, OperatorAuthority):
+        raise CapabilityDeniedError("Memory Core maintenance needs an operator's authority")
+
+
+@attrs.define(eq=False)
+class MemoryCoreMaintenance:
+    """Reindex, forget and describe for local operators (the ``claw memory`` CLI)."""
+
+    service: MemoryCoreService
+
+    async def reindex(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        force: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, Any]:
+        _require_operator(context)
+        index = await self.service.index(agent_id)
+        report = await index.sync(force=force, progress=progress)
+        return {
+            "indexed": list(report.indexed),
+            "removed": list(report.removed),
+            "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
+            "chunksAdded": report.chunks_added,
+            "chunksRemoved": report.chunks_removed,
+            "embedded": report.embedded,
+            "generation": report.generation,
+        }
+
+    async def forget(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        path: str | None = None,
+        session_id: str | None = None,
+        source: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        _require_operator(context)
+        index = await self.service.index(agent_id)
+        result = await index.forget(
+            path=path, session_id=session_id, source=source, dry_run=dry_run
+        )
+        return {
+            "dryRun": result.dry_run,
+            "chunks": len(result.chunk_ids),
+            "paths": list(result.paths),
+        }
+
+    async def describe(self, *, agent_id: str, context: MemoryCallerContext) -> dict[str, Any]:
+        _require_operator(context)
+        index = await self.service.index(agent_id)
+        status = index.status()
+        return {
+            "workspaceDir": status.workspace_dir,
+            "indexDir": status.index_dir,
+            "identity": {
+                "embedder": status.embedder_id,
+                "model": status.embedder_model,
+                "dims": status.dims,
+                "chunkTokens": self.service.config.settings.chunk_tokens,
+                "chunkOverlap": self.service.config.settings.chunk_overlap,
+                "sources": list(self.service.config.settings.sources),
+            },
+            "generation": status.generation,
+            "indexGeneration": status.index_generation,
+            "chunks": status.chunks,
+            "memoryChunks": status.memory_chunks,
+            "sessionChunks": status.session_chunks,
+            "sources": status.sources,
+            "skipped": [{"path": s.path, "reason": s.reason} for s in status.skipped],
+            "tombstones": status.tombstones,
+            "searchMode": status.default_mode,
+            "lastSyncAt": status.last_sync_at,
+        }
+
+
 def build_capability(service: MemoryCoreService) -> MemoryPluginCapability:
     """Memory Core's memory capability."""
 
@@ -514,4 +596,5 @@ def build_capability(service: MemoryCoreService) -> MemoryPluginCapability:
         public_artifacts=MemoryCoreArtifacts(service),
         recall_tool_names=RECALL_TOOLS,
         prompt_preparation=prepare,
+        maintenance=MemoryCoreMaintenance(service),
     )

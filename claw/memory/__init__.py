@@ -3,6 +3,7 @@
 from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._contracts import LegacyReadResult as LegacyReadResult
 from ._contracts import LegacySearchResult as LegacySearchResult
+from ._contracts import MemoryMaintenance as MemoryMaintenance
 from ._contracts import MemoryPluginCapability as MemoryPluginCapability
 from ._contracts import MemoryPluginRuntime as MemoryPluginRuntime
 from ._contracts import MemoryProviderHandle as MemoryProviderHandle

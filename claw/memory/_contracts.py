@@ -155,6 +155,40 @@ class PublicArtifacts(Protocol):
     async def list_artifacts(self, *, agent_id: str) -> Sequence[PublicArtifact]: ...
 
 
+@runtime_checkable
+class MemoryMaintenance(Protocol):
+    """Provider-owned maintenance for local operators (the CLI): reindex, forget, describe.
+
+    Not part of the neutral read runtime: it is the provider's own, invoked only with
+    an operator's caller context. ``describe`` may include local paths (it is for the
+    operator's own terminal, never for the gateway).
+    """
+
+    async def reindex(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        force: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Mapping[str, Any]: ...
+
+    async def forget(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        path: str | None = None,
+        session_id: str | None = None,
+        source: str | None = None,
+        dry_run: bool = False,
+    ) -> Mapping[str, Any]: ...
+
+    async def describe(
+        self, *, agent_id: str, context: MemoryCallerContext
+    ) -> Mapping[str, Any]: ...
+
+
 def _names(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
@@ -180,4 +214,5 @@ class MemoryPluginCapability:
     public_artifacts: PublicArtifacts | None = None
     recall_tool_names: tuple[str, ...] = attrs.field(default=(), converter=_names)
     prompt_preparation: Callable[..., Awaitable[Any]] | None = None
+    maintenance: MemoryMaintenance | None = None
     dreaming: Any = None

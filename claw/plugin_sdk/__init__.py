@@ -70,6 +70,7 @@ from ..memory import MemoryCandidatesResult as MemoryCandidatesResult
 from ..memory import MemoryGetRequest as MemoryGetRequest
 from ..memory import MemoryGetResult as MemoryGetResult
 from ..memory import MemoryHealth as MemoryHealth
+from ..memory import MemoryMaintenance as MemoryMaintenance
 from ..memory import MemoryPluginCapability as MemoryPluginCapability
 from ..memory import MemoryProviderOpenResult as MemoryProviderOpenResult
 from ..memory import MemoryReference as MemoryReference

@@ -1,0 +1,7 @@
+"""``python -m claw``: the claw command."""
+
+import sys
+
+from ._cli import main
+
+sys.exit(main())

@@ -1,0 +1,199 @@
+"""The ``claw demo`` main job: a sample workspace, searches, and turns end to end.
+
+It needs no network and no model download: the turns use :class:`RecallModel`, a small
+deterministic model that does one honest thing (look the question up with
+``memory_search``, then answer with the best excerpt it was allowed to see). That is
+enough to show the whole path a real model would take: admission, the run's
+capabilities, the memory tools under the run's audience, the terminal entry, commit.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from ._capabilities import MemoryCallerContext
+from ._config import AgentDefaultsConfig, AgentsConfig, HostConfig, WorkersConfig
+from ._host import Host, open_host
+from .gateway._memory import memory_search
+from .models import AssistantMessage, Message, ToolCall, ToolResult, ToolSpec, Usage, UserMessage
+
+SAMPLE_QUERIES = (
+    "When is the production deploy window?",
+    "who is the release manager for apollo",
+    "storage costs budget review",
+)
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "at",
+        "be",
+        "by",
+        "does",
+        "do",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "the",
+        "to",
+        "was",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "with",
+        "you",
+    ]
+)
+
+
+def best_line(text: str, question: str) -> str:
+    """The line of ``text`` that shares the most content words with ``question``."""
+    wanted = {w for w in _WORD.findall(question.lower()) if w not in _STOP}
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return max(lines, key=lambda line: len(wanted & set(_WORD.findall(line.lower()))))
+
+
+@attrs.define
+class RecallModel:
+    """A deterministic model: search memory for the question, answer with the top excerpt.
+
+    It calls ``memory_search`` when that tool is offered, then answers with the first
+    result (and its citation) or says that nothing it may see matched. It does not
+    understand language; it exists so demos and smoke tests run a real turn offline.
+    """
+
+    context_window: int = 32_768
+    calls: int = 0
+
+    async def complete(
+        self, *, messages: Sequence[Message], system_prompt: str, tools: Sequence[ToolSpec]
+    ) -> AssistantMessage:
+        await trio.lowlevel.checkpoint()
+        self.calls += 1
+        last = messages[-1] if messages else None
+        usage = Usage(input_tokens=sum(len(str(m)) for m in messages) // 4, output_tokens=20)
+        if isinstance(last, UserMessage) and any(t.name == "memory_search" for t in tools):
+            call = ToolCall(
+                id=f"recall-{self.calls}",
+                name="memory_search",
+                arguments={"query": last.text, "max_results": 3},
+            )
+            return AssistantMessage(text="", tool_calls=(call,), usage=usage)
+        if isinstance(last, ToolResult):
+            question = next((m.text for m in reversed(messages) if isinstance(m, UserMessage)), "")
+            first = last.content.split("\n   Source:")[0]
+            source = ""
+            if "Source:" in last.content:
+                source = " (" + last.content.split("Source:")[1].split("\n")[0].strip() + ")"
+            if first.startswith("1. "):
+                excerpt = best_line(first.split("] ", 1)[-1], question)
+                return AssistantMessage(text=f"From memory: {excerpt}{source}", usage=usage)
+            return AssistantMessage(
+                text="I found nothing in memory that I may share in this conversation.",
+                usage=usage,
+            )
+        return AssistantMessage(text="I can only answer from memory.", usage=usage)
+
+
+def copy_sample_workspace(target: Path) -> Path:
+    """Copy the bundled sample workspace into ``target`` (created) and return it."""
+    source = resources.files("claw").joinpath("_data/sample_workspace")
+    with resources.as_file(source) as path:
+        shutil.copytree(path, target, dirs_exist_ok=True)
+    return target
+
+
+def demo_config(workspace: Path) -> HostConfig:
+    """The demo host: the sample workspace, Memory Core, the recall model."""
+    return HostConfig(
+        workspace_dir=workspace,
+        state_dir=workspace / ".claw",
+        workers=WorkersConfig(max_workers=2),
+        agents=AgentsConfig(defaults=AgentDefaultsConfig(model="demo/recall")),
+    )
+
+
+async def _operator_search(host: Host, query: str) -> dict[str, Any]:
+    async with host.open_scope("demo-operator") as scope:
+        caller: MemoryCallerContext = scope.mint_caller_context(
+            scope.mint_operator_authority({"operator.read"})
+        )
+        return await memory_search(
+            host,
+            caller,
+            {"version": 2, "query": query, "maxResults": 3, "minScore": 0.0},
+            lambda: None,
+        )
+
+
+async def run_demo(out: Callable[[str], None], workspace: Path | None = None) -> int:
+    """Run the demo, writing human-readable lines with ``out``; returns an exit code."""
+    with tempfile.TemporaryDirectory(prefix="claw-demo-") as tmp:
+        root = workspace if workspace is not None else copy_sample_workspace(Path(tmp) / "ws")
+        out(f"claw demo: workspace {root}")
+        async with open_host(demo_config(root)) as host:
+            if host.slots.memory_plugin is None:
+                out("no memory plugin is installed (expected memory-core); reinstall trio-claw")
+                return 1
+            host.models.register_provider("demo", lambda name: RecallModel())
+            slots = host.slots
+            out(f"memory slot: {slots.memory_plugin}; context engine: {slots.context_engine}")
+            out("")
+            out("== searches (operator, memory.search v2) ==")
+            for query in SAMPLE_QUERIES:
+                payload = await _operator_search(host, query)
+                out(f"? {query}")
+                for hit in payload["hits"]:
+                    c = hit["citation"]
+                    line = best_line(hit["excerpt"], query)
+                    where = f"{c['path']}#L{c['startLine']}-L{c['endLine']}"
+                    out(f"  {hit['score']:.3f}  {where}  {line[:90]}")
+            out("")
+            out("== turns ==")
+            await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+            await host.sessions.create("grp:team", agent_id="main", chat_type="group")
+            question = "What tea does Alice prefer?"
+            owner = await host.run_turn(
+                "dm:alice", UserMessage(question, sender="alice"), sender_is_owner=True
+            )
+            out(f"[dm:alice, owner] {question}")
+            out(f"  -> {owner.reply.text}")
+            group = await host.run_turn(
+                "grp:team", UserMessage(question, sender="mallory"), sender_is_owner=False
+            )
+            out(f"[grp:team, group chat] {question}")
+            out(f"  -> {group.reply.text}")
+            out("")
+            out(
+                f"turns committed: {owner.commit}/{group.commit}; "
+                f"events: {', '.join(sorted(set(host.events.kinds())))}"
+            )
+    return 0

@@ -1,0 +1,184 @@
+"""The claw command, run as a subprocess the way a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from claw._demo import copy_sample_workspace
+from claw.gateway import open_gateway_client
+
+pytestmark = pytest.mark.slow
+
+
+def claw(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "claw", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return copy_sample_workspace(tmp_path / "ws")
+
+
+def test_demo_runs_end_to_end() -> None:
+    result = claw("demo")
+    assert result.returncode == 0, result.stderr
+    assert "From memory: - Alice prefers green tea" in result.stdout
+    assert "I found nothing in memory that I may share" in result.stdout
+
+
+def test_search_json_prints_the_v2_payload(workspace: Path) -> None:
+    result = claw(
+        "memory", "search", "release manager apollo", "--json", "--workspace", str(workspace)
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    payload = json.loads(lines[0])
+    assert payload["version"] == 2
+    assert payload["providerId"] == "memory-core"
+    assert payload["hits"][0]["citation"]["path"] == "MEMORY.md"
+    assert (workspace / ".claw").is_dir()
+
+
+def test_search_table_defaults_to_the_current_directory(workspace: Path) -> None:
+    result = claw("memory", "search", "storage budget", cwd=workspace)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^ 1  \d\.\d{3}  memory/2026-11-30\.md#L1-L5", result.stdout, re.MULTILINE)
+
+
+def test_index_status_get_and_forget(workspace: Path) -> None:
+    index = claw("memory", "index", "--json", "--workspace", str(workspace))
+    assert index.returncode == 0, index.stderr
+    assert json.loads(index.stdout)["generation"] >= 1
+    status = json.loads(claw("memory", "status", "--json", "--workspace", str(workspace)).stdout)
+    assert status["status"] == "ready"
+    got = claw(
+        "memory",
+        "get",
+        "memory/2026-11-28.md",
+        "--from",
+        "3",
+        "--lines",
+        "1",
+        "--workspace",
+        str(workspace),
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("- Apollo standup")
+    dry = claw(
+        "memory",
+        "forget",
+        "--path",
+        "memory/2026-11-28.md",
+        "--dry-run",
+        "--json",
+        "--workspace",
+        str(workspace),
+    )
+    assert json.loads(dry.stdout)["dryRun"] is True
+    forget = claw(
+        "memory", "forget", "--path", "memory/2026-11-28.md", "--workspace", str(workspace)
+    )
+    assert forget.returncode == 0, forget.stderr
+    assert "forgot" in forget.stdout
+    after = json.loads(
+        claw(
+            "memory",
+            "search",
+            "flaky integration test rollback",
+            "--json",
+            "--workspace",
+            str(workspace),
+        ).stdout
+    )
+    assert "memory/2026-11-28.md" not in {h["reference"]["id"] for h in after["hits"]}
+    assert (workspace / "memory" / "2026-11-28.md").is_file()
+
+
+def test_doctor_is_ok_on_a_clean_workspace_and_fails_on_skipped_files(workspace: Path) -> None:
+    ok = claw("doctor", "--workspace", str(workspace))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.strip().endswith("ok")
+    (workspace / "memory" / "blob.md").write_bytes(b"\x00\x01\x02binary")
+    bad = claw("doctor", "--json", "--workspace", str(workspace))
+    assert bad.returncode == 1
+    report = json.loads(bad.stdout)
+    assert any("blob.md" in p for p in report["problems"])
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    result = claw("memory", "search", "x", "--workspace", str(tmp_path / "missing"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("claw: error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_config_key_is_one_line_naming_the_key(workspace: Path) -> None:
+    (workspace / "claw.toml").write_text("[plugins.slots]\nmemmory = 'x'\n", encoding="utf-8")
+    result = claw("memory", "status", "--workspace", str(workspace))
+    assert result.returncode == 2
+    assert "plugins.slots.memmory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_prints_the_address_answers_and_stops_on_sigterm(workspace: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "claw", "serve", "--workspace", str(workspace), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CLAW_GATEWAY_TOKEN": "serve-token-123"},
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline().rstrip("\n")
+        match = re.fullmatch(r"claw gateway listening on (ws://127\.0\.0\.1:(\d+))", first)
+        assert match, first
+        url = match.group(1)
+
+        async def query() -> dict[str, object]:
+            async with open_gateway_client(url, "serve-token-123") as client:
+                return await client.request(
+                    "memory.search", {"version": 2, "query": "green tea", "minScore": 0}
+                )
+
+        payload = trio.run(query)
+        assert payload["providerId"] == "memory-core"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_python_dash_m_and_console_script_agree() -> None:
+    exe = shutil.which("claw", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    result = subprocess.run([exe, "--help"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0
+    assert "serve" in result.stdout and "memory" in result.stdout and "doctor" in result.stdout
