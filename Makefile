@@ -17,7 +17,7 @@ demo: $(BIN)/.installed
 	$(BIN)/claw demo
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check claw claw_memory claw_testing tests benchmarks
+	$(BIN)/ruff check .
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
