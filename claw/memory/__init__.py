@@ -1,6 +1,16 @@
 """The provider-neutral memory runtime: contracts, values, the legacy adapter, the guard."""
 
 from .._util import fixup_module_metadata as _fixup_module_metadata
+from ._consumers import BUILTIN_RECALL_TOOLS as BUILTIN_RECALL_TOOLS
+from ._consumers import RecallItem as RecallItem
+from ._consumers import RecallResult as RecallResult
+from ._consumers import deep_recall_tools as deep_recall_tools
+from ._consumers import dreaming_owner as dreaming_owner
+from ._consumers import project_recall as project_recall
+from ._consumers import provider_status as provider_status
+from ._consumers import trigger_recall as trigger_recall
+from ._consumers import voice_fast_context as voice_fast_context
+from ._consumers import wiki_search as wiki_search
 from ._contracts import LegacyReadResult as LegacyReadResult
 from ._contracts import LegacySearchResult as LegacySearchResult
 from ._contracts import MemoryMaintenance as MemoryMaintenance

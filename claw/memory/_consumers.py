@@ -1,0 +1,307 @@
+"""The host's memory consumers: one function each, over the neutral runtime or the legacy one.
+
+Each consumer prefers the selected provider's ``provider_runtime`` and uses it only
+when the provider declares what that consumer needs; with a legacy runtime it keeps
+the manager's calls, results and citation labels. A consumer whose needs a native
+provider does not declare injects nothing (and says why in the result), rather than
+calling the provider and handling failure. Gateway ``memory.search``/``get``/``status``
+live in :mod:`claw.gateway._memory`; doctor and CLI status use :func:`provider_status`.
+
+Native provider needs, per consumer:
+
+* :func:`provider_status`: ``health()`` (every caller, host/status included);
+* :func:`project_recall`: ``candidates: ["project"]``, plus ``project_filter`` when
+  project keys are given;
+* :func:`trigger_recall`: the ``memory`` source, ``trigger`` candidates, non-empty
+  ``recall_tool_names`` that the turn's tool policy allows in full, and
+  ``project_filter`` when project keys are given;
+* :func:`deep_recall_tools`: the selected owner's ``recall_tool_names``;
+* :func:`voice_fast_context`: every configured source;
+* :func:`wiki_search`: the requested sources; protected transcript recall needs
+  ``sessions``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+from .._capabilities import MemoryCallerContext
+from .._errors import UnsupportedRequestError
+from ._types import (
+    MemoryCandidatesRequest,
+    MemoryHealth,
+    MemorySearchHit,
+    MemorySearchRequest,
+    Source,
+)
+
+if TYPE_CHECKING:
+    from .._host import Host
+    from ..turns._tools import ToolPolicy
+
+logger = logging.getLogger("claw.memory.consumers")
+
+BUILTIN_RECALL_TOOLS: tuple[str, ...] = ("memory_search", "memory_get")
+
+
+@attrs.frozen
+class RecallItem:
+    """One piece of recalled memory, ready to inject: text, where it is from, and why."""
+
+    excerpt: str
+    reference_id: str
+    provider_id: str
+    source: Source
+    score: float | None = None
+    citation: str | None = None
+    kind: Literal["search", "trigger", "project"] = "search"
+
+
+@attrs.frozen
+class RecallResult:
+    """What a recall consumer injects (possibly nothing), and the reason when nothing."""
+
+    items: tuple[RecallItem, ...] = ()
+    skipped_reason: str | None = None
+    native: bool = True
+
+
+def _label(hit: MemorySearchHit) -> str | None:
+    label = hit.metadata.get("citation_label")
+    if isinstance(label, str):
+        return label
+    c = hit.citation
+    return None if c is None else f"{c.path}#L{c.start_line}-L{c.end_line}"
+
+
+def _items(
+    hits: Iterable[MemorySearchHit], kind: Literal["search", "trigger", "project"]
+) -> tuple[RecallItem, ...]:
+    return tuple(
+        RecallItem(
+            excerpt=h.excerpt,
+            reference_id=h.reference.id,
+            provider_id=h.reference.provider_id,
+            source=h.source,
+            score=h.score,
+            citation=_label(h),
+            kind=kind,
+        )
+        for h in hits
+    )
+
+
+def _skip(reason: str) -> RecallResult:
+    logger.debug("memory recall skipped: %s", reason)
+    return RecallResult(skipped_reason=reason)
+
+
+async def provider_status(host: Host, caller: MemoryCallerContext) -> MemoryHealth:
+    """Health of the selected provider (doctor and CLI status; any authenticated caller)."""
+    async with host.memory.open(caller) as handle:
+        return await handle.health()
+
+
+async def project_recall(
+    host: Host,
+    caller: MemoryCallerContext,
+    *,
+    project_keys: Sequence[str],
+    query: str | None = None,
+    max_results: int = 5,
+) -> RecallResult:
+    """Memory about the active projects, through ``candidates(kind="project")``."""
+    if host.memory.uses_provider_runtime():
+        async with host.memory.open(caller) as handle:
+            caps = handle.capabilities
+            if "project" not in caps.candidates:
+                return _skip(f'provider "{handle.provider_id}" declares no project candidates')
+            if project_keys and not caps.project_filter:
+                return _skip(f'provider "{handle.provider_id}" declares no project filtering')
+            result = await handle.candidates(
+                MemoryCandidatesRequest(
+                    kind="project",
+                    query=query,
+                    active_project_keys=tuple(project_keys),
+                    max_results=max_results,
+                )
+            )
+            return RecallResult(
+                items=tuple(
+                    RecallItem(
+                        excerpt=c.excerpt,
+                        reference_id=c.reference.id,
+                        provider_id=c.reference.provider_id,
+                        source="memory",
+                        score=c.score,
+                        kind="project",
+                    )
+                    for c in result.candidates
+                )
+            )
+    if not project_keys and not query:
+        return _skip("no project keys or query for the legacy manager")
+    async with host.memory.open(caller) as handle:
+        result_hits = await handle.search(
+            MemorySearchRequest(
+                query=query or " ".join(project_keys),
+                max_results=max_results,
+                sources=("memory",),
+                active_project_keys=tuple(project_keys),
+            )
+        )
+        return RecallResult(items=_items(result_hits.hits, "project"), native=False)
+
+
+def _owner_recall_tools(host: Host) -> tuple[str, ...]:
+    _, capability = host.memory.selection()
+    return tuple(capability.recall_tool_names) if capability is not None else ()
+
+
+async def trigger_recall(
+    host: Host,
+    caller: MemoryCallerContext,
+    *,
+    message: str,
+    tool_policy: ToolPolicy,
+    project_keys: Sequence[str] = (),
+    max_results: int = 3,
+) -> RecallResult:
+    """Active Memory trigger recall: lexical search plus trigger candidates.
+
+    A native provider is used only when it declares the ``memory`` source, ``trigger``
+    candidates, non-empty ``recall_tool_names`` that ``tool_policy`` allows in full, and
+    project filtering when ``project_keys`` are given; otherwise nothing is injected.
+    """
+    if host.memory.uses_provider_runtime():
+        recall_tools = _owner_recall_tools(host)
+        if not recall_tools:
+            return _skip("the selected provider declares no recall_tool_names")
+        denied = [t for t in recall_tools if not tool_policy.allows(t)]
+        if denied:
+            return _skip(f"the turn's tool policy does not allow {', '.join(denied)}")
+        async with host.memory.open(caller) as handle:
+            caps = handle.capabilities
+            if "memory" not in caps.sources:
+                return _skip(f'provider "{handle.provider_id}" declares no memory source')
+            if "trigger" not in caps.candidates:
+                return _skip(f'provider "{handle.provider_id}" declares no trigger candidates')
+            if project_keys and not caps.project_filter:
+                return _skip(f'provider "{handle.provider_id}" declares no project filtering')
+            found = await handle.search(
+                MemorySearchRequest(
+                    query=message,
+                    max_results=max_results,
+                    sources=("memory",),
+                    lexical_only=True,
+                    active_project_keys=tuple(project_keys),
+                )
+            )
+            triggers = await handle.candidates(
+                MemoryCandidatesRequest(
+                    kind="trigger",
+                    query=message,
+                    active_project_keys=tuple(project_keys),
+                    max_results=max_results,
+                )
+            )
+            items = _items(found.hits, "search") + tuple(
+                RecallItem(
+                    excerpt=c.excerpt,
+                    reference_id=c.reference.id,
+                    provider_id=c.reference.provider_id,
+                    source="memory",
+                    score=c.score,
+                    kind="trigger",
+                )
+                for c in triggers.candidates
+            )
+            return RecallResult(items=items)
+    async with host.memory.open(caller) as handle:
+        found = await handle.search(
+            MemorySearchRequest(
+                query=message, max_results=max_results, sources=("memory",), lexical_only=True
+            )
+        )
+        return RecallResult(items=_items(found.hits, "search"), native=False)
+
+
+def deep_recall_tools(host: Host, *, tools_allow: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The agent tools Active Memory uses for deep recall.
+
+    A valid explicit ``tools_allow`` (every name a registered tool) wins, then the
+    selected owner's ``recall_tool_names``, then the built-in fallback. Unselected
+    sidecars cannot contribute.
+    """
+    registered = {t.name for t in host.plugin_registry.tools}
+    if tools_allow:
+        unknown = [t for t in tools_allow if t not in registered]
+        if not unknown:
+            return tuple(tools_allow)
+        logger.warning("ignoring Active Memory toolsAllow with unknown tools %s", unknown)
+    owner = _owner_recall_tools(host)
+    if owner:
+        return owner
+    return BUILTIN_RECALL_TOOLS
+
+
+async def voice_fast_context(
+    host: Host, caller: MemoryCallerContext, *, query: str, max_results: int = 3
+) -> RecallResult:
+    """Fast context for voice turns: one search over every configured source."""
+    async with host.memory.open(caller) as handle:
+        found = await handle.search(
+            MemorySearchRequest(
+                query=query, max_results=max_results, sources=handle.capabilities.sources
+            )
+        )
+        return RecallResult(items=_items(found.hits, "search"), native=handle.native)
+
+
+async def wiki_search(
+    host: Host,
+    caller: MemoryCallerContext,
+    *,
+    query: str,
+    sources: Sequence[Source] = ("memory",),
+    protected_transcripts: bool = False,
+    max_results: int = 10,
+) -> RecallResult:
+    """Memory Wiki search over the requested sources.
+
+    Protected transcript recall (``protected_transcripts``) requires the provider to
+    declare ``sessions``; asking for it from one that does not is an error naming the
+    provider, raised before its code runs.
+    """
+    requested = tuple(sources)
+    if protected_transcripts and "sessions" not in requested:
+        requested = (*requested, "sessions")
+    async with host.memory.open(caller) as handle:
+        if protected_transcripts and "sessions" not in handle.capabilities.sources:
+            raise UnsupportedRequestError(
+                f'memory provider "{handle.provider_id}" does not declare the sessions source '
+                "that protected transcript recall requires"
+            )
+        found = await handle.search(
+            MemorySearchRequest(query=query, max_results=max_results, sources=requested)
+        )
+        return RecallResult(items=_items(found.hits, "search"), native=handle.native)
+
+
+def dreaming_owner(host: Host) -> str | None:
+    """The plugin whose dreaming runs: the selected owner if it declares dreaming, else
+    Memory Core as a loaded sidecar (unless it is disabled, in which case it is not loaded).
+
+    Dreaming is not a provider runtime capability: selecting a provider does not imply it.
+    """
+    selected = host.slots.memory_plugin
+    capabilities = host.plugin_registry.memory_capabilities
+    if selected is not None and getattr(capabilities.get(selected), "dreaming", None) is not None:
+        return selected
+    if "memory-core" in capabilities:
+        return "memory-core"
+    return None
