@@ -18,8 +18,9 @@ compaction. Each call:
 6. records ``flush.completed``, ``flush.skipped`` or ``flush.failed`` and returns a
    :class:`FlushResult`.
 
-A failed flush may run again later in the same cycle (a retry shares the flush id); a
-skipped or failed flush never stops the compaction that follows. The record of which
+A failed flush may run again in a later turn of the same cycle (a retry shares the flush
+id), never twice in one turn; a skipped or failed flush never stops the compaction that
+follows. The record of which
 cycles flushed is kept in memory: after a restart a cycle may flush again, which the
 shared flush id lets providers deduplicate.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+import weakref
 from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -124,6 +126,9 @@ class FlushCoordinator:
 
     host: Host
     _done: set[str] = attrs.field(factory=set, init=False)
+    _tried: weakref.WeakKeyDictionary[Run, set[str]] = attrs.field(
+        factory=weakref.WeakKeyDictionary, init=False
+    )
 
     async def maybe_flush(
         self,
@@ -150,8 +155,37 @@ class FlushCoordinator:
         if not config.enabled:
             return None
         flush_id = derive_flush_id(row.session_id, row.lifecycle_revision, compaction_count)
-        if flush_id in self._done:
+        tried = self._tried.setdefault(run, set())
+        if flush_id in self._done or flush_id in tried:
             return None
+        result = await self._flush_if_due(
+            flush_id,
+            run=run,
+            row=row,
+            visible=visible,
+            context_window=context_window,
+            overflow=overflow,
+            tool_policy=tool_policy,
+            model_refs=model_refs,
+        )
+        if result is not None:
+            tried.add(flush_id)
+        return result
+
+    async def _flush_if_due(
+        self,
+        flush_id: str,
+        *,
+        run: Run,
+        row: SessionRow,
+        visible: Sequence[Message],
+        context_window: int,
+        overflow: bool,
+        tool_policy: ToolPolicy | None,
+        model_refs: ModelRefs | None,
+    ) -> FlushResult | None:
+        host = self.host
+        config = host.config.agents.defaults.compaction.memory_flush
         timing = resolve_timing(config, context_window)
         stats = await host.transcripts.stats(row.session_id)
         tokens = estimate_tokens(visible)
