@@ -539,6 +539,7 @@ async def open_host(
             host._turns = TurnRunner(
                 host=host, store=transcripts, slot=host._engine_slot(), models=host.models
             )
+            stack.push_async_callback(host._turns.aclose)
             host._flush = FlushCoordinator(host)
             with collapse_single_exception_group():
                 async with trio.open_nursery() as nursery:

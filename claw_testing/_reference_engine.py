@@ -26,6 +26,7 @@ from claw.context import (
     AfterTurnParams,
     AssembleParams,
     AssembleResult,
+    BootstrapParams,
     CommitTurnParams,
     CommitTurnResult,
     CompactParams,
@@ -34,6 +35,7 @@ from claw.context import (
     ContextProjection,
     IngestParams,
     IngestResult,
+    MaintainParams,
     TranscriptSemantics,
     build_memory_system_prompt_addition,
     delegate_compaction_to_runtime,
@@ -125,6 +127,20 @@ class ReferenceContextEngine:
 
     async def after_turn(self, params: AfterTurnParams) -> None:
         self.calls.append("after_turn")
+        await trio.lowlevel.checkpoint()
+
+    async def bootstrap(self, params: BootstrapParams) -> None:
+        """Record how much earlier history the host handed over."""
+        self.calls.append(f"bootstrap:{len(params.messages)}")
+        await trio.lowlevel.checkpoint()
+
+    async def maintain(self, params: MaintainParams) -> None:
+        """Nothing to tidy in this store; honours cancellation through its checkpoint."""
+        self.calls.append("maintain")
+        await trio.lowlevel.checkpoint()
+
+    async def dispose(self) -> None:
+        self.calls.append("dispose")
         await trio.lowlevel.checkpoint()
 
     def _commit_sync(self, params: CommitTurnParams, now: float) -> CommitTurnResult:

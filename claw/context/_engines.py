@@ -105,6 +105,10 @@ class ContextEngineSlot:
             self._engine = engine
         return self._engine
 
+    def built_engine(self) -> Any | None:
+        """The selected engine if it was built (and not quarantined), else None."""
+        return self._engine
+
     def durable_engine(self) -> Any | None:
         """The selected engine if it participates in durable admitted turns now, else None."""
         engine = self.engine()

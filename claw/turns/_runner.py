@@ -39,11 +39,13 @@ from ..context import (
     AfterTurnParams,
     AssembleParams,
     AssembleResult,
+    BootstrapParams,
     CommitTurnParams,
     CommitTurnResult,
     CompactParams,
     CompactResult,
     ContextProjection,
+    MaintainParams,
     MemoryPromptSnapshot,
     active_prompt_snapshot,
     build_memory_system_prompt_addition,
@@ -63,7 +65,7 @@ from ..sessions import SessionNotFoundError, SessionRow
 from ._compaction import runtime_compaction
 from ._ledger import AdmittedTurn
 from ._tools import ToolContext, ToolPolicy, run_tool_call, select_tools, tool_specs
-from ._transcript import TranscriptStore
+from ._transcript import TranscriptStore, parse_entry_id
 
 if TYPE_CHECKING:
     from .._host import Host
@@ -156,6 +158,8 @@ class TurnRunner:
     models: ModelRegistry
     _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
     _threads: dict[str, _ThreadState] = attrs.field(factory=dict, init=False)
+    _bootstrapped: set[tuple[str, str]] = attrs.field(factory=set, init=False)
+    _maintenance_scopes: set[trio.CancelScope] = attrs.field(factory=set, init=False)
     _engine_compactions: dict[str, int] = attrs.field(factory=dict, init=False)
 
     # -- public ----------------------------------------------------------------
@@ -423,6 +427,8 @@ class TurnRunner:
         async with self.host.open_run(
             row.session_key, sender_is_owner=sender_is_owner, sandboxed=sandboxed
         ) as run:
+            if durable is not None:
+                await self._bootstrap(durable, row, turn, run.agent_id)
             # The visible history already holds the admitted user message: the flush
             # timing counts the incoming turn.
             visible = await self.store.visible_messages(row.session_id)
@@ -540,6 +546,8 @@ class TurnRunner:
                     row, context_window=context_window, run=run, turn=flush_turn
                 )
                 flush_result = flushed or flush_result
+            if durable is not None and not self.slot.is_quarantined():
+                await self._maintain(durable, row, run.agent_id)
         return TurnResult(
             turn_id=turn.turn_id,
             advancement_key=turn.advancement_key,
@@ -555,6 +563,71 @@ class TurnRunner:
             flush=flush_result,
             tool_rounds=rounds,
         )
+
+    async def _bootstrap(
+        self, engine: Any, row: SessionRow, turn: AdmittedTurn, agent: str
+    ) -> None:
+        """Hand a durable engine the history before this turn, once per session incarnation.
+
+        The host supplies only accepted turns to ``commit_turn``; an engine that meets a
+        session for the first time in this process rebuilds earlier history from the
+        cursor API, here through its optional ``bootstrap``.
+        """
+        key = (engine.info.id, row.session_id)
+        if key in self._bootstrapped or not callable(getattr(engine, "bootstrap", None)):
+            return
+        self._bootstrapped.add(key)
+        delta = await self.store.read_session_transcript_visible_message_delta(row.session_id)
+        before = tuple(
+            m
+            for m, entry in zip(delta.messages, delta.entry_ids, strict=True)
+            if parse_entry_id(entry)[1] < turn.first_seq
+        )
+        await self.slot.call(
+            engine,
+            "bootstrap",
+            BootstrapParams(
+                messages=before,
+                session_key=row.session_key,
+                session_id=row.session_id,
+                agent_id=agent,
+            ),
+            fallback=_noop,
+        )
+
+    async def _maintain(self, engine: Any, row: SessionRow, agent: str) -> None:
+        """Run the engine's optional ``maintain`` after a turn, cancellable by the host."""
+        if not callable(getattr(engine, "maintain", None)):
+            return
+        with trio.CancelScope() as scope:
+            self._maintenance_scopes.add(scope)
+            try:
+                await self.slot.call(
+                    engine,
+                    "maintain",
+                    MaintainParams(
+                        session_key=row.session_key,
+                        session_id=row.session_id,
+                        agent_id=agent,
+                        cancel_scope=scope,
+                    ),
+                    fallback=_noop,
+                )
+            finally:
+                self._maintenance_scopes.discard(scope)
+
+    async def aclose(self) -> None:
+        """Cancel running maintenance and dispose of the engine (host shutdown)."""
+        for scope in list(self._maintenance_scopes):
+            scope.cancel()
+        engine = self.slot.built_engine()
+        dispose = getattr(engine, "dispose", None)
+        if engine is not None and callable(dispose):
+            try:
+                with trio.CancelScope(shield=True):
+                    await dispose()
+            except Exception:
+                logger.exception('context engine "%s" failed to dispose', engine.info.id)
 
     async def _turn_messages(self, turn: AdmittedTurn) -> tuple[Message, ...]:
         through = turn.terminal_seq

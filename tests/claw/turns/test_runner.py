@@ -163,7 +163,7 @@ async def test_durable_engine_commits_the_inclusive_accepted_turn(
     ((key, turn_id, count),) = engine.advancements()
     assert (key, turn_id) == (result.advancement_key, result.turn_id)
     assert count == 4  # user, assistant with call, tool result, final assistant
-    assert engine.calls[:1] == ["assemble"]
+    assert engine.calls[:2] == ["bootstrap:0", "assemble"]
     assert "commit_turn" in engine.calls
     assert "after_turn" in engine.calls
 
@@ -480,3 +480,22 @@ async def test_turns_of_one_session_are_serialised(legacy_env: Env) -> None:
 
 async def _turn(host: claw.Host, text: str) -> None:
     await host.run_turn("dm:alice", UserMessage(text), sender_is_owner=True)
+
+
+async def test_engine_bootstraps_once_per_incarnation_maintains_and_is_disposed(
+    host_config: claw.HostConfig, model: ScriptedModel, tmp_path: Path
+) -> None:
+    engine = ReferenceContextEngine(tmp_path / "e.sqlite3")
+    legacy_first = with_engine(make_config(host_config), "legacy")
+    model.extend(["earlier", "one", "two"])
+    async for env in _env(legacy_first, model, []):
+        await env.host.run_turn("dm:alice", UserMessage("before the engine"), sender_is_owner=True)
+    config = with_engine(make_config(host_config), "reference")
+    async with claw.open_host(config, plugins=[engine_plugin(engine)]) as host:
+        host.models.register_provider("scripted", lambda name: model)
+        await host.run_turn("dm:alice", UserMessage("first"), sender_is_owner=True)
+        await host.run_turn("dm:alice", UserMessage("second"), sender_is_owner=True)
+    assert engine.calls.count("bootstrap:2") == 1  # the two messages before its first turn
+    assert not [c for c in engine.calls if c.startswith("bootstrap:") and c != "bootstrap:2"]
+    assert engine.calls.count("maintain") == 2
+    assert engine.calls[-1] == "dispose"
