@@ -15,11 +15,13 @@ entry point and selected into the memory slot by default. It registers:
 Configuration lives under ``[plugins.entries.memory-core.config]``: every
 :class:`MemoryCoreSettings` field, plus ``embedder`` (``"claw-hash"``, ``"none"``,
 ``"openai-compatible"`` or ``"sentence-transformers"``), ``embedding`` (the options of
-the chosen remote or local model) and ``deny_sandboxed``.
+the chosen remote or local model), ``deny_sandboxed`` (refuse sandboxed sessions) and
+``watch``/``watch_interval`` (a polling watcher for long-running hosts).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -51,7 +53,7 @@ from ._transcripts import TranscriptSession, TranscriptTurn
 PLUGIN_ID = "memory-core"
 EMBEDDERS = ("claw-hash", "openai-compatible", "sentence-transformers")
 TOOLS = ("memory_search", "memory_get")
-_EXTRA_KEYS = frozenset({"embedder", "embedding", "deny_sandboxed"})
+_EXTRA_KEYS = frozenset({"embedder", "embedding", "deny_sandboxed", "watch", "watch_interval"})
 _AGENT_DIR_RE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -63,6 +65,8 @@ class MemoryCoreConfig:
     embedder: str = "claw-hash"
     embedding: Mapping[str, Any] = attrs.field(factory=dict)
     deny_sandboxed: bool = False
+    watch: bool = False
+    watch_interval: float = 2.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> MemoryCoreConfig:
@@ -96,10 +100,25 @@ class MemoryCoreConfig:
         embedding = data.get("embedding", {})
         if not isinstance(embedding, Mapping):
             raise ConfigError(f"{prefix}.embedding", "expected a table", value=embedding)
-        deny = data.get("deny_sandboxed", False)
-        if not isinstance(deny, bool):
-            raise ConfigError(f"{prefix}.deny_sandboxed", "expected true or false", value=deny)
-        return cls(settings=settings, embedder=embedder, embedding=embedding, deny_sandboxed=deny)
+        flags = {}
+        for key in ("deny_sandboxed", "watch"):
+            value = data.get(key, False)
+            if not isinstance(value, bool):
+                raise ConfigError(f"{prefix}.{key}", "expected true or false", value=value)
+            flags[key] = value
+        interval = data.get("watch_interval", 2.0)
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+            raise ConfigError(
+                f"{prefix}.watch_interval", "expected a positive number of seconds", value=interval
+            )
+        return cls(
+            settings=settings,
+            embedder=embedder,
+            embedding=embedding,
+            deny_sandboxed=flags["deny_sandboxed"],
+            watch=flags["watch"],
+            watch_interval=float(interval),
+        )
 
 
 def _build_remote_embedder(config: MemoryCoreConfig, api: PluginApi) -> EmbeddingProvider | None:
@@ -165,6 +184,7 @@ class MemoryCoreService:
     config: MemoryCoreConfig
     _indexes: dict[str, MemoryIndex] = attrs.field(factory=dict, init=False)
     _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
@@ -213,6 +233,10 @@ class MemoryCoreService:
                 )
             )
             self._indexes[agent_id] = index
+            if self.config.watch and self._nursery is not None:
+                await self._nursery.start(
+                    functools.partial(index.watch, interval=self.config.watch_interval)
+                )
             return index
 
     def open_indexes(self) -> dict[str, MemoryIndex]:
@@ -220,14 +244,21 @@ class MemoryCoreService:
         return dict(self._indexes)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run while the host is open; closes every index when cancelled."""
+        """Run while the host is open; closes every index when cancelled.
+
+        With ``watch = true`` each opened index gets a polling watcher (debounced) that
+        keeps it in sync with its files for long-running hosts.
+        """
         async with AsyncExitStack() as stack:
             self._stack = stack
-            task_status.started()
             try:
-                await trio.sleep_forever()
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    task_status.started()
+                    await trio.sleep_forever()
             finally:
                 self._closed = True
+                self._nursery = None
                 self._indexes.clear()
 
 

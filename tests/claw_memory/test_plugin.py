@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
+import trio.testing
 
 import claw
 import claw_memory
@@ -228,3 +230,26 @@ async def test_lexical_only_when_embedder_is_none(tmp_path: Path) -> None:
         result = await _operator_search(host, "green tea", min_score=0.0)
         assert result.hits
         assert result.hits[0].metadata["vector_score"] is None
+
+
+async def test_watcher_keeps_the_index_in_sync_for_long_running_hosts(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    config = _config(tmp_path, watch=True, watch_interval=1.0, sync_on_search=False)
+    async with claw.open_host(config, plugins=[claw_memory.plugin]) as host:
+        before = await _operator_search(host, "hovercraft eels", min_score=0.0)
+        assert "memory/2026-12-01.md" not in {h.reference.id for h in before.hits}
+        (config.workspace_dir / "memory" / "2026-12-01.md").write_text(
+            "- My hovercraft is full of eels.\n", encoding="utf-8"
+        )
+        await trio.sleep(10)
+        after = await _operator_search(host, "hovercraft eels", min_score=0.0)
+        assert [h.reference.id for h in after.hits][:1] == ["memory/2026-12-01.md"]
+
+
+async def test_bad_watch_interval_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(claw.ConfigError, match="watch_interval"):
+        async with claw.open_host(
+            _config(tmp_path, watch=True, watch_interval=0), plugins=[claw_memory.plugin]
+        ):
+            pass  # pragma: no cover
