@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,8 @@ from claw.plugin_sdk import (
     LegacyReadResult,
     LegacySearchResult,
     MemoryCallerContext,
+    MemoryFlushPlan,
+    MemoryFlushPlanRequest,
     MemoryGetRequest,
     MemoryGetResult,
     MemoryHealth,
@@ -576,6 +579,32 @@ class MemoryCoreMaintenance:
         }
 
 
+FLUSH_SYSTEM_PROMPT = (
+    "The conversation is about to be compacted. Save what is worth remembering before "
+    "it is summarised: append concise, self-contained notes (facts, decisions, "
+    "preferences, people, dates, open todos) to {path} with the write tool. Read the "
+    "file first and do not repeat what it already holds. Do not answer the user. When "
+    "you are done, or if there is nothing worth saving, reply exactly NO_REPLY."
+)
+FLUSH_PROMPT = "Pre-compaction memory flush: store durable memories in {path} now."
+
+
+def daily_note_path(now: float) -> str:
+    """The dated memory file of ``now`` (local date): ``memory/YYYY-MM-DD.md``."""
+    return time.strftime("memory/%Y-%m-%d.md", time.localtime(now))
+
+
+def flush_plan(request: MemoryFlushPlanRequest) -> MemoryFlushPlan:
+    """Memory Core's file-arm flush: append to today's ``memory/YYYY-MM-DD.md``."""
+    path = daily_note_path(request.now)
+    return MemoryFlushPlan.from_timing(
+        request.timing,
+        relative_path=path,
+        prompt=FLUSH_PROMPT.format(path=path),
+        system_prompt=FLUSH_SYSTEM_PROMPT.format(path=path),
+    )
+
+
 def build_capability(service: MemoryCoreService) -> MemoryPluginCapability:
     """Memory Core's memory capability."""
 
@@ -597,4 +626,5 @@ def build_capability(service: MemoryCoreService) -> MemoryPluginCapability:
         recall_tool_names=RECALL_TOOLS,
         prompt_preparation=prepare,
         maintenance=MemoryCoreMaintenance(service),
+        flush_plan_resolver=flush_plan,
     )

@@ -253,3 +253,45 @@ async def test_bad_watch_interval_is_a_config_error(tmp_path: Path) -> None:
             _config(tmp_path, watch=True, watch_interval=0), plugins=[claw_memory.plugin]
         ):
             pass  # pragma: no cover
+
+
+async def test_memory_core_flush_appends_to_todays_note_and_the_note_is_searchable(
+    tmp_path: Path,
+) -> None:
+    import time as _time
+
+    from claw_memory._runtime import daily_note_path
+
+    config = _config(tmp_path)
+    defaults = attrs.evolve(config.agents.defaults, context_window=8000)
+    config = attrs.evolve(config, agents=claw.AgentsConfig(defaults=defaults))
+    model = ScriptedModel(
+        [
+            ScriptedReply(
+                tool_calls=[
+                    (
+                        "write",
+                        {
+                            "path": daily_note_path(_time.time()),
+                            "content": "- Alice's locker code is 7741.",
+                        },
+                    )
+                ]
+            ),
+            "NO_REPLY",
+            "ok",
+        ],
+        context_window=8000,
+    )
+    async with claw.open_host(config, plugins=[claw_memory.plugin]) as host:
+        host.models.register_provider("scripted", lambda name: model)
+        await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+        result = await host.run_turn(
+            "dm:alice", UserMessage("x" * 4 * 4000, sender="alice"), sender_is_owner=True
+        )
+        assert result.flush is not None
+        assert result.flush.status == "completed"
+        note = host.config.workspace_dir / daily_note_path(_time.time())
+        assert "locker code is 7741" in note.read_text(encoding="utf-8")
+        found = await _operator_search(host, "locker code", min_score=0.0)
+        assert found.hits[0].reference.id == daily_note_path(_time.time())
