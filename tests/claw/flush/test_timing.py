@@ -156,3 +156,16 @@ async def test_a_resolver_returning_none_skips_the_flush(open_env: OpenEnv) -> N
         (event,) = env.flush_events()
         assert event.kind == "flush.skipped"
         assert event.data["plugin_id"] == "recorder"
+
+
+async def test_a_due_flush_without_any_resolver_is_skipped_once_per_cycle(
+    open_env: OpenEnv,
+) -> None:
+    async with open_env([], memory=None) as env:
+        env.model.extend(["one", "two"])
+        first = await env.turn(big_text(2100))
+        second = await env.turn("still due, same cycle")
+        assert first.flush.status == "skipped"
+        assert first.flush.reason == "no memory plugin supplies a flush plan"
+        assert second.flush is None
+        assert len(env.model.calls) == 2
