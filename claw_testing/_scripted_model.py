@@ -38,6 +38,13 @@ class ScriptExhaustedError(ClawError, AssertionError):
     """A :class:`ScriptedModel` was called more often than its script has steps."""
 
 
+ToolCallStep = ToolCall | tuple[str, Mapping[str, object]]
+
+
+def _tool_calls(value: Iterable[ToolCallStep]) -> tuple[ToolCallStep, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class ScriptedReply:
     """A step answering with ``text`` and ``tool_calls``; ``usage=None`` means estimated.
@@ -47,9 +54,7 @@ class ScriptedReply:
     """
 
     text: str = ""
-    tool_calls: tuple[ToolCall | tuple[str, Mapping[str, object]], ...] = attrs.field(
-        default=(), converter=tuple
-    )
+    tool_calls: tuple[ToolCallStep, ...] = attrs.field(default=(), converter=_tool_calls)
     usage: Usage | None = None
 
 
