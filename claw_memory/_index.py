@@ -39,7 +39,7 @@ from ._chunking import sha256_hex
 from ._embedding_input import embed_texts
 from ._errors import IndexClosedError, IndexLockedError, InvalidSearchError, SourcePathError
 from ._generation import Generation, normalise_rows
-from ._lexical import LexicalIndex
+from ._lexical import DOCUMENT_VERSION, LexicalIndex
 from ._ranking import RankParams, rank
 from ._records import ChunkRecord, PreparedChunk
 from ._settings import MemoryCoreSettings, SearchMode, SourceKind
@@ -100,6 +100,7 @@ def _identity(settings: MemoryCoreSettings, embedder: EmbeddingProvider | None) 
     return json.dumps(
         {
             "schema": SCHEMA_VERSION,
+            "lexical_document": DOCUMENT_VERSION,
             "provider": None if embedder is None else embedder.id,
             "model": None if embedder is None else embedder.model,
             "dims": None if embedder is None else embedder.dims,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import attrs
 import tantivy
 
 from ._chunking import is_cjk
@@ -21,7 +22,41 @@ from ._errors import LexicalIndexError
 from ._records import ChunkRecord
 
 _ANALYZER = "claw_en"
+# The shape of a lexical document (fields and what the transcript context holds).
+# It is part of the index identity: a change rebuilds the index on the next open.
+DOCUMENT_VERSION = 2
 _WRITER_HEAP = 32_000_000
+_CONTEXT_MARK = "\x1e"
+
+
+@attrs.frozen
+class LexicalContext:
+    """What a chunk's lexical document holds besides its own text.
+
+    ``speakers`` are who wrote a transcript chunk's turns (a field of its own, so that
+    a query naming a person favours what that person said); ``near`` is the text of
+    the adjacent turns and ``far`` that of turns further out, weighed less.
+    A memory-file chunk has none of these.
+    """
+
+    speakers: str = ""
+    near: str = ""
+    far: str = ""
+
+    def encode(self) -> str:
+        """The one string the store keeps for the chunk (see :meth:`decode`)."""
+        if not (self.speakers or self.near or self.far):
+            return ""
+        return _CONTEXT_MARK + _CONTEXT_MARK.join((self.speakers, self.near, self.far))
+
+    @classmethod
+    def decode(cls, context: str) -> LexicalContext:
+        """Parse :meth:`encode`'s output; any other string is all ``near`` context."""
+        if not context.startswith(_CONTEXT_MARK):
+            return cls(near=context)
+        parts = context[1:].split(_CONTEXT_MARK)
+        parts += [""] * (3 - len(parts))
+        return cls(speakers=parts[0], near=parts[1], far=parts[2])
 
 
 def cjk_bigrams(text: str) -> list[str]:
@@ -59,8 +94,193 @@ def _analyzer() -> tantivy.TextAnalyzer:
     )
 
 
+# English function words dropped from queries: articles, pronouns, auxiliaries and
+# modals, question words, common prepositions and conjunctions, and the fragments the
+# tokenizer leaves of contractions ("isn't" -> "isn", "t"). A question's function
+# words ("What did she do ...") match nearly every turn of a conversation and only add
+# noise to BM25. Documents keep every word; a query made only of these words falls
+# back to the short standard list, so it still finds something.
+QUERY_STOPWORDS: frozenset[str] = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "this",
+        "that",
+        "these",
+        "those",
+        "i",
+        "me",
+        "my",
+        "mine",
+        "myself",
+        "we",
+        "us",
+        "our",
+        "ours",
+        "ourselves",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "he",
+        "him",
+        "his",
+        "himself",
+        "she",
+        "her",
+        "hers",
+        "herself",
+        "it",
+        "its",
+        "itself",
+        "they",
+        "them",
+        "their",
+        "theirs",
+        "themselves",
+        "am",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "have",
+        "has",
+        "had",
+        "having",
+        "do",
+        "does",
+        "did",
+        "doing",
+        "done",
+        "will",
+        "would",
+        "shall",
+        "should",
+        "can",
+        "could",
+        "may",
+        "might",
+        "must",
+        "ought",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "and",
+        "or",
+        "but",
+        "nor",
+        "if",
+        "then",
+        "else",
+        "than",
+        "so",
+        "because",
+        "as",
+        "until",
+        "while",
+        "of",
+        "at",
+        "by",
+        "for",
+        "with",
+        "about",
+        "against",
+        "between",
+        "into",
+        "through",
+        "during",
+        "before",
+        "after",
+        "above",
+        "below",
+        "to",
+        "from",
+        "up",
+        "down",
+        "in",
+        "out",
+        "on",
+        "off",
+        "over",
+        "under",
+        "again",
+        "further",
+        "once",
+        "here",
+        "there",
+        "all",
+        "any",
+        "both",
+        "each",
+        "few",
+        "more",
+        "most",
+        "other",
+        "some",
+        "such",
+        "no",
+        "not",
+        "only",
+        "own",
+        "same",
+        "too",
+        "very",
+        "just",
+        "also",
+        "s",
+        "t",
+        "d",
+        "ll",
+        "m",
+        "o",
+        "re",
+        "ve",
+        "y",
+        "don",
+        "doesn",
+        "didn",
+        "isn",
+        "aren",
+        "wasn",
+        "weren",
+        "hasn",
+        "haven",
+        "hadn",
+        "won",
+        "wouldn",
+        "shouldn",
+        "couldn",
+        "mustn",
+        "can't",
+    ]
+)
+
+
 def _query_analyzer() -> tantivy.TextAnalyzer:
-    # Queries drop English stop words (documents keep them, so phrases still index).
+    # Queries drop function words (documents keep them, so phrases still index).
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.custom_stopword(sorted(QUERY_STOPWORDS)))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _fallback_query_analyzer() -> tantivy.TextAnalyzer:
+    # For a query made only of function words: the short standard list.
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(40))
@@ -81,6 +301,8 @@ def _schema() -> tantivy.Schema:
     sb.add_text_field("skey", tokenizer_name="raw", index_option="basic")
     sb.add_text_field("text", tokenizer_name=_ANALYZER, index_option="freq")
     sb.add_text_field("context", tokenizer_name=_ANALYZER, index_option="freq")
+    sb.add_text_field("far", tokenizer_name=_ANALYZER, index_option="freq")
+    sb.add_text_field("speaker", tokenizer_name=_ANALYZER, index_option="freq")
     sb.add_text_field("path", tokenizer_name=_ANALYZER, index_option="freq")
     sb.add_text_field("grams", tokenizer_name="whitespace", index_option="freq")
     return sb.build()
@@ -102,6 +324,7 @@ class LexicalIndex:
         except ValueError as exc:
             raise LexicalIndexError(f"cannot open the lexical index at {path}: {exc}") from exc
         self._query_analyzer = _query_analyzer()
+        self._fallback_query_analyzer = _fallback_query_analyzer()
 
     def _require_writer(self) -> tantivy.IndexWriter:
         if self._writer is None:
@@ -136,12 +359,15 @@ class LexicalIndex:
             raise LexicalIndexError(f"lexical indexing failed: {exc}") from exc
 
     def _document(self, record: ChunkRecord, context: str) -> tantivy.Document:
+        ctx = LexicalContext.decode(context)
         doc = tantivy.Document(
             cid=record.chunk_id,
             prov=record.provenance,
             source=record.source,
             text=record.text,
-            context=context,
+            context=ctx.near,
+            far=ctx.far,
+            speaker=ctx.speakers,
             path=record.path,
             grams=" ".join(cjk_bigrams(record.text)),
         )
@@ -171,6 +397,8 @@ class LexicalIndex:
         text: str,
         *,
         context_boost: float,
+        far_context_boost: float = 0.0,
+        speaker_boost: float = 0.0,
         path_boost: float,
         sources: frozenset[str] | None,
         agent_ids: frozenset[str] | None,
@@ -182,6 +410,8 @@ class LexicalIndex:
         brackets are tokenised away like any punctuation.
         """
         terms = list(dict.fromkeys(self._query_analyzer.analyze(text)))
+        if not terms:
+            terms = list(dict.fromkeys(self._fallback_query_analyzer.analyze(text)))
         grams = list(dict.fromkeys(cjk_bigrams(text)))
         schema = self.schema
         should: list[tuple[tantivy.Occur, tantivy.Query]] = []
@@ -192,24 +422,21 @@ class LexicalIndex:
                 should.append(
                     (tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", term))
                 )
-                if context_boost > 0:
-                    should.append(
-                        (
-                            tantivy.Occur.Should,
-                            tantivy.Query.boost_query(
-                                tantivy.Query.term_query(schema, "context", term), context_boost
-                            ),
+                for field, boost in (
+                    ("context", context_boost),
+                    ("far", far_context_boost),
+                    ("speaker", speaker_boost),
+                    ("path", path_boost),
+                ):
+                    if boost > 0:
+                        should.append(
+                            (
+                                tantivy.Occur.Should,
+                                tantivy.Query.boost_query(
+                                    tantivy.Query.term_query(schema, field, term), boost
+                                ),
+                            )
                         )
-                    )
-                if path_boost > 0:
-                    should.append(
-                        (
-                            tantivy.Occur.Should,
-                            tantivy.Query.boost_query(
-                                tantivy.Query.term_query(schema, "path", term), path_boost
-                            ),
-                        )
-                    )
             should.extend(
                 (tantivy.Occur.Should, tantivy.Query.term_query(schema, "grams", g)) for g in grams
             )

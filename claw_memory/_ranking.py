@@ -36,6 +36,8 @@ class RankParams:
     vector_weight: float
     text_weight: float
     context_boost: float
+    far_context_boost: float
+    speaker_boost: float
     path_boost: float
     candidate_multiplier: int
     min_score: float
@@ -148,6 +150,8 @@ def rank(
         q = lexical.build_query(
             query,
             context_boost=params.context_boost,
+            far_context_boost=params.far_context_boost,
+            speaker_boost=params.speaker_boost,
             path_boost=params.path_boost,
             sources=frozenset(f.sources) if f.sources is not None else None,
             agent_ids=f.agent_ids,

@@ -50,6 +50,8 @@ class MemoryCoreSettings:
     vector_weight: float = 0.7
     text_weight: float = 0.3
     context_boost: float = 0.8
+    far_context_boost: float = 0.4
+    speaker_boost: float = 1.0
     path_boost: float = 0.5
     candidate_multiplier: int = 4
     min_score: float = 0.35
@@ -105,5 +107,5 @@ class MemoryCoreSettings:
             raise ConfigError(
                 "memory_core.vector_weight", "vector_weight + text_weight must be positive"
             )
-        if self.context_boost < 0 or self.path_boost < 0:
+        if min(self.context_boost, self.far_context_boost, self.speaker_boost, self.path_boost) < 0:
             raise ConfigError("memory_core.context_boost", "boosts must not be negative")

@@ -17,6 +17,7 @@ from urllib.parse import quote
 import attrs
 
 from ._chunking import chunk_id_for, chunk_key, line_windows, sha256_hex
+from ._lexical import LexicalContext
 from ._records import ChunkRecord, PreparedChunk
 
 
@@ -135,9 +136,18 @@ def prepare_session_chunks(
         body = "\n".join(lines[g : g + len(group)])
         if not body.strip():
             continue
+        end = g + len(group)
         lo = max(0, g - context_turns)
-        hi = min(len(turns), g + len(group) + context_turns)
-        context = "\n".join(lines[lo:g] + lines[g + len(group) : hi])
+        hi = min(len(turns), end + context_turns)
+        near_lo = max(0, g - min(1, context_turns))
+        near_hi = min(len(turns), end + min(1, context_turns))
+        context = "\n".join(lines[lo:g] + lines[end:hi])
+        speakers = " ".join(dict.fromkeys(t.speaker for t in group if t.speaker))
+        lexical_context = LexicalContext(
+            speakers=speakers,
+            near="\n".join(lines[near_lo:g] + lines[end:near_hi]),
+            far="\n".join(lines[lo:near_lo] + lines[near_hi:hi]),
+        ).encode()
         windows = line_windows(
             body.split("\n"),
             max_tokens=max_tokens,
@@ -172,5 +182,7 @@ def prepare_session_chunks(
             # The vector also sees the neighbouring turns: a reply is often what makes
             # a turn findable ("Which colours?" -> "Mostly orange").
             embed_text = f"{piece}\n{context}" if context else piece
-            out.append(PreparedChunk(record=record, context=context, embed_text=embed_text))
+            out.append(
+                PreparedChunk(record=record, context=lexical_context, embed_text=embed_text)
+            )
     return out

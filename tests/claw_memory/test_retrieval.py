@@ -1,0 +1,172 @@
+"""Retrieval behaviour: query analysis, transcript documents and their field weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hypothesis.strategies as st
+from hypothesis import given
+
+from claw.plugin_sdk import InlineWorkerPool
+from claw_memory._index import open_memory_index
+from claw_memory._lexical import QUERY_STOPWORDS, LexicalContext, LexicalIndex
+from claw_memory._settings import MemoryCoreSettings
+from claw_memory._transcripts import (
+    InMemoryTranscriptSource,
+    TranscriptSession,
+    TranscriptTurn,
+    prepare_session_chunks,
+)
+
+SESSIONS_ONLY = MemoryCoreSettings(min_score=0.0, sources=("sessions",))
+
+
+def _turns(speakers_and_texts: list[tuple[str, str]], sid: str = "s1") -> list[TranscriptTurn]:
+    return [
+        TranscriptTurn(f"{sid}-{i}", "user", speaker, text, 1_700_000_000.0 + i)
+        for i, (speaker, text) in enumerate(speakers_and_texts)
+    ]
+
+
+def _terms(index: LexicalIndex, text: str) -> list[str]:
+    return list(index._query_analyzer.analyze(text))
+
+
+def test_queries_drop_function_words_but_keep_content_words(tmp_path: Path) -> None:
+    index = LexicalIndex(tmp_path / "lex")
+    try:
+        assert _terms(index, "What did she do when they went hiking?") == ["went", "hike"]
+        assert _terms(index, "Why isn't Bob's garden growing") == ["bob", "garden", "grow"]
+    finally:
+        index.close()
+
+
+def test_a_query_of_only_function_words_still_has_terms(tmp_path: Path) -> None:
+    index = LexicalIndex(tmp_path / "lex")
+    try:
+        q = index.build_query(
+            "what did you do",
+            context_boost=0.5,
+            path_boost=0.5,
+            sources=None,
+            agent_ids=None,
+            session_keys=None,
+        )
+        assert q is not None
+    finally:
+        index.close()
+
+
+def test_stopwords_are_lowercase_single_tokens() -> None:
+    assert all(w == w.lower() and " " not in w for w in QUERY_STOPWORDS)
+    # Words that carry meaning in a question stay searchable.
+    assert not {"first", "last", "before", "after", "likely", "never"} & (
+        QUERY_STOPWORDS - {"before", "after"}
+    )
+
+
+@given(st.text(), st.text(), st.text())
+def test_lexical_context_round_trips(speakers: str, near: str, far: str) -> None:
+    ctx = LexicalContext(
+        speakers=speakers.replace("\x1e", ""),
+        near=near.replace("\x1e", ""),
+        far=far.replace("\x1e", ""),
+    )
+    decoded = LexicalContext.decode(ctx.encode())
+    if ctx.speakers or ctx.near or ctx.far:
+        assert decoded == ctx
+    else:
+        assert ctx.encode() == "" and decoded == LexicalContext()
+
+
+def test_a_plain_context_string_is_near_context() -> None:
+    assert LexicalContext.decode("the turn before") == LexicalContext(near="the turn before")
+
+
+def test_transcript_chunks_split_context_into_near_and_far_turns() -> None:
+    session = TranscriptSession("a", "agent:a:main", "s1", "5:x")
+    turns = _turns([("Ann", f"turn {w}") for w in ("zero", "one", "two", "three", "four")])
+    chunks = prepare_session_chunks(
+        session,
+        turns,
+        turns_per_chunk=1,
+        context_turns=2,
+        max_tokens=400,
+        chars_per_token=4,
+        tombstones=frozenset(),
+    )
+    middle = LexicalContext.decode(chunks[2].context)
+    assert middle.speakers == "Ann"
+    assert middle.near == "Ann: turn one\nAnn: turn three"
+    assert middle.far == "Ann: turn zero\nAnn: turn four"
+    # The embedder sees the turn and all its neighbours, in transcript order.
+    assert chunks[2].embed_text.split("\n")[0] == "Ann: turn two"
+    assert set(chunks[2].embed_text.split("\n")) == {
+        f"Ann: turn {w}" for w in ("zero", "one", "two", "three", "four")
+    }
+
+
+async def test_a_query_naming_a_speaker_prefers_what_that_speaker_said(
+    tmp_path: Path,
+) -> None:
+    src = InMemoryTranscriptSource()
+    src.put(
+        "a",
+        "agent:a:main",
+        "s1",
+        _turns(
+            [
+                ("Ann", "we adopted a puppy last week"),
+                ("Bob", "a puppy is a lot of work, my puppy chewed everything"),
+                ("Ann", "lovely weather today"),
+                ("Bob", "indeed"),
+            ]
+        ),
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=SESSIONS_ONLY,
+        transcripts=src,
+    ) as index:
+        hits = (await index.search("When did Ann get a puppy?", mode="lexical")).hits
+        assert hits[0].entry_ids == ("s1-0",)
+        bob = (await index.search("Did Bob's puppy chew things?", mode="lexical")).hits
+        assert bob[0].entry_ids == ("s1-1",)
+
+
+async def test_an_adjacent_turn_outweighs_a_farther_one(tmp_path: Path) -> None:
+    src = InMemoryTranscriptSource()
+    src.put(
+        "a",
+        "agent:a:main",
+        "s1",
+        _turns(
+            [
+                ("Ann", "filler one"),
+                ("Ann", "filler two"),
+                ("Bob", "which colours did you use"),
+                ("Ann", "mostly orange and violet"),
+                ("Ann", "filler three"),
+                ("Ann", "filler four"),
+            ]
+        ),
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=SESSIONS_ONLY,
+        transcripts=src,
+    ) as index:
+        hits = (await index.search("colours", mode="lexical", max_results=10)).hits
+        order = [h.entry_ids[0] for h in hits]
+        # The turn itself, then its neighbours by distance.
+        assert order[0] == "s1-2"
+        assert set(order[1:3]) == {"s1-1", "s1-3"}
+        assert set(order[3:5]) == {"s1-0", "s1-4"}
