@@ -13,6 +13,7 @@ import fcntl
 import importlib.metadata
 import logging
 import os
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -162,6 +163,8 @@ class Host(metaclass=NoPublicConstructor):
         self._nursery: trio.Nursery | None = None
         self._slots: SlotSelection | None = None
         self.memory: MemoryRuntime = MemoryRuntime(self)
+        #: Wall-clock time source (seconds since the epoch) for stored timestamps.
+        self.clock: Callable[[], float] = time.time
         self.events: EventLog = EventLog()
         self.models: ModelRegistry = ModelRegistry()
         self._sessions: SessionStore | None = None
@@ -506,13 +509,16 @@ async def open_host(
     *,
     plugins: Sequence[Plugin] = (),
     workers: WorkerPool | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> AsyncIterator[Host]:
     """Open a host: lock its state directory, load plugins, select slots, own a nursery.
 
     ``plugins`` are loaded in addition to those discovered through the ``claw.plugins``
     entry-point group (unless ``plugins.discover = false``); an explicit plugin wins
     over a discovered one with the same id. ``workers`` replaces the shared worker pool
-    (the harness passes an inline pool). Turns whose commit was interrupted by a crash
+    (the harness passes an inline pool). ``clock`` (seconds since the epoch) stamps
+    sessions, transcript entries and flush plans; tests pass a fixed or stepping clock to
+    make those timestamps deterministic. Turns whose commit was interrupted by a crash
     are committed, with their own keys, before the host is handed out.
     """
     config = config if config is not None else HostConfig()
@@ -523,6 +529,7 @@ async def open_host(
             else ThreadWorkerPool(max_workers=config.workers.max_workers)
         )
     host = Host._create(config, workers)
+    host.clock = clock
     lock = _StateLock(config.resolved_state_dir)
     lock.acquire()
     try:
@@ -530,11 +537,13 @@ async def open_host(
             host._load_plugins(plugins)
             host._register_model_providers()
             state = config.resolved_state_dir
-            host._sessions = await SessionStore.open(state / "sessions.sqlite3", workers=workers)
+            host._sessions = await SessionStore.open(
+                state / "sessions.sqlite3", workers=workers, clock=clock
+            )
             stack.push_async_callback(_shielded_close, host._sessions.aclose)
             host._sessions.add_listener(host._on_session_change)
             transcripts = await stack.enter_async_context(
-                open_transcript_store(state / "transcripts.sqlite3", workers=workers)
+                open_transcript_store(state / "transcripts.sqlite3", workers=workers, clock=clock)
             )
             host._turns = TurnRunner(
                 host=host, store=transcripts, slot=host._engine_slot(), models=host.models

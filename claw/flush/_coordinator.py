@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 import weakref
 from collections.abc import Sequence
 from functools import partial
@@ -206,7 +205,7 @@ class FlushCoordinator:
             attempt = _Attempt(self, row.session_key, flush_id, host_trigger)
             return attempt.finish("skipped", reason="no memory plugin supplies a flush plan")
         request = MemoryFlushPlanRequest(
-            agent_id=run.agent_id, session_key=row.session_key, timing=timing, now=time.time()
+            agent_id=run.agent_id, session_key=row.session_key, timing=timing, now=self.host.clock()
         )
         try:
             plan = await _call_resolver(effective, request)

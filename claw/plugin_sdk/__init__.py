@@ -34,6 +34,8 @@ from .._workers import InlineWorkerPool as InlineWorkerPool
 from .._workers import ThreadWorkerPool as ThreadWorkerPool
 from .._workers import WorkerPool as WorkerPool
 from .._workers import WorkerPoolStatistics as WorkerPoolStatistics
+from ..context import CURRENT_TURN_FENCE as CURRENT_TURN_FENCE
+from ..context import TURN_ADVANCEMENT_IDEMPOTENCY as TURN_ADVANCEMENT_IDEMPOTENCY
 from ..context import AfterTurnParams as AfterTurnParams
 from ..context import AssembleParams as AssembleParams
 from ..context import AssembleResult as AssembleResult

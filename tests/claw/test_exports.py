@@ -7,9 +7,10 @@ import types
 import pytest
 
 import claw
+import claw.jupyter
 import claw.plugin_sdk
 
-PUBLIC_MODULES = [claw, claw.plugin_sdk]
+PUBLIC_MODULES = [claw, claw.plugin_sdk, claw.jupyter]
 
 
 def _public(module: types.ModuleType) -> dict[str, object]:

@@ -246,3 +246,16 @@ async def test_operator_authority_never_carries_an_audience(host: claw.Host) -> 
         ctx = scope.mint_caller_context(op)
         assert ctx.audience is None
         assert ctx.session_key is None
+
+
+async def test_the_host_clock_stamps_sessions_and_transcripts(
+    host_config: claw.HostConfig,
+) -> None:
+    ticks = iter(range(1_000, 2_000))
+    async with claw.open_host(host_config, clock=lambda: float(next(ticks))) as host:
+        row = await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+        assert row.created_at == 1_000.0
+        (entry,) = await host.transcripts.append(
+            "dm:alice", row.session_id, [claw.UserMessage("hi")]
+        )
+        assert 1_000.0 < entry.created_at < 2_000.0
