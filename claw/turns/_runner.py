@@ -16,9 +16,12 @@
 6. runs maintenance: the pre-compaction memory flush and compaction when thresholds
    say so, then the provider's optional refresh.
 
-Turns of one session are serialised. The path a turn takes (engine or legacy) is
-decided once, at admission, and recorded: a retry of the turn keeps it, the next
-logical turn decides again. A turn whose terminal entry was written but whose commit
+Turns of one session are serialised. The path a turn takes is decided once, at
+admission, and recorded: the durable path (``commit_turn`` of the accepted turn) when
+the configured engine declares the full durable admitted-turn contract, the legacy path
+(the engine ingests each message; nothing is committed) otherwise. A retry of the turn
+keeps its path, and the next logical turn decides again; the configured engine serves
+both paths unless it is quarantined. A turn whose terminal entry was written but whose commit
 was not (a crash in between) is committed with the same key before the session's next
 turn, and at host start.
 """
@@ -45,6 +48,8 @@ from ..context import (
     CompactParams,
     CompactResult,
     ContextProjection,
+    IngestBatchParams,
+    IngestParams,
     MaintainParams,
     MemoryPromptSnapshot,
     active_prompt_snapshot,
@@ -97,6 +102,7 @@ class TurnResult:
     engine_id: str
     model_ref: str | None
     commit: Literal["committed", "duplicate", "legacy", "failed"]
+    path: Literal["durable", "legacy"] = "legacy"
     projection: Projection = "per-turn"
     compaction: CompactResult | None = None
     flush: Any = None
@@ -412,8 +418,11 @@ class TurnRunner:
         tool_policy: ToolPolicy | None,
         model: str | None,
     ) -> TurnResult:
-        durable = self.slot.durable_engine() if turn.engine_id is not None else None
-        engine = durable if durable is not None else self.slot.legacy
+        # The path was fixed at admission: durable (commit_turn) when the engine declared
+        # the full contract then, legacy (per-message ingest, no commit) otherwise. The
+        # configured engine serves the turn either way, unless it is quarantined.
+        engine = self.slot.engine()
+        durable = engine if turn.engine_id is not None and engine is not self.slot.legacy else None
         engine_name = engine.info.id
         primary, fallbacks, pinned = self._model_refs(model)
         context_window = self._context_window(primary)
@@ -427,8 +436,10 @@ class TurnRunner:
         async with self.host.open_run(
             row.session_key, sender_is_owner=sender_is_owner, sandboxed=sandboxed
         ) as run:
-            if durable is not None:
-                await self._bootstrap(durable, row, turn, run.agent_id)
+            if engine is not self.slot.legacy:
+                await self._bootstrap(engine, row, turn, run.agent_id)
+                if durable is None:
+                    await self._ingest(engine, row, turn, run.agent_id, first_only=True)
             # The visible history already holds the admitted user message: the flush
             # timing counts the incoming turn.
             visible = await self.store.visible_messages(row.session_id)
@@ -527,11 +538,13 @@ class TurnRunner:
             )
             ended = await self.store.get_turn(turn.turn_id)
             commit = await self._commit(ended) if ended.engine_id is not None else "legacy"
-            if durable is not None and not self.slot.is_quarantined():
-                after = getattr(durable, "after_turn", None)
+            if durable is None and engine is not self.slot.legacy:
+                await self._ingest(engine, row, ended, run.agent_id, first_only=False)
+            if engine is not self.slot.legacy and not self.slot.is_quarantined():
+                after = getattr(engine, "after_turn", None)
                 if callable(after):
                     await self.slot.call(
-                        durable,
+                        engine,
                         "after_turn",
                         AfterTurnParams(
                             messages=await self._turn_messages(ended),
@@ -546,8 +559,8 @@ class TurnRunner:
                     row, context_window=context_window, run=run, turn=flush_turn
                 )
                 flush_result = flushed or flush_result
-            if durable is not None and not self.slot.is_quarantined():
-                await self._maintain(durable, row, run.agent_id)
+            if engine is not self.slot.legacy and not self.slot.is_quarantined():
+                await self._maintain(engine, row, run.agent_id)
         return TurnResult(
             turn_id=turn.turn_id,
             advancement_key=turn.advancement_key,
@@ -556,6 +569,7 @@ class TurnRunner:
             reply=reply,
             entry_ids=tuple(entry_ids),
             engine_id=engine_name,
+            path="durable" if turn.engine_id is not None else "legacy",
             model_ref=model_ref,
             commit=commit,  # type: ignore[arg-type]
             projection=projection,
@@ -567,11 +581,12 @@ class TurnRunner:
     async def _bootstrap(
         self, engine: Any, row: SessionRow, turn: AdmittedTurn, agent: str
     ) -> None:
-        """Hand a durable engine the history before this turn, once per session incarnation.
+        """Hand the engine the history before this turn, once per session incarnation.
 
-        The host supplies only accepted turns to ``commit_turn``; an engine that meets a
-        session for the first time in this process rebuilds earlier history from the
-        cursor API, here through its optional ``bootstrap``.
+        The host supplies only accepted turns (``commit_turn``) or this turn's messages
+        (``ingest``); an engine that meets a session for the first time in this process
+        rebuilds earlier history from the cursor API, here through its optional
+        ``bootstrap``.
         """
         key = (engine.info.id, row.session_id)
         if key in self._bootstrapped or not callable(getattr(engine, "bootstrap", None)):
@@ -594,6 +609,55 @@ class TurnRunner:
             ),
             fallback=_noop,
         )
+
+    async def _ingest(
+        self, engine: Any, row: SessionRow, turn: AdmittedTurn, agent: str, *, first_only: bool
+    ) -> None:
+        """The legacy path's ingest: the admitted user message before assembly, the rest
+        of the turn after its terminal entry (``ingest_batch`` when the engine has it)."""
+        if self.slot.is_quarantined():
+            return
+        through = turn.first_seq if first_only else turn.terminal_seq
+        after = turn.first_seq - 1 if first_only else turn.first_seq
+        entries = [
+            e
+            for e in await self.store.read_entries(
+                turn.session_id, after_seq=after, through_seq=through
+            )
+            if e.message is not None
+        ]
+        if not entries:
+            return
+        if len(entries) > 1 and callable(getattr(engine, "ingest_batch", None)):
+            await self.slot.call(
+                engine,
+                "ingest_batch",
+                IngestBatchParams(
+                    messages=tuple(e.message for e in entries if e.message is not None),
+                    entry_ids=tuple(e.entry_id for e in entries),
+                    session_key=row.session_key,
+                    session_id=row.session_id,
+                    agent_id=agent,
+                ),
+                fallback=_noop,
+            )
+            return
+        for entry in entries:
+            assert entry.message is not None
+            if self.slot.is_quarantined():
+                return
+            await self.slot.call(
+                engine,
+                "ingest",
+                IngestParams(
+                    message=entry.message,
+                    entry_id=entry.entry_id,
+                    session_key=row.session_key,
+                    session_id=row.session_id,
+                    agent_id=agent,
+                ),
+                fallback=_noop,
+            )
 
     async def _maintain(self, engine: Any, row: SessionRow, agent: str) -> None:
         """Run the engine's optional ``maintain`` after a turn, cancellable by the host."""
@@ -699,7 +763,7 @@ class TurnRunner:
     async def _compact(
         self, row: SessionRow, *, reason: Literal["threshold", "overflow", "manual"]
     ) -> CompactResult:
-        engine = self.slot.durable_engine() or self.slot.legacy
+        engine = self.slot.engine()
         defaults = self.host.config.agents.defaults
         primary = defaults.model
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ class Env:
     model: ScriptedModel
 
 
+@asynccontextmanager
 async def _env(
     config: claw.HostConfig, model: ScriptedModel, plugins: list[claw.Plugin]
 ) -> AsyncIterator[Env]:
@@ -80,7 +82,7 @@ def model() -> ScriptedModel:
 
 @pytest.fixture
 async def legacy_env(host_config: claw.HostConfig, model: ScriptedModel) -> AsyncIterator[Env]:
-    async for env in _env(make_config(host_config), model, [tool_plugin()]):
+    async with _env(make_config(host_config), model, [tool_plugin()]) as env:
         yield env
 
 
@@ -94,7 +96,7 @@ async def engine_env(
     host_config: claw.HostConfig, model: ScriptedModel, engine: ReferenceContextEngine
 ) -> AsyncIterator[Env]:
     config = with_engine(make_config(host_config), "reference")
-    async for env in _env(config, model, [engine_plugin(engine), tool_plugin()]):
+    async with _env(config, model, [engine_plugin(engine), tool_plugin()]) as env:
         yield env
 
 
@@ -132,7 +134,7 @@ async def test_tool_loop_stops_at_max_tool_rounds(
 ) -> None:
     config = make_config(host_config, max_tool_rounds=2)
     model.extend([ScriptedReply(tool_calls=[("echo", {"text": str(i)})]) for i in range(3)])
-    async for env in _env(config, model, [tool_plugin()]):
+    async with _env(config, model, [tool_plugin()]) as env:
         result = await env.host.run_turn("dm:alice", UserMessage("loop"), sender_is_owner=True)
         assert result.tool_rounds == 2
         assert "stopped after 2 tool rounds" in result.reply.text
@@ -220,20 +222,39 @@ async def test_without_the_full_contract_a_turn_and_its_retries_take_the_legacy_
     engine = PartialEngine(inner)
     config = with_engine(make_config(host_config), "reference")
     model.extend([ScriptedFailure(ModelError("down")), "recovered", "next"])
-    async for env in _env(config, model, [engine_plugin(engine)]):
+    async with _env(config, model, [engine_plugin(engine)]) as env:
         with pytest.raises(claw.models.AllModelsFailedError):
             await env.host.run_turn("dm:alice", UserMessage("one"), sender_is_owner=True)
         (turn,) = await env.host.transcripts.turns()
-        assert turn.engine_id is None
+        assert turn.engine_id is None  # admitted on the legacy path: nothing to commit
         inner.durable = True  # the engine now declares the contract ...
         retried = await env.host.retry_turn(turn.turn_id, sender_is_owner=True)
-        assert retried.engine_id == "legacy"  # ... but the retry keeps its turn's path
+        assert retried.path == "legacy"  # ... but the retry keeps its turn's path
+        assert retried.engine_id == "reference"  # the configured engine is left in place
         assert retried.commit == "legacy"
-        assert "assemble" not in inner.calls
+        assert "commit_turn" not in inner.calls
+        assert "ingest" in inner.calls  # the legacy path feeds the engine message by message
         following = await env.host.run_turn("dm:alice", UserMessage("two"), sender_is_owner=True)
-        assert following.engine_id == "reference"  # the next logical turn tries it again
+        assert following.path == "durable"  # the next logical turn tries the contract again
         assert following.commit == "committed"
+        assert [a[1] for a in inner.advancements()] == [following.turn_id]
         assert "turn.legacy_path" in env.host.events.kinds()
+
+
+async def test_an_engine_without_the_contract_still_ingests_and_assembles(
+    host_config: claw.HostConfig, model: ScriptedModel, tmp_path: Path
+) -> None:
+    """The seed's simplest engines declare no transcript semantics; they still serve turns."""
+    inner = ReferenceContextEngine(tmp_path / "e.sqlite3", durable=False)
+    config = with_engine(make_config(host_config), "reference")
+    model.extend([ScriptedReply(tool_calls=[("echo", {"text": "a"})]), "done"])
+    async with _env(config, model, [engine_plugin(PartialEngine(inner)), tool_plugin()]) as env:
+        result = await env.host.run_turn("dm:alice", UserMessage("hi"), sender_is_owner=True)
+    assert (result.path, result.engine_id, result.commit) == ("legacy", "reference", "legacy")
+    assert inner.calls.index("ingest") < inner.calls.index("assemble")
+    assert inner.calls.count("ingest") == 4  # user, assistant with call, tool result, reply
+    assert "commit_turn" not in inner.calls
+    assert inner.advancements() == []
 
 
 @attrs.define
@@ -278,7 +299,7 @@ async def test_a_failing_engine_is_quarantined_and_the_legacy_engine_takes_over(
     exploding = DurableExploding()
     config = with_engine(make_config(host_config), "boom")
     model.extend(["answer one", "answer two"])
-    async for env in _env(config, model, [engine_plugin(exploding, "boom")]):
+    async with _env(config, model, [engine_plugin(exploding, "boom")]) as env:
         result = await env.host.run_turn("dm:alice", UserMessage("hi"), sender_is_owner=True)
         assert result.reply.text == "answer one"
         assert env.host.turns.slot.quarantined["boom"].startswith("RuntimeError")
@@ -302,7 +323,7 @@ async def test_accepted_host_params_filters_host_fields(
 
     config = with_engine(make_config(host_config), "reference")
     model.extend(["x"])
-    async for env in _env(config, model, [engine_plugin(Restricted(inner)), tool_plugin()]):
+    async with _env(config, model, [engine_plugin(Restricted(inner)), tool_plugin()]) as env:
         await env.host.run_turn("dm:alice", UserMessage("hi"), sender_is_owner=True)
     (params,) = inner.assembled
     assert params.session_key == "dm:alice"
@@ -358,7 +379,7 @@ async def test_prompt_addition_refuses_another_runs_context(
     config = with_engine(make_config(host_config), "reference")
     model.extend(["x"])
     inner = ReferenceContextEngine(tmp_path / "e.sqlite3")
-    async for env in _env(config, model, [engine_plugin(Crossing(inner))]):
+    async with _env(config, model, [engine_plugin(Crossing(inner))]) as env:
         await env.host.run_turn("dm:alice", UserMessage("hi"), sender_is_owner=True)
     assert len(errors) == 1
     assert "unchanged" in str(errors[0])
@@ -382,7 +403,7 @@ async def test_prompt_addition_inside_assemble_names_the_memory_tools(
     engine = ReferenceContextEngine(tmp_path / "e.sqlite3")
     config = with_engine(make_config(host_config), "reference")
     model.extend(["x"])
-    async for env in _env(config, model, [engine_plugin(engine), tools]):
+    async with _env(config, model, [engine_plugin(engine), tools]) as env:
         await env.host.run_turn("dm:alice", UserMessage("hi"), sender_is_owner=True)
     prompt = model.calls[0].system_prompt
     assert "## Memory" in prompt
@@ -395,7 +416,7 @@ async def test_thread_bootstrap_projection_is_reused_until_the_epoch_changes(
 ) -> None:
     compaction = attrs.evolve(host_config.agents.defaults.compaction, keep_recent_tokens=1)
     config = with_engine(make_config(host_config, compaction=compaction), "reference")
-    async for engine_env in _env(config, model, [engine_plugin(engine), tool_plugin()]):
+    async with _env(config, model, [engine_plugin(engine), tool_plugin()]) as engine_env:
         await _projection_scenario(engine_env)
 
 
@@ -427,7 +448,7 @@ async def test_legacy_compaction_summarises_older_entries_and_keeps_the_tail(
     compaction = attrs.evolve(host_config.agents.defaults.compaction, keep_recent_tokens=10)
     config = make_config(host_config, compaction=compaction)
     model.extend(["reply " * 20, "reply two " * 20, "the summary"])
-    async for env in _env(config, model, []):
+    async with _env(config, model, []) as env:
         await env.host.run_turn(
             "dm:alice", UserMessage("first question " * 10), sender_is_owner=True
         )
@@ -454,7 +475,7 @@ async def test_overflow_compacts_once_and_retries(
     model.extend(
         ["early answer " * 30, ScriptedFailure(ContextOverflowError("too long")), "sum", "fits now"]
     )
-    async for env in _env(config, model, []):
+    async with _env(config, model, []) as env:
         await env.host.run_turn("dm:alice", UserMessage("early " * 40), sender_is_owner=True)
         result = await env.host.run_turn("dm:alice", UserMessage("late"), sender_is_owner=True)
         assert result.reply.text == "fits now"
@@ -488,7 +509,7 @@ async def test_engine_bootstraps_once_per_incarnation_maintains_and_is_disposed(
     engine = ReferenceContextEngine(tmp_path / "e.sqlite3")
     legacy_first = with_engine(make_config(host_config), "legacy")
     model.extend(["earlier", "one", "two"])
-    async for env in _env(legacy_first, model, []):
+    async with _env(legacy_first, model, []) as env:
         await env.host.run_turn("dm:alice", UserMessage("before the engine"), sender_is_owner=True)
     config = with_engine(make_config(host_config), "reference")
     async with claw.open_host(config, plugins=[engine_plugin(engine)]) as host:
