@@ -168,6 +168,7 @@ class Host(metaclass=NoPublicConstructor):
         self.events: EventLog = EventLog()
         self.models: ModelRegistry = ModelRegistry()
         self._sessions: SessionStore | None = None
+        self._session_version = 0
         self._turns: TurnRunner | None = None
         self._flush: Any = None
 
@@ -349,6 +350,7 @@ class Host(metaclass=NoPublicConstructor):
     def _on_session_change(self, key: str) -> None:
         # Eager revocation: everything bound to this session's incarnation dies now,
         # not only at its next check.
+        self._session_version += 1
         self._capabilities.revoke_session(key, "a session in its lineage changed incarnation")
 
     def verify(self, capability: object, *, session_key: str | None = None) -> None:

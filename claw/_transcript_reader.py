@@ -48,11 +48,22 @@ class TranscriptReader:
     """Read-only access to session transcripts, handed to plugins as ``api.transcripts``."""
 
     _host: Host
+    _cache: dict[str | None, tuple[tuple[int, int], list[TranscriptSessionInfo]]] = attrs.field(
+        factory=dict, init=False
+    )
 
     async def list_sessions(self, *, agent_id: str | None = None) -> list[TranscriptSessionInfo]:
-        """Every session incarnation with a transcript (of ``agent_id``, when given)."""
+        """Every session incarnation with a transcript (of ``agent_id``, when given).
+
+        Answered from a cache while neither the transcripts nor the sessions changed, so
+        a memory provider can check for changes before every search at no I/O cost.
+        """
         host = self._host
         host._check_open()
+        version = (host.transcripts.version, host._session_version)
+        cached = self._cache.get(agent_id)
+        if cached is not None and cached[0] == version:
+            return list(cached[1])
         out: list[TranscriptSessionInfo] = []
         for row in await host.sessions.list(agent_id):
             for session_id in await host.transcripts.session_ids(row.session_key):
@@ -68,7 +79,8 @@ class TranscriptReader:
                         change_token=token,
                     )
                 )
-        return out
+        self._cache[agent_id] = (version, out)
+        return list(out)
 
     async def read_turns(self, session_id: str) -> list[TranscriptTurnInfo]:
         """The user and assistant turns of a session incarnation, in order.

@@ -305,6 +305,18 @@ class TranscriptStore:
     _workers: WorkerPool = attrs.field(alias="workers")
     _clock: Callable[[], float] = attrs.field(alias="clock")
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _version: int = attrs.field(default=0, init=False)
+
+    @property
+    def version(self) -> int:
+        """A counter that moves after every write: readers cache derived views against it."""
+        return self._version
+
+    async def _write(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+        try:
+            return await self._run(fn, *args, **kwargs)
+        finally:
+            self._version += 1
 
     async def _run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
         """Run ``fn(conn, *args, **kwargs)`` on a worker, one call at a time."""
@@ -352,7 +364,7 @@ class TranscriptStore:
         if terminal and turn_id is None:
             raise TranscriptError("terminal=True needs the turn_id of an admitted turn")
         rows = [(_KIND_OF[type(m)], _encode(m), m) for m in messages]
-        return await self._run(
+        return await self._write(
             _append_sync,
             session_key=session_key,
             session_id=session_id,
@@ -381,7 +393,7 @@ class TranscriptStore:
         compaction's ``first_kept_seq``.
         """
         message = CompactionSummary(summary)
-        return await self._run(
+        return await self._write(
             _append_compaction_sync,
             session_key=session_key,
             session_id=session_id,
@@ -469,7 +481,7 @@ class TranscriptStore:
         """
         if not isinstance(user_message, UserMessage):
             raise TranscriptError(f"a turn is admitted by a UserMessage, not {user_message!r}")
-        return await self._run(
+        return await self._write(
             _admit_sync,
             session_key=session_key,
             session_id=session_id,
@@ -482,7 +494,7 @@ class TranscriptStore:
 
     async def mark_terminal(self, turn_id: str, terminal_seq: int) -> AdmittedTurn:
         """Record entry ``terminal_seq`` (already appended) as the turn's terminal entry."""
-        return await self._run(_terminal_sync, turn_id, terminal_seq, now=self._clock())
+        return await self._write(_terminal_sync, turn_id, terminal_seq, now=self._clock())
 
     async def mark_committed(self, turn_id: str, *, outcome: str = "committed") -> AdmittedTurn:
         """Record that the engine's ``commit_turn`` succeeded (``outcome`` as it answered).
@@ -491,7 +503,7 @@ class TranscriptStore:
         """
         if not outcome:
             raise TranscriptError("outcome must be a non-empty string")
-        return await self._run(_committed_sync, turn_id, outcome=outcome, now=self._clock())
+        return await self._write(_committed_sync, turn_id, outcome=outcome, now=self._clock())
 
     async def pending_commits(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
         """Turns that ended, name an engine and were not committed: retry these on start."""
