@@ -18,6 +18,7 @@ import trio
 from claw.plugin_sdk import WorkerPool
 
 from ._chunking import is_cjk
+from ._lexical import QUERY_STOPWORDS
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 _SUFFIXES = (
@@ -45,69 +46,9 @@ _SUFFIXES = (
     "es",
     "s",
 )
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "been",
-        "but",
-        "by",
-        "did",
-        "do",
-        "does",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "he",
-        "her",
-        "his",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "our",
-        "she",
-        "so",
-        "than",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "there",
-        "they",
-        "this",
-        "to",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "will",
-        "with",
-        "you",
-        "your",
-    ]
-)
+# Function words carry no topic: the same list the lexical index drops from queries,
+# applied to documents and queries alike (a vector is a bag of features).
+_STOP = QUERY_STOPWORDS
 
 
 def stem(word: str) -> str:
@@ -137,7 +78,7 @@ class HashEmbedder:
     share mass) and character bigrams of CJK runs. Each feature is hashed into
     ``dims`` buckets with a hashed sign, weighted by ``1 + log(count)`` (sublinear, so
     a repeated word does not dominate) and down-weighted by type (unigrams 1.0,
-    bigrams 0.7, n-grams 0.35); the vector is L2-normalised.
+    bigrams 0.3, n-grams 0.35); the vector is L2-normalised.
 
     What it does not capture: meaning. Synonyms (``car``/``automobile``),
     paraphrases, translations and world knowledge score as unrelated unless they
@@ -152,8 +93,11 @@ class HashEmbedder:
     dims: int = 384
     workers: WorkerPool | None = None
     id: str = "claw-hash"
-    model: str = "hash-ngrams-v1"
+    model: str = "hash-ngrams-v2"
     max_input_bytes: int = 64 * 1024
+    # Hybrid weight of these vectors against BM25 when the settings leave it open: they
+    # mostly restate lexical overlap, so they refine BM25 rather than lead it.
+    fusion_vector_weight: float = 0.3
 
     def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed on the calling thread."""
@@ -198,5 +142,5 @@ class HashEmbedder:
             for n in (3, 4):
                 for i in range(len(padded) - n + 1):
                     counts[f"g{n}:" + padded[i : i + n]] += 1
-        type_weight = {"w": 1.0, "c": 1.0, "b": 0.7, "g": 0.35}
+        type_weight = {"w": 1.0, "c": 1.0, "b": 0.3, "g": 0.35}
         return {f: type_weight[f[0]] * (1.0 + math.log(c)) for f, c in counts.items()}

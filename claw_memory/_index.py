@@ -642,12 +642,13 @@ class MemoryIndex:
                 qvec = normalise_rows(
                     await embed_texts(self._embedder, [query], self._settings.embed_batch_size)
                 )[0]
+            vector_weight, text_weight = settings.fusion_weights(self._embedder)
             params = RankParams(
                 mode=chosen,
                 offset=offset,
                 limit=limit,
-                vector_weight=settings.vector_weight,
-                text_weight=settings.text_weight,
+                vector_weight=vector_weight,
+                text_weight=text_weight,
                 context_boost=settings.context_boost,
                 far_context_boost=settings.far_context_boost,
                 speaker_boost=settings.speaker_boost,

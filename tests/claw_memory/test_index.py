@@ -250,7 +250,8 @@ async def test_hybrid_scores_are_the_weighted_components_and_min_score_cuts(
         assert result.mode == "hybrid"
         for h in result.hits:
             assert h.text_score is not None and h.vector_score is not None
-            assert h.score == pytest.approx(0.7 * h.vector_score + 0.3 * h.text_score)
+            # The hash embedder's own fusion hint: vectors 0.3, BM25 0.7.
+            assert h.score == pytest.approx(0.3 * h.vector_score + 0.7 * h.text_score)
         assert result.hits[0].path == "memory/a.md"
         scores = [h.score for h in result.hits]
         assert scores == sorted(scores, reverse=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given
 
 from claw.plugin_sdk import InlineWorkerPool
@@ -170,3 +171,17 @@ async def test_an_adjacent_turn_outweighs_a_farther_one(tmp_path: Path) -> None:
         assert order[0] == "s1-2"
         assert set(order[1:3]) == {"s1-1", "s1-3"}
         assert set(order[3:5]) == {"s1-0", "s1-4"}
+
+
+def test_fusion_weights_follow_the_settings_then_the_embedders_hint() -> None:
+    from claw_memory._hash_embedder import HashEmbedder
+
+    assert MemoryCoreSettings().fusion_weights(HashEmbedder()) == (0.3, 0.7)
+    assert MemoryCoreSettings().fusion_weights(object()) == (0.5, 0.5)
+    assert MemoryCoreSettings(vector_weight=0.8).fusion_weights(HashEmbedder()) == (
+        0.8,
+        pytest.approx(0.2),
+    )
+    assert MemoryCoreSettings(text_weight=0.25).fusion_weights(None) == (0.75, 0.25)
+    explicit = MemoryCoreSettings(vector_weight=0.7, text_weight=0.3)
+    assert explicit.fusion_weights(HashEmbedder()) == (0.7, 0.3)
