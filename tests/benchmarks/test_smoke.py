@@ -1,0 +1,73 @@
+"""Each benchmark runs end to end on a tiny size and prints its JSON last line.
+
+These check that the benchmarks work, not how fast anything is: speed figures come
+from the benchmarks themselves (see benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import gateway_load, locomo, search_latency
+
+LOCOMO = locomo.DEFAULT_DATA
+
+
+def _last_json(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    out = capsys.readouterr().out.strip().splitlines()
+    result: dict[str, object] = json.loads(out[-1])
+    return result
+
+
+def test_locomo_scores_turns_in_rank_order() -> None:
+    assert locomo.ranked_turns([("D1:2", "D1:3"), ("D1:3", "D2:1")]) == ["D1:2", "D1:3", "D2:1"]
+    assert locomo.ranked_sessions(["D1:2", "D2:1", "D1:3"]) == ["D1", "D2"]
+    assert locomo.parse_date("1:56 pm on 8 May, 2023") == pytest.approx(1683554160.0)
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo data not present beside the repo")
+def test_locomo_benchmark_runs_on_one_conversation(capsys: pytest.CaptureFixture[str]) -> None:
+    locomo.main(["--json", "--configs", "lexical", "--conversations", "1"])
+    result = _last_json(capsys)
+    assert 0.0 < float(result["turn_recall_any@10"]) <= 1.0  # type: ignore[arg-type]
+    assert 0.0 < float(result["session_recall_any@10"]) <= 1.0  # type: ignore[arg-type]
+    assert set(result["per_category"]) <= {"1", "2", "3", "4"}  # type: ignore[arg-type]
+
+
+def test_search_latency_benchmark_runs_on_a_tiny_corpus(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    search_latency.main(
+        ["--json", "--chunks", "300", "--queries", "10", "--seconds", "0.2", "--reindex-runs", "1"]
+    )
+    result = _last_json(capsys)
+    for key in (
+        "claw_hybrid_p50_ms",
+        "claw_hybrid_p95_ms",
+        "floor_p50_ms",
+        "peer_p50_ms",
+        "claw_over_floor",
+        "peer_over_claw",
+        "chunks",
+    ):
+        assert key in result
+    assert result["chunks"] == 300
+    assert result["claw_hybrid_p50_ms"] == result["claw_hybrid_p50_ms"]  # not NaN
+
+
+def test_gateway_load_benchmark_runs_briefly(capsys: pytest.CaptureFixture[str]) -> None:
+    gateway_load.main(["--json", "--clients", "2", "--seconds", "0.5", "--chunks", "200"])
+    result = _last_json(capsys)
+    for key in ("requests_per_s", "p50_ms", "p99_ms", "wrong_or_lost", "clients"):
+        assert key in result
+    assert result["wrong_or_lost"] == 0
+    assert result["server_alive_after"] is True
+
+
+def test_benchmarks_never_vendor_the_locomo_data() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for folder in ("benchmarks", "tests", "claw", "claw_memory", "claw_testing"):
+        assert not list((root / folder).glob("**/locomo10.json"))
