@@ -24,7 +24,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn, final
 
@@ -40,10 +40,10 @@ from ._embedding_input import embed_texts
 from ._errors import IndexClosedError, IndexLockedError, InvalidSearchError, SourcePathError
 from ._generation import Generation, normalise_rows
 from ._lexical import DOCUMENT_VERSION, LexicalIndex
-from ._ranking import RankParams, rank
+from ._ranking import RankedRow, RankParams, rank
 from ._records import ChunkRecord, PreparedChunk
 from ._settings import MemoryCoreSettings, SearchMode, SourceKind
-from ._sources import FileEntry, discover, prepare_file_chunks, read_source
+from ._sources import FileEntry, discover, prepare_file_chunks, read_source, scan_stats
 from ._store import SCHEMA_VERSION, SourceChange, SourceState, Store
 from ._transcripts import (
     TranscriptSession,
@@ -184,6 +184,9 @@ def _prepare_files(
     return changes, stat_only
 
 
+_INLINE_QUERY_CHARS = 2048
+
+
 @final
 class MemoryIndex:
     """An open Memory Core index (create it with :func:`open_memory_index`)."""
@@ -205,6 +208,7 @@ class MemoryIndex:
         self._sources: dict[str, SourceState] = state["sources"]
         self._tombstones: frozenset[str] = state["tombstones"]
         self._sessions: dict[str, TranscriptSession] = {}
+        self._known: dict[str, tuple[int | None, int | None]] | None = None
         self._write_lock = trio.Lock()
         self._publications = state["generation"].number
         self._last_sync_at: float | None = None
@@ -331,7 +335,10 @@ class MemoryIndex:
         self._check_open()
         async with self._write_lock:
             self._check_open()
-            return await self._sync_locked(force, progress)
+            try:
+                return await self._sync_locked(force, progress)
+            finally:
+                self._known = None
 
     async def _scan_memory(self) -> dict[str, FileEntry]:
         if "memory" not in self._settings.sources:
@@ -461,6 +468,18 @@ class MemoryIndex:
     def _path_of_prov(prov: str) -> str:
         return prov.split(":", 1)[1] if prov.startswith("memory:") else prov
 
+    async def _embed_query(self, query: str) -> npt.NDArray[np.float32]:
+        """The query's vector; a local embedder with ``embed_sync`` runs inline for short
+        queries, where a thread hand-off would cost more than the hashing itself."""
+        embedder = self._embedder
+        assert embedder is not None
+        embed_sync = getattr(embedder, "embed_sync", None)
+        if callable(embed_sync) and len(query) <= _INLINE_QUERY_CHARS:
+            vectors = np.asarray(embed_sync([query]), dtype=np.float32)
+            if vectors.shape == (1, embedder.dims):
+                return vectors
+        return await embed_texts(embedder, [query], self._settings.embed_batch_size)
+
     async def _embed_chunks(
         self,
         chunks: Sequence[PreparedChunk],
@@ -536,19 +555,41 @@ class MemoryIndex:
 
     async def _changed(self) -> bool:
         """The cheap check: did any file's stat or session's change token move?"""
-        entries = await self._scan_memory()
-        seen = 0
-        for e in entries.values():
-            prev = self._sources.get(e.provenance)
-            if prev is None or (prev.size, prev.mtime_ns) != (e.size, e.mtime_ns):
+        if await self._sessions_changed():
+            return True
+        if "memory" not in self._settings.sources:
+            return False
+        known = self._known_files()
+        return await self._workers.run_sync(
+            files_changed, self._workspace, self._settings.extra_paths, known
+        )
+
+    def _known_files(self) -> dict[str, tuple[int | None, int | None]]:
+        """``{virtual path: (size, mtime_ns)}`` of the memory files as last synced.
+
+        Rebuilt after each sync and never mutated afterwards, so a worker thread can
+        compare against it while the event loop goes on.
+        """
+        if self._known is None:
+            self._known = {
+                st.path: (st.size, st.mtime_ns)
+                for st in self._sources.values()
+                if st.source == "memory"
+            }
+        return self._known
+
+    async def _sessions_changed(self) -> bool:
+        if "sessions" not in self._settings.sources or self._transcripts is None:
+            return False
+        sessions = await self._list_sessions()
+        known = sum(1 for st in self._sources.values() if st.source == "sessions")
+        if len(sessions) != known:
+            return True
+        for session in sessions:
+            prev = self._sources.get(session_provenance(session))
+            if prev is None or prev.token != session.change_token:
                 return True
-            seen += 1
-        for s in await self._list_sessions():
-            prev = self._sources.get(session_provenance(s))
-            if prev is None or prev.token != s.change_token:
-                return True
-            seen += 1
-        return seen != len(self._sources)
+        return False
 
     async def _fingerprint(self) -> tuple[object, ...]:
         entries = await self._scan_memory()
@@ -629,19 +670,17 @@ class MemoryIndex:
         if not 0.0 <= cut <= 1.0 or math.isnan(cut):
             raise InvalidSearchError(f"min_score must be between 0 and 1, got {cut}")
 
-        if settings.sync_on_search and await self._changed():
+        if settings.sync_on_search and await self._sessions_changed():
             await self.sync()
-        gen = self._generation
         if not query.strip():
-            return SearchResult(query, chosen, (), offset, None, gen.number)
+            return SearchResult(query, chosen, (), offset, None, self._generation.number)
+        check_files = settings.sync_on_search and "memory" in settings.sources
 
         self._active_searches += 1
         try:
             qvec: npt.NDArray[np.float32] | None = None
             if chosen != "lexical" and self._embedder is not None:
-                qvec = normalise_rows(
-                    await embed_texts(self._embedder, [query], self._settings.embed_batch_size)
-                )[0]
+                qvec = normalise_rows(await self._embed_query(query))[0]
             vector_weight, text_weight = settings.fusion_weights(self._embedder)
             params = RankParams(
                 mode=chosen,
@@ -662,9 +701,16 @@ class MemoryIndex:
                 mmr_lambda=settings.mmr_lambda,
                 filter=filter or SearchFilter(),
             )
-            rows, more = await self._workers.run_sync(
+            # One worker hop in the common case: the stat check of the memory files and
+            # the ranking run together; only when a file moved does the search sync and
+            # rank again on the new generation.
+            gen = self._generation
+            outcome = await self._workers.run_sync(
                 functools.partial(
-                    rank,
+                    rank_if_fresh,
+                    (self._workspace, settings.extra_paths, self._known_files())
+                    if check_files
+                    else None,
                     gen,
                     self._lexical,
                     query=query,
@@ -673,6 +719,23 @@ class MemoryIndex:
                     tombstones=self._tombstones,
                 )
             )
+            if outcome is None:
+                await self.sync()
+                gen = self._generation
+                ranked = await self._workers.run_sync(
+                    functools.partial(
+                        rank,
+                        gen,
+                        self._lexical,
+                        query=query,
+                        query_vector=qvec,
+                        params=params,
+                        tombstones=self._tombstones,
+                    )
+                )
+            else:
+                ranked = outcome
+            rows, more = ranked
         finally:
             self._active_searches -= 1
         # Tombstones may have grown while ranking ran: filter again with the latest set.
@@ -855,6 +918,30 @@ class MemoryIndex:
             last_sync_at=self._last_sync_at,
             active_searches=self._active_searches,
         )
+
+
+def files_changed(
+    workspace: Path,
+    extra_paths: tuple[str, ...],
+    known: Mapping[str, tuple[int | None, int | None]],
+) -> bool:
+    """Whether any memory file appeared, vanished or changed size or mtime since ``known``."""
+    current = scan_stats(workspace, extra_paths)
+    if len(current) != len(known):
+        return True
+    return any(known.get(vpath) != (size, mtime) for vpath, (_, size, mtime, _) in current.items())
+
+
+def rank_if_fresh(
+    check: tuple[Path, tuple[str, ...], Mapping[str, tuple[int | None, int | None]]] | None,
+    gen: Generation,
+    lexical: LexicalIndex,
+    **kwargs: Any,
+) -> tuple[list[RankedRow], bool] | None:
+    """Rank, unless the memory files changed since the last sync (then ``None``)."""
+    if check is not None and files_changed(*check):
+        return None
+    return rank(gen, lexical, **kwargs)
 
 
 @attrs.frozen(eq=False)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -37,72 +36,99 @@ class FileEntry:
         return f"memory:{self.vpath}"
 
 
-def _walk_markdown(root: Path) -> Iterator[Path]:
-    """``*.md`` files under ``root`` (sorted, not following directory symlinks)."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames):
-            if name.endswith(".md"):
-                yield Path(dirpath) / name
+Stat = tuple[str, int, int, bool]
+"""``(real path, size, mtime_ns, is_symlink)`` of one source file."""
 
 
-def discover(workspace: Path, extra_paths: tuple[str, ...]) -> dict[str, FileEntry]:
-    """Every source file present now, keyed by virtual path (symlinks flagged, not followed).
+def _scan_markdown(root: str, prefix: str, out: dict[str, Stat]) -> None:
+    """Add ``*.md`` files under ``root`` to ``out`` as ``prefix + relative path``.
+
+    ``os.scandir`` with string paths: the cheap check runs before searches, so it avoids
+    a ``Path`` and an ``lstat`` call per file (the directory entry carries the type, and
+    one ``stat`` per file is all it costs). Directory symlinks are not followed; file
+    symlinks are reported (flagged), never followed.
+    """
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _scan_markdown(entry.path, f"{prefix}{entry.name}/", out)
+                continue
+            if not entry.name.endswith(".md"):
+                continue
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        is_link = stat.S_ISLNK(st.st_mode)
+        if is_link or stat.S_ISREG(st.st_mode):
+            out.setdefault(
+                f"{prefix}{entry.name}", (entry.path, st.st_size, st.st_mtime_ns, is_link)
+            )
+
+
+def _stat_one(path: str) -> Stat | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    is_link = stat.S_ISLNK(st.st_mode)
+    if not is_link and not stat.S_ISREG(st.st_mode):
+        return None
+    return (path, st.st_size, st.st_mtime_ns, is_link)
+
+
+def scan_stats(workspace: Path, extra_paths: tuple[str, ...]) -> dict[str, Stat]:
+    """The cheap stat of every source file present now, keyed by virtual path.
 
     Files inside the workspace are named by their workspace-relative path; files of an
     extra path outside it by ``extra<i>/<path relative to that extra path>``.
     """
-    found: dict[str, FileEntry] = {}
-
-    def add(path: Path, vpath: str) -> None:
-        try:
-            st = path.lstat()
-        except OSError:
-            return
-        is_link = stat.S_ISLNK(st.st_mode)
-        if not is_link and not stat.S_ISREG(st.st_mode):
-            return
-        found.setdefault(
-            vpath,
-            FileEntry(
-                vpath=vpath, real=path, size=st.st_size, mtime_ns=st.st_mtime_ns, symlink=is_link
-            ),
-        )
-
-    def name_of(path: Path, base: Path, i: int) -> str:
-        try:
-            return path.relative_to(workspace).as_posix()
-        except ValueError:
-            return f"extra{i}/{path.relative_to(base).as_posix()}"
-
+    found: dict[str, Stat] = {}
     for name in ROOT_FILES:
-        p = workspace / name
-        if not (p.exists() or p.is_symlink()):
+        item = _stat_one(os.fspath(workspace / name))
+        if item is None:
             continue
         # On case-insensitive file systems MEMORY.md and memory.md are one file.
         if name == "memory.md" and "MEMORY.md" in found:
             try:
-                if (workspace / "MEMORY.md").samefile(p):
+                if Path(found["MEMORY.md"][0]).samefile(item[0]):
                     continue
             except OSError:
                 pass
-        add(p, name)
+        found[name] = item
     mem = workspace / "memory"
     if mem.is_dir() and not mem.is_symlink():
-        for p in _walk_markdown(mem):
-            add(p, p.relative_to(workspace).as_posix())
+        _scan_markdown(os.fspath(mem), "memory/", found)
     for i, raw in enumerate(extra_paths):
         p = Path(raw).expanduser()
         if not p.is_absolute():
             p = workspace / p
-        if p.is_symlink():
-            add(p, name_of(p, p.parent, i))
+        inside = p.is_relative_to(workspace)
+
+        def name_of(path: Path, base: Path, i: int = i, inside: bool = inside) -> str:
+            if inside:
+                return path.relative_to(workspace).as_posix()
+            return f"extra{i}/{path.relative_to(base).as_posix()}"
+
+        if p.is_symlink() or p.is_file():
+            item = _stat_one(os.fspath(p))
+            if item is not None:
+                found.setdefault(name_of(p, p.parent), item)
         elif p.is_dir():
-            for q in _walk_markdown(p):
-                add(q, name_of(q, p, i))
-        elif p.is_file():
-            add(p, name_of(p, p.parent, i))
+            prefix = f"{p.relative_to(workspace).as_posix()}/" if inside else f"extra{i}/"
+            _scan_markdown(os.fspath(p), prefix, found)
     return found
+
+
+def discover(workspace: Path, extra_paths: tuple[str, ...]) -> dict[str, FileEntry]:
+    """Every source file present now, keyed by virtual path (symlinks flagged, not followed)."""
+    return {
+        vpath: FileEntry(vpath=vpath, real=Path(real), size=size, mtime_ns=mtime, symlink=link)
+        for vpath, (real, size, mtime, link) in scan_stats(workspace, extra_paths).items()
+    }
 
 
 @attrs.frozen
