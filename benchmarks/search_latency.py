@@ -295,11 +295,7 @@ def run_claw(root: Path, work: Path, seconds: float, *, reindex_runs: int) -> li
     import claw_memory
     from claw.memory import MemorySearchRequest
     from claw.plugin_sdk import Plugin, PluginContracts
-    from claw_memory import _plugin
 
-    # Memory Core accepts the embedders it knows by name; this process adds the
-    # benchmark's provider (registered by its own plugin below) to that list.
-    _plugin.EMBEDDERS = (*_plugin.EMBEDDERS, CorpusVectors.id)
     texts, qs, vecs, qvecs = _load(root)
     vectors = CorpusVectors(texts + qs, np.concatenate([vecs, qvecs]))
     bench_plugin = Plugin(

@@ -13,10 +13,11 @@ entry point and selected into the memory slot by default. It registers:
   ``<state_dir>/memory/<agent_id>``) and closes them when the host closes.
 
 Configuration lives under ``[plugins.entries.memory-core.config]``: every
-:class:`MemoryCoreSettings` field, plus ``embedder`` (``"claw-hash"``, ``"none"``,
-``"openai-compatible"`` or ``"sentence-transformers"``), ``embedding`` (the options of
-the chosen remote or local model), ``deny_sandboxed`` (refuse sandboxed sessions) and
-``watch``/``watch_interval`` (a polling watcher for long-running hosts).
+:class:`MemoryCoreSettings` field, plus ``embedder`` (the id of any registered
+embedding provider, from any plugin: ``"claw-hash"`` by default, ``"openai-compatible"``
+or ``"sentence-transformers"`` built from ``embedding``, or ``"none"``), ``embedding``
+(the options of the chosen remote or local model), ``deny_sandboxed`` (refuse sandboxed
+sessions) and ``watch``/``watch_interval`` (a polling watcher for long-running hosts).
 """
 
 from __future__ import annotations
@@ -91,10 +92,10 @@ class MemoryCoreConfig:
         except (TypeError, ValueError) as exc:
             raise ConfigError(prefix, str(exc)) from None
         embedder = data.get("embedder", "claw-hash")
-        if embedder != "none" and embedder not in EMBEDDERS:
+        if not isinstance(embedder, str) or not embedder:
             raise ConfigError(
                 f"{prefix}.embedder",
-                f"unknown embedder {embedder!r} (use none, {', '.join(EMBEDDERS)})",
+                "expected the id of a registered embedding provider, or none",
                 value=embedder,
             )
         embedding = data.get("embedding", {})

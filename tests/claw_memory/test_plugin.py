@@ -295,3 +295,40 @@ async def test_memory_core_flush_appends_to_todays_note_and_the_note_is_searchab
         assert "locker code is 7741" in note.read_text(encoding="utf-8")
         found = await _operator_search(host, "locker code", min_score=0.0)
         assert found.hits[0].reference.id == daily_note_path(_time.time())
+
+
+async def test_any_registered_embedding_provider_can_be_chosen(tmp_path: Path) -> None:
+    @attrs.frozen
+    class Constant:
+        id: str = "third-party-embedder"
+        model: str = "constant-v1"
+        dims: int = 8
+        max_input_bytes: int = 4096
+
+        async def embed(self, texts: Any) -> Any:
+            import numpy as np
+
+            return np.ones((len(texts), self.dims), dtype=np.float32)
+
+    third = claw.Plugin(
+        id="third",
+        register=lambda api: api.register_embedding_provider(Constant()),
+        contracts=claw.PluginContracts(embedding_providers=("third-party-embedder",)),
+    )
+    async with claw.open_host(
+        _config(tmp_path, embedder="third-party-embedder"), plugins=[claw_memory.plugin, third]
+    ) as host:
+        async with host.open_scope("status") as scope:
+            ctx = scope.mint_caller_context(scope.mint_operator_authority({"operator.read"}))
+            async with host.memory.open(ctx) as handle:
+                health = await handle.health()
+    assert health.details["embedder"] == "third-party-embedder"
+    assert health.details["dims"] == 8
+
+
+async def test_an_unregistered_embedder_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    async with claw.open_host(
+        _config(tmp_path, embedder="nobody"), plugins=[claw_memory.plugin]
+    ) as host:
+        with pytest.raises(claw.ConfigError, match="'nobody' is not registered"):
+            await _operator_search(host, "tea")
