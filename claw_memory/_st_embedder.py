@@ -59,7 +59,11 @@ class SentenceTransformerEmbedder:
         self._batch_size = batch_size
         self._id = provider_id
         self._name = model_path
-        dims = self._model.get_sentence_embedding_dimension()
+        # sentence-transformers 6 renamed the accessor (the old name warns).
+        getter = getattr(self._model, "get_embedding_dimension", None)
+        if getter is None:
+            getter = self._model.get_sentence_embedding_dimension
+        dims = getter()
         if not isinstance(dims, int) or dims < 1:
             raise ConfigError("memory_core.embedder", f"model {model_path!r} reports no dims")
         self._dims = dims
