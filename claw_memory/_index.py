@@ -35,6 +35,7 @@ import trio
 
 from claw.plugin_sdk import EmbeddingProvider, WorkerPool
 
+from ._changes import DirectoryWatch, open_directory_watch, source_directories
 from ._chunking import sha256_hex
 from ._embedding_input import embed_texts
 from ._errors import IndexClosedError, IndexLockedError, InvalidSearchError, SourcePathError
@@ -209,6 +210,10 @@ class MemoryIndex:
         self._tombstones: frozenset[str] = state["tombstones"]
         self._sessions: dict[str, TranscriptSession] = {}
         self._known: dict[str, tuple[int | None, int | None]] | None = None
+        # inotify on the source directories (Linux); None: stat the files every time.
+        self._watch: DirectoryWatch | None = None
+        # True once a full check or sync ran after every current watch was in place.
+        self._watch_primed = False
         self._write_lock = trio.Lock()
         self._publications = state["generation"].number
         self._last_sync_at: float | None = None
@@ -274,6 +279,11 @@ class MemoryIndex:
                 tombstones=frozenset(await workers.run_sync(store.tombstones)),
             )
             index._cache_entries = await workers.run_sync(store.cache_size)
+            if "memory" in settings.sources:
+                # Watch before the first sync, so no change can fall between the two.
+                index._watch = await workers.run_sync(
+                    open_directory_watch, index._watch_directories()
+                )
         except BaseException:
             with trio.CancelScope(shield=True):
                 if lexical is not None:
@@ -301,7 +311,32 @@ class MemoryIndex:
                 await self._workers.run_sync(self._lexical.close)
                 await self._workers.run_sync(self._store.close)
             finally:
+                if self._watch is not None:
+                    self._watch.close()
                 _release_lock(self._lock_fd)
+
+    def _watch_directories(self) -> list[str]:
+        extra_dirs = []
+        for raw in self._settings.extra_paths:
+            p = Path(raw).expanduser()
+            if not p.is_absolute():
+                p = self._workspace / p
+            extra_dirs.append(os.fspath(p if p.is_dir() and not p.is_symlink() else p.parent))
+        return source_directories(os.fspath(self._workspace), extra_dirs)
+
+    async def _refresh_watch(self) -> None:
+        """Watch directories that appeared; a new watch means the next check must stat."""
+        watch = self._watch
+        if watch is None:
+            return
+        before = len(watch._watched)
+        try:
+            await self._workers.run_sync(lambda: watch.watch(self._watch_directories()))
+        except OSError:
+            watch.close()
+            self._watch = None
+            return
+        self._watch_primed = len(watch._watched) == before
 
     def _check_open(self) -> None:
         if self._closed:
@@ -339,6 +374,7 @@ class MemoryIndex:
                 return await self._sync_locked(force, progress)
             finally:
                 self._known = None
+                await self._refresh_watch()
 
     async def _scan_memory(self) -> dict[str, FileEntry]:
         if "memory" not in self._settings.sources:
@@ -675,6 +711,14 @@ class MemoryIndex:
         if not query.strip():
             return SearchResult(query, chosen, (), offset, None, self._generation.number)
         check_files = settings.sync_on_search and "memory" in settings.sources
+        if check_files and self._watch is not None:
+            # The kernel says whether anything moved; stat only when it did (or when a
+            # watch was added since the last full check).
+            moved = self._watch.changed()
+            if self._watch_primed and not moved:
+                check_files = False
+            else:
+                self._watch_primed = True
 
         self._active_searches += 1
         try:
