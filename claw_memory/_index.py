@@ -210,6 +210,10 @@ class MemoryIndex:
         self._tombstones: frozenset[str] = state["tombstones"]
         self._sessions: dict[str, TranscriptSession] = {}
         self._known: dict[str, tuple[int | None, int | None]] | None = None
+        self._queue: list[_BatchItem] = []
+        self._leaders = 0
+        # At least two: a batch parked in a slow worker must not hold every search back.
+        self._max_leaders = max(2, self._workers.statistics().total_tokens)
         # inotify on the source directories (Linux); None: stat the files every time.
         self._watch: DirectoryWatch | None = None
         # True once a full check or sync ran after every current watch was in place.
@@ -504,6 +508,64 @@ class MemoryIndex:
     def _path_of_prov(prov: str) -> str:
         return prov.split(":", 1)[1] if prov.startswith("memory:") else prov
 
+    async def _batched_rank(self, item: _BatchItem) -> tuple[list[RankedRow], bool] | None:
+        """Rank ``item``, together with the searches queued while batches were running.
+
+        Concurrent searches share one worker call: a single matrix product serves every
+        query vector of a generation (the product is memory-bound, so a batch costs about
+        what one query did) and the stat check runs once. Up to ``_max_leaders`` batches
+        run at once (one per worker); a search that finds them all busy queues, and the
+        next batch to finish hands the lead to the oldest queued search, which takes
+        everything queued by then. A leader cancelled before its batch ran gives the
+        other items back, so no search is left waiting on work nobody will do.
+        """
+        self._queue.append(item)
+        if self._leaders >= self._max_leaders:
+            try:
+                await item.done.wait()
+            except BaseException:
+                if not item.taken:
+                    self._queue.remove(item)
+                    if item.promoted:
+                        # We were handed the lead but will not take it: pass it on.
+                        self._hand_over_lead()
+                raise
+            if not item.promoted:
+                return item.outcome()
+        else:
+            self._leaders += 1
+        batch, self._queue = self._queue, []
+        for it in batch:
+            it.taken = True
+        try:
+            results = await self._workers.run_sync(rank_batch, batch, self._lexical)
+        except BaseException as exc:
+            others = [it for it in batch if it is not item]
+            if isinstance(exc, Exception):
+                for it in others:
+                    it.error = exc
+                    it.done.set()
+            else:
+                for it in others:
+                    it.taken = False
+                self._queue[:0] = others
+            self._hand_over_lead()
+            raise
+        for it, result in zip(batch, results, strict=True):
+            it.result = result
+            if it is not item:
+                it.done.set()
+        self._hand_over_lead()
+        return results[batch.index(item)]
+
+    def _hand_over_lead(self) -> None:
+        self._leaders -= 1
+        if self._queue and self._leaders < self._max_leaders:
+            nxt = self._queue[0]
+            nxt.promoted = True
+            self._leaders += 1
+            nxt.done.set()
+
     async def _embed_query(self, query: str) -> npt.NDArray[np.float32]:
         """The query's vector; a local embedder with ``embed_sync`` runs inline for short
         queries, where a thread hand-off would cost more than the hashing itself."""
@@ -746,21 +808,19 @@ class MemoryIndex:
                 filter=filter or SearchFilter(),
             )
             # One worker hop in the common case: the stat check of the memory files and
-            # the ranking run together; only when a file moved does the search sync and
-            # rank again on the new generation.
+            # the ranking run together, batched with the searches that arrive meanwhile;
+            # only when a file moved does the search sync and rank again.
             gen = self._generation
-            outcome = await self._workers.run_sync(
-                functools.partial(
-                    rank_if_fresh,
-                    (self._workspace, settings.extra_paths, self._known_files())
-                    if check_files
-                    else None,
-                    gen,
-                    self._lexical,
+            outcome = await self._batched_rank(
+                _BatchItem(
+                    gen=gen,
                     query=query,
                     query_vector=qvec,
                     params=params,
                     tombstones=self._tombstones,
+                    check=(self._workspace, settings.extra_paths, self._known_files())
+                    if check_files
+                    else None,
                 )
             )
             if outcome is None:
@@ -976,16 +1036,71 @@ def files_changed(
     return any(known.get(vpath) != (size, mtime) for vpath, (_, size, mtime, _) in current.items())
 
 
-def rank_if_fresh(
-    check: tuple[Path, tuple[str, ...], Mapping[str, tuple[int | None, int | None]]] | None,
-    gen: Generation,
-    lexical: LexicalIndex,
-    **kwargs: Any,
-) -> tuple[list[RankedRow], bool] | None:
-    """Rank, unless the memory files changed since the last sync (then ``None``)."""
-    if check is not None and files_changed(*check):
-        return None
-    return rank(gen, lexical, **kwargs)
+@attrs.define(eq=False)
+class _BatchItem:
+    """One search waiting for (or in) a ranking batch."""
+
+    gen: Generation
+    query: str
+    query_vector: npt.NDArray[np.float32] | None
+    params: RankParams
+    tombstones: frozenset[str]
+    check: tuple[Path, tuple[str, ...], Mapping[str, tuple[int | None, int | None]]] | None
+    done: trio.Event = attrs.field(factory=trio.Event)
+    taken: bool = False
+    promoted: bool = False
+    result: tuple[list[RankedRow], bool] | None = None
+    error: Exception | None = None
+
+    def outcome(self) -> tuple[list[RankedRow], bool] | None:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def rank_batch(
+    items: Sequence[_BatchItem], lexical: LexicalIndex
+) -> list[tuple[list[RankedRow], bool] | None]:
+    """Rank a batch of searches: one matrix product per generation, one stat check.
+
+    An item that asked for the freshness check gets ``None`` when the memory files moved
+    (its search syncs and ranks again); the others are ranked as usual.
+    """
+    stale = False
+    checks = [it.check for it in items if it.check is not None]
+    if checks:
+        stale = files_changed(*checks[0])
+    by_gen: dict[int, list[int]] = {}
+    for i, it in enumerate(items):
+        if it.query_vector is not None and it.gen.matrix is not None:
+            by_gen.setdefault(id(it.gen), []).append(i)
+    sims: dict[int, npt.NDArray[np.float32]] = {}
+    for indices in by_gen.values():
+        gen = items[indices[0]].gen
+        assert gen.matrix is not None
+        if gen.matrix.shape[0] != len(gen.records):
+            continue
+        queries = np.stack([items[i].query_vector for i in indices])  # type: ignore[misc]
+        product = gen.matrix @ queries.T
+        for column, i in enumerate(indices):
+            sims[i] = np.ascontiguousarray(product[:, column])
+    out: list[tuple[list[RankedRow], bool] | None] = []
+    for i, it in enumerate(items):
+        if stale and it.check is not None:
+            out.append(None)
+            continue
+        out.append(
+            rank(
+                it.gen,
+                lexical,
+                query=it.query,
+                query_vector=it.query_vector,
+                params=it.params,
+                tombstones=it.tombstones,
+                sims=sims.get(i),
+            )
+        )
+    return out
 
 
 @attrs.frozen(eq=False)

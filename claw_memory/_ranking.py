@@ -133,8 +133,13 @@ def rank(
     query_vector: npt.NDArray[np.float32] | None,
     params: RankParams,
     tombstones: Container[str],
+    sims: npt.NDArray[np.float32] | None = None,
 ) -> tuple[list[RankedRow], bool]:
-    """The hits of page ``offset..offset+limit`` and whether more ranked hits follow."""
+    """The hits of page ``offset..offset+limit`` and whether more ranked hits follow.
+
+    ``sims``, when given, are the cosine similarities of every row to ``query_vector``,
+    already computed (a batch of searches shares one matrix product).
+    """
     n = len(gen.records)
     want = params.offset + params.limit
     k = max(want * params.candidate_multiplier, want)
@@ -165,11 +170,13 @@ def rank(
                 if row is not None and best > 0:
                     text_scores[row] = s / best
 
-    sims: npt.NDArray[np.float32] | None = None
     vec_rows: list[int] = []
+    if not use_vec:
+        sims = None
     if use_vec and gen.matrix is not None and gen.matrix.shape[0] == n:
         assert query_vector is not None
-        sims = gen.matrix @ query_vector
+        if sims is None:
+            sims = gen.matrix @ query_vector
         ranked_sims = sims if mask is None else np.where(mask, sims, -np.inf).astype(np.float32)
         vec_rows = [int(i) for i in _top_k(ranked_sims, k) if np.isfinite(ranked_sims[i])]
 

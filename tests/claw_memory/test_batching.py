@@ -1,0 +1,130 @@
+"""Concurrent searches share ranking batches, and get the answers they would alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+import trio.testing
+
+from claw.plugin_sdk import InlineWorkerPool, WorkerPoolStatistics
+from claw_memory._hash_embedder import HashEmbedder
+from claw_memory._index import open_memory_index
+from claw_memory._settings import MemoryCoreSettings
+
+T = TypeVar("T")
+SETTINGS = MemoryCoreSettings(min_score=0.0)
+WORDS = ["walrus", "otter", "heron", "badger", "lynx", "marten", "ibex", "okapi"]
+
+
+class CountingPool:
+    """An inline pool that parks the first ranking batch until released, and counts."""
+
+    def __init__(self) -> None:
+        self.inner = InlineWorkerPool()
+        self.batches: list[int] = []
+        self.release = trio.Event()
+        self.parked = trio.Event()
+
+    async def run_sync(self, fn: Callable[..., T], *args: object) -> T:
+        if getattr(fn, "__name__", "") == "rank_batch":
+            self.batches.append(len(args[0]))  # type: ignore[arg-type]
+            if len(self.batches) <= 2:
+                self.parked.set()
+                await self.release.wait()
+        return await self.inner.run_sync(fn, *args)
+
+    def statistics(self) -> WorkerPoolStatistics:
+        return self.inner.statistics()
+
+
+def _workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i, word in enumerate(WORDS):
+        (ws / "memory" / f"{i}.md").write_text(f"notes about the {word} colony\n", "utf-8")
+    return ws
+
+
+async def _answers(index: Any, queries: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+
+    async def one(q: str) -> None:
+        out[q] = [h.path for h in (await index.search(q, max_results=3)).hits]
+
+    async with trio.open_nursery() as nursery:
+        for q in queries:
+            nursery.start_soon(one, q)
+    return out
+
+
+async def test_searches_that_arrive_during_a_batch_share_the_next_one(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    pool = CountingPool()
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=pool,
+        settings=SETTINGS,
+        embedder=HashEmbedder(),
+    ) as index:
+        alone = {}
+        pool.release.set()
+        for word in WORDS:
+            alone[word] = [h.path for h in (await index.search(word, max_results=3)).hits]
+        pool.batches.clear()
+        pool.release = trio.Event()
+        async with trio.open_nursery() as nursery:
+            results: dict[str, list[str]] = {}
+
+            async def run() -> None:
+                results.update(await _answers(index, WORDS))
+
+            nursery.start_soon(run)
+            await trio.testing.wait_all_tasks_blocked()
+            pool.release.set()
+        assert results == alone  # batching changes no answer
+        # Two leaders took one search each; everything queued behind them went in a
+        # batch of its own instead of one worker call per search.
+        assert pool.batches[:2] == [1, 1]
+        assert sum(pool.batches) == len(WORDS)
+        assert len(pool.batches) < len(WORDS)
+
+
+async def test_a_cancelled_waiting_search_does_not_stall_the_others(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    pool = CountingPool()
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=pool,
+        settings=SETTINGS,
+        embedder=HashEmbedder(),
+    ) as index:
+        pool.batches.clear()
+        done: list[str] = []
+
+        async def search(word: str) -> None:
+            await index.search(word)
+            done.append(word)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(search, "walrus")
+            nursery.start_soon(search, "otter")
+            await trio.testing.wait_all_tasks_blocked()  # two leaders parked
+            nursery.start_soon(search, "heron")  # queued behind the leaders
+            cancel_me = trio.CancelScope()
+
+            async def cancelled_search() -> None:
+                with cancel_me:
+                    await index.search("badger")
+
+            nursery.start_soon(cancelled_search)
+            nursery.start_soon(search, "lynx")
+            await trio.testing.wait_all_tasks_blocked()
+            cancel_me.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            pool.release.set()
+        assert sorted(done) == ["heron", "lynx", "otter", "walrus"]
