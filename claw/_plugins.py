@@ -89,11 +89,6 @@ ContextEngineFactory = Callable[[ContextEngineFactoryContext], Any]
 
 
 @attrs.frozen
-class ToolContextBase:
-    """Fields every tool invocation context has (extended by the turn runner)."""
-
-
-@attrs.frozen
 class Tool:
     """An agent tool: a name the model calls, a JSON schema for its arguments, a handler.
 
