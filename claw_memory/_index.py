@@ -811,17 +811,22 @@ class MemoryIndex:
             # the ranking run together, batched with the searches that arrive meanwhile;
             # only when a file moved does the search sync and rank again.
             gen = self._generation
-            outcome = await self._batched_rank(
-                _BatchItem(
-                    gen=gen,
-                    query=query,
-                    query_vector=qvec,
-                    params=params,
-                    tombstones=self._tombstones,
-                    check=(self._workspace, settings.extra_paths, self._known_files())
-                    if check_files
-                    else None,
-                )
+            item = _BatchItem(
+                gen=gen,
+                query=query,
+                query_vector=qvec,
+                params=params,
+                tombstones=self._tombstones,
+                check=(self._workspace, settings.extra_paths, self._known_files())
+                if check_files
+                else None,
+            )
+            # Lexical-only searches gain nothing from sharing a matrix product and would
+            # only lose the parallelism of separate workers: they go alone.
+            outcome = await (
+                self._batched_rank(item)
+                if qvec is not None
+                else self._workers.run_sync(_rank_one, item, self._lexical)
             )
             if outcome is None:
                 await self.sync()
@@ -1056,6 +1061,10 @@ class _BatchItem:
         if self.error is not None:
             raise self.error
         return self.result
+
+
+def _rank_one(item: _BatchItem, lexical: LexicalIndex) -> tuple[list[RankedRow], bool] | None:
+    return rank_batch([item], lexical)[0]
 
 
 def rank_batch(

@@ -500,7 +500,7 @@ async def test_a_search_keeps_its_generation_while_a_sync_publishes(
     _write(workspace, "MEMORY.md", "old walrus fact")
     settings = MemoryCoreSettings(min_score=0.0, sync_on_search=False)
     async with _open(workspace, index_dir, pool, settings=settings) as index:
-        parked, release = pool.gate("rank_batch")
+        parked, release = pool.gate("_rank_one")
         results: list[Any] = []
 
         async def search() -> None:
@@ -545,7 +545,7 @@ async def test_forgotten_chunks_vanish_from_generations_searches_already_hold(
     _write(workspace, "MEMORY.md", "the wifi password is hunter2")
     settings = MemoryCoreSettings(min_score=0.0, sync_on_search=False)
     async with _open(workspace, index_dir, pool, settings=settings) as index:
-        parked, release = pool.gate("rank_batch")
+        parked, release = pool.gate("_rank_one")
         results: list[Any] = []
 
         async def search() -> None:
