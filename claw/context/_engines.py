@@ -154,8 +154,6 @@ class ContextEngineSlot:
             return result
         try:
             result = await fn(params)
-        except trio.Cancelled:
-            raise
         except Exception as exc:
             self._quarantine(exc)
             if fallback is None:

@@ -112,8 +112,6 @@ class GuardedMemoryHandle:
             result = await fn()
         except ClawError:
             raise
-        except trio.Cancelled:
-            raise
         except Exception as exc:
             raise ProviderError(
                 f'memory provider "{self.provider_id}" failed in {what}: {type(exc).__name__}'

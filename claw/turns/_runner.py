@@ -57,6 +57,7 @@ from ..context import (
     estimate_tokens,
 )
 from ..context._engines import ContextEngineSlot, runtime_compaction_params
+from ..flush._timing import scaled_reserve_floor
 from ..models import (
     AssistantMessage,
     ContextOverflowError,
@@ -319,8 +320,6 @@ class TurnRunner:
                     agent_id=run.agent_id, session_key=run.session_key, caller=run.caller
                 )
                 guidance = tuple(str(line) for line in lines)
-            except trio.Cancelled:
-                raise
             except Exception as exc:
                 logger.warning("memory prompt preparation failed: %s", exc)
                 self.host.events.emit(
@@ -821,7 +820,7 @@ class TurnRunner:
         compaction = self.host.config.agents.defaults.compaction
         visible = await self.store.visible_messages(row.session_id)
         tokens = estimate_tokens(visible)
-        floor = _scaled_floor(compaction.memory_flush.reserve_tokens_floor, context_window)
+        floor = scaled_reserve_floor(compaction.memory_flush.reserve_tokens_floor, context_window)
         if tokens <= context_window - floor:
             return None, None
         # At most one flush per compaction cycle: a no-op if this cycle already flushed.
@@ -857,8 +856,3 @@ class TurnRunner:
 
 async def _noop() -> None:
     await trio.lowlevel.checkpoint()
-
-
-def _scaled_floor(floor: int, context_window: int) -> int:
-    """The reserve floor, scaled down for small windows so a flush can still run."""
-    return min(floor, context_window // 4)

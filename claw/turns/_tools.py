@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import trio
 
 from .._capabilities import FlushIdentity, MemoryAudience, MemoryCallerContext
 from .._errors import ClawError
@@ -140,8 +139,6 @@ async def run_tool_call(
     try:
         arguments = call.arguments.thaw()
         content: object = await tool.tool.handler(context, arguments)
-    except trio.Cancelled:
-        raise
     except ClawError as exc:
         return ToolResult(
             call_id=call.id, name=call.name, content=f"{type(exc).__name__}: {exc}", is_error=True
