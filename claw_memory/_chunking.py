@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Sequence
 
 import attrs
@@ -29,9 +30,22 @@ def is_cjk(ch: str) -> bool:
     )
 
 
+# The ranges of :func:`is_cjk` as one character class: a whole string is tested in one
+# regex call rather than a Python call per character.
+_CJK = re.compile(
+    "[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+    "\uff00-\uffef\U00020000-\U0002fa1f]"
+)
+
+
+def has_cjk(text: str) -> bool:
+    """Whether any character of ``text`` is CJK in the sense of :func:`is_cjk`."""
+    return _CJK.search(text) is not None
+
+
 def estimate_tokens(text: str, chars_per_token: int = 4) -> int:
     """Estimated tokens of ``text``: one per CJK character, else ``chars_per_token`` chars."""
-    cjk = sum(1 for ch in text if is_cjk(ch))
+    cjk = len(_CJK.findall(text))
     return cjk + math.ceil((len(text) - cjk) / chars_per_token)
 
 

@@ -53,6 +53,11 @@ class Generation:
     skey_codes: npt.NDArray[np.int32]
     skey_index: Mapping[str, int]
     dated: npt.NDArray[np.float64]
+    # What the rows hold, so that a search filter that excludes nothing here can be
+    # dropped before ranking (a per-agent index answers agent filters trivially).
+    sources_present: frozenset[str] = frozenset()
+    session_agents: frozenset[str | None] = frozenset()
+    session_keys: frozenset[str | None] = frozenset()
 
     @classmethod
     def build(
@@ -78,6 +83,7 @@ class Generation:
         )
         if matrix is not None:
             matrix.setflags(write=False)
+        sessions = [r for r in records if r.source == "sessions"]
         return cls(
             number=number,
             index_generation=index_generation,
@@ -91,6 +97,9 @@ class Generation:
             skey_codes=skey_codes,
             skey_index=skey_index,
             dated=dated,
+            sources_present=frozenset(r.source for r in records),
+            session_agents=frozenset(r.agent_id for r in sessions),
+            session_keys=frozenset(r.session_key for r in sessions),
         )
 
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -17,7 +18,7 @@ import trio
 
 from claw.plugin_sdk import WorkerPool
 
-from ._chunking import is_cjk
+from ._chunking import has_cjk, is_cjk
 from ._lexical import QUERY_STOPWORDS
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -62,7 +63,9 @@ def stem(word: str) -> str:
     return word
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _bucket(feature: str, dims: int) -> tuple[int, float]:
+    # Cached: n-grams and words recur across texts, and hashing dominated embedding.
     h = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
     return h % dims, (1.0 if (h >> 63) & 1 else -1.0)
 
@@ -103,9 +106,12 @@ class HashEmbedder:
         """Embed on the calling thread."""
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
         for row, text in enumerate(texts):
+            acc: dict[int, float] = {}
             for feature, weight in self._features(text).items():
                 col, sign = _bucket(feature, self.dims)
-                out[row, col] += sign * weight
+                acc[col] = acc.get(col, 0.0) + sign * weight
+            if acc:
+                out[row, list(acc)] = list(acc.values())
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         result: npt.NDArray[np.float32] = out / norms
@@ -120,27 +126,36 @@ class HashEmbedder:
     def _features(self, text: str) -> dict[str, float]:
         norm = unicodedata.normalize("NFKC", text).casefold()
         counts: Counter[str] = Counter()
-        words: list[str] = []
+        kept: list[str] = []
         for token in _TOKEN.findall(norm):
-            if any(is_cjk(ch) for ch in token):
+            if has_cjk(token):
                 chars = [ch for ch in token if is_cjk(ch)]
                 if len(chars) == 1:
                     counts["c:" + chars[0]] += 1
                 for i in range(len(chars) - 1):
                     counts["c:" + chars[i] + chars[i + 1]] += 1
                 continue
-            words.append(token)
-        kept = [stem(w) for w in words if w not in _STOP]
-        for w in kept:
-            counts["w:" + w] += 1
+            unigram, grams = _word_features(token)
+            if unigram is not None:
+                kept.append(unigram)
+            counts.update(grams)
+        counts.update(kept)
         for a, b in itertools.pairwise(kept):
-            counts["b:" + a + " " + b] += 1
-        for w in words:
-            if w in _STOP or len(w) < 4:
-                continue
-            padded = f"<{w}>"
-            for n in (3, 4):
-                for i in range(len(padded) - n + 1):
-                    counts[f"g{n}:" + padded[i : i + n]] += 1
-        type_weight = {"w": 1.0, "c": 1.0, "b": 0.3, "g": 0.35}
-        return {f: type_weight[f[0]] * (1.0 + math.log(c)) for f, c in counts.items()}
+            counts["b:" + a[2:] + " " + b[2:]] += 1
+        return {f: _TYPE_WEIGHT[f[0]] * (1.0 + math.log(c)) for f, c in counts.items()}
+
+
+_TYPE_WEIGHT = {"w": 1.0, "c": 1.0, "b": 0.3, "g": 0.35}
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _word_features(word: str) -> tuple[str | None, tuple[str, ...]]:
+    """A word's unigram feature (``None`` for a stop word) and its character n-grams."""
+    if word in _STOP:
+        return None, ()
+    unigram = "w:" + stem(word)
+    if len(word) < 4:
+        return unigram, ()
+    padded = f"<{word}>"
+    grams = tuple(f"g{n}:" + padded[i : i + n] for n in (3, 4) for i in range(len(padded) - n + 1))
+    return unigram, grams

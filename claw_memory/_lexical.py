@@ -17,7 +17,7 @@ from pathlib import Path
 import attrs
 import tantivy
 
-from ._chunking import is_cjk
+from ._chunking import has_cjk, is_cjk
 from ._errors import LexicalIndexError
 from ._records import ChunkRecord
 
@@ -66,6 +66,8 @@ def cjk_bigrams(text: str) -> list[str]:
     match identical runs; bigrams make CJK text searchable by its parts.
     """
     grams: list[str] = []
+    if not has_cjk(text):
+        return grams
     run: list[str] = []
 
     def flush() -> None:
@@ -417,7 +419,7 @@ class LexicalIndex:
         should: list[tuple[tantivy.Occur, tantivy.Query]] = []
         try:
             for term in terms:
-                if any(is_cjk(ch) for ch in term):
+                if has_cjk(term):
                     continue  # CJK runs are matched through their bigrams
                 should.append(
                     (tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", term))
@@ -446,27 +448,12 @@ class LexicalIndex:
                 (tantivy.Occur.Must, tantivy.Query.boolean_query(should))
             ]
             if sources is not None:
-                clauses.append(
-                    (
-                        tantivy.Occur.Must,
-                        tantivy.Query.term_set_query(schema, "source", sorted(sources)),
-                    )
-                )
+                clauses.append((tantivy.Occur.Must, _any_of(schema, "source", sources)))
             session_clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
             if agent_ids is not None:
-                session_clauses.append(
-                    (
-                        tantivy.Occur.Must,
-                        tantivy.Query.term_set_query(schema, "agent", sorted(agent_ids)),
-                    )
-                )
+                session_clauses.append((tantivy.Occur.Must, _any_of(schema, "agent", agent_ids)))
             if session_keys is not None:
-                session_clauses.append(
-                    (
-                        tantivy.Occur.Must,
-                        tantivy.Query.term_set_query(schema, "skey", sorted(session_keys)),
-                    )
-                )
+                session_clauses.append((tantivy.Occur.Must, _any_of(schema, "skey", session_keys)))
             if session_clauses:
                 # Memory-file chunks pass agent/session filters; transcript chunks must match.
                 clauses.append(
@@ -474,10 +461,7 @@ class LexicalIndex:
                         tantivy.Occur.Must,
                         tantivy.Query.boolean_query(
                             [
-                                (
-                                    tantivy.Occur.Should,
-                                    tantivy.Query.term_query(schema, "source", "memory"),
-                                ),
+                                (tantivy.Occur.Should, _any_of(schema, "source", {"memory"})),
                                 (
                                     tantivy.Occur.Should,
                                     tantivy.Query.boolean_query(session_clauses),
@@ -489,6 +473,24 @@ class LexicalIndex:
             return tantivy.Query.boolean_query(clauses)
         except ValueError as exc:
             raise LexicalIndexError(f"cannot build a lexical query for {text!r}: {exc}") from exc
+
+
+def _any_of(schema: tantivy.Schema, field: str, values: Iterable[str]) -> tantivy.Query:
+    """A filter clause matching documents whose raw ``field`` is one of ``values``.
+
+    It scores zero, so filtering never shifts BM25 scores, and it is built from term
+    queries, which intersect lazily with the text clauses (a term-set query would build
+    a bitset over every matching document of the index on each search).
+    """
+    terms = [tantivy.Query.term_query(schema, field, v) for v in sorted(values)]
+    if not terms:
+        return tantivy.Query.empty_query()
+    query = (
+        terms[0]
+        if len(terms) == 1
+        else tantivy.Query.boolean_query([(tantivy.Occur.Should, t) for t in terms])
+    )
+    return tantivy.Query.const_score_query(query, 0.0)
 
 
 def lexical_search(

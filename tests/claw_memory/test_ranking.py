@@ -1,0 +1,142 @@
+"""Ranking building blocks: exact top-k, filters that cost nothing when they exclude
+nothing, and BM25 scores that filters never shift."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from claw.plugin_sdk import InlineWorkerPool
+from claw_memory._chunking import has_cjk, is_cjk
+from claw_memory._hash_embedder import HashEmbedder
+from claw_memory._index import open_memory_index
+from claw_memory._lexical import lexical_search
+from claw_memory._ranking import narrow_filter, top_k
+from claw_memory._settings import MemoryCoreSettings
+from claw_memory._types import SearchFilter
+
+
+def _reference_top(scores: npt.NDArray[np.float32], k: int) -> list[float]:
+    return sorted(scores.tolist(), reverse=True)[:k]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=6000),
+    k=st.integers(min_value=1, max_value=500),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    masked=st.floats(min_value=0.0, max_value=1.0),
+    sorted_input=st.booleans(),
+)
+def test_top_k_is_exact_on_any_input(
+    n: int, k: int, seed: int, masked: float, sorted_input: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    scores = rng.standard_normal(n).astype(np.float32)
+    # Filtered rows are -inf; ascending input defeats a strided sample's estimate.
+    scores[rng.random(n) < masked] = -np.inf
+    if sorted_input:
+        scores.sort()
+    got = top_k(scores, k)
+    assert len(got) == min(k, n)
+    assert len(set(got.tolist())) == len(got)
+    assert scores[got].tolist() == _reference_top(scores, k)
+
+
+def test_top_k_falls_back_to_a_full_partition_when_the_sample_misleads() -> None:
+    # Only the sampled positions hold large values: the threshold the sample suggests
+    # is reached by fewer than k rows, and the answer must still be exact.
+    scores = np.zeros(100_000, dtype=np.float32)
+    scores[0::32] = np.arange(1, len(scores[0::32]) + 1, dtype=np.float32)
+    got = top_k(scores, 50)
+    assert scores[got].tolist() == _reference_top(scores, 50)
+
+
+@given(st.text(max_size=40))
+def test_has_cjk_agrees_with_is_cjk(text: str) -> None:
+    assert has_cjk(text) == any(is_cjk(ch) for ch in text)
+
+
+def test_hash_embedder_features_are_pinned() -> None:
+    # Stored vectors stay valid only while the features of a text never change: this is
+    # what the embedder produced before its per-word cache existed.
+    features = HashEmbedder()._features("Running otters, the otter's den 東京")
+    otter = 0.35 * (1.0 + math.log(2))
+    assert features == pytest.approx(
+        {
+            "c:東京": 1.0,
+            "w:run": 1.0,
+            "w:ott": 1.0 + math.log(2),
+            "w:den": 1.0,
+            "b:run ott": 0.3,
+            "b:ott ott": 0.3,
+            "b:ott den": 0.3,
+            **dict.fromkeys(
+                ["g3:<ru", "g3:run", "g3:unn", "g3:nni", "g3:nin", "g3:ing", "g3:ng>"], 0.35
+            ),
+            **dict.fromkeys(
+                ["g4:<run", "g4:runn", "g4:unni", "g4:nnin", "g4:ning", "g4:ing>"], 0.35
+            ),
+            **dict.fromkeys(["g3:<ot", "g3:ott", "g3:tte", "g3:ter"], otter),
+            **dict.fromkeys(["g4:<ott", "g4:otte", "g4:tter"], otter),
+            **dict.fromkeys(["g3:ers", "g3:rs>", "g4:ters", "g4:ers>", "g3:er>", "g4:ter>"], 0.35),
+        }
+    )
+
+
+async def _index_with(tmp_path: Path):  # type: ignore[no-untyped-def]
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("the walrus colony sleeps on the ice\n", "utf-8")
+    (ws / "memory" / "b.md").write_text("a walrus and an otter share the bay\n", "utf-8")
+    (ws / "memory" / "c.md").write_text("the heron fishes alone\n", "utf-8")
+    return open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=MemoryCoreSettings(min_score=0.0),
+        embedder=HashEmbedder(),
+    )
+
+
+async def test_a_filter_that_excludes_nothing_is_dropped_and_one_that_does_is_kept(
+    tmp_path: Path,
+) -> None:
+    async with await _index_with(tmp_path) as index:
+        gen = index._generation
+        everything = SearchFilter(
+            sources=frozenset({"memory", "sessions"}), agent_ids=frozenset({"main"})
+        )
+        assert narrow_filter(gen, everything) == SearchFilter()
+        only_sessions = SearchFilter(sources=frozenset({"sessions"}))
+        assert narrow_filter(gen, only_sessions) == only_sessions
+        assert (await index.search("walrus", filter=only_sessions)).hits == ()
+
+
+async def test_filters_never_shift_bm25_scores(tmp_path: Path) -> None:
+    async with await _index_with(tmp_path) as index:
+        lexical, searcher = index._lexical, index._generation.searcher
+        assert searcher is not None
+
+        def scores(**filters: frozenset[str] | None) -> list[float]:
+            query = lexical.build_query(
+                "walrus otter",
+                context_boost=0.0,
+                path_boost=0.0,
+                **{"sources": None, "agent_ids": None, "session_keys": None, **filters},
+            )
+            assert query is not None
+            return sorted(s for _, s in lexical_search(searcher, query, 10))
+
+        plain = scores()
+        assert len(plain) == 2
+        assert scores(sources=frozenset({"memory"})) == plain
+        assert scores(sources=frozenset({"memory", "sessions"})) == plain
+        assert scores(agent_ids=frozenset({"main"}), session_keys=frozenset({"k"})) == plain
+        assert scores(sources=frozenset({"sessions"})) == []
