@@ -186,6 +186,18 @@ def _prepare_files(
 
 
 _INLINE_QUERY_CHARS = 2048
+# A generation this small (rows times vector dimensions) is ranked on the event loop:
+# its matrix product and BM25 search take a fraction of a millisecond, less than
+# handing the batch to a thread costs (two wake-ups, and GIL hand-offs during which the
+# loop's own system calls stall). Larger ones go to the worker pool.
+_INLINE_RANK_WORK = 4_000_000
+_INLINE_RANK_ROWS = 20_000
+
+
+def _rank_inline(gen: Generation) -> bool:
+    rows = len(gen.records)
+    dims = 0 if gen.matrix is None else gen.matrix.shape[1]
+    return rows <= _INLINE_RANK_ROWS and rows * dims <= _INLINE_RANK_WORK
 
 
 @final
@@ -211,6 +223,7 @@ class MemoryIndex:
         self._sessions: dict[str, TranscriptSession] = {}
         self._known: dict[str, tuple[int | None, int | None]] | None = None
         self._queue: list[_BatchItem] = []
+        self._inline_queue: list[_BatchItem] = []
         self._leaders = 0
         # At least two: a batch parked in a slow worker must not hold every search back.
         self._max_leaders = max(2, self._workers.statistics().total_tokens)
@@ -558,6 +571,39 @@ class MemoryIndex:
         self._hand_over_lead()
         return results[batch.index(item)]
 
+    async def _inline_rank(self, item: _BatchItem) -> tuple[list[RankedRow], bool] | None:
+        """Rank ``item`` on the event loop, batched with the searches ready to run.
+
+        The first search to arrive leads: it yields once (uncancellably, so that the
+        searches queued behind it are always served), which lets every task that is
+        ready to run queue its own search, then ranks them all in one call.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._inline_queue.append(item)
+        if len(self._inline_queue) > 1:
+            try:
+                await item.done.wait()
+            except BaseException:
+                if not item.taken:
+                    self._inline_queue.remove(item)
+                raise
+            return item.outcome()
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        batch, self._inline_queue = self._inline_queue, []
+        for it in batch:
+            it.taken = True
+        try:
+            results = rank_batch(batch, self._lexical)
+        except Exception as exc:
+            for it in batch[1:]:
+                it.error = exc
+                it.done.set()
+            raise
+        for it, result in zip(batch[1:], results[1:], strict=True):
+            it.result = result
+            it.done.set()
+        return results[0]
+
     def _hand_over_lead(self) -> None:
         self._leaders -= 1
         if self._queue and self._leaders < self._max_leaders:
@@ -823,11 +869,12 @@ class MemoryIndex:
             )
             # Lexical-only searches gain nothing from sharing a matrix product and would
             # only lose the parallelism of separate workers: they go alone.
-            outcome = await (
-                self._batched_rank(item)
-                if qvec is not None
-                else self._workers.run_sync(_rank_one, item, self._lexical)
-            )
+            if item.check is None and _rank_inline(gen):
+                outcome = await self._inline_rank(item)
+            elif qvec is not None:
+                outcome = await self._batched_rank(item)
+            else:
+                outcome = await self._workers.run_sync(_rank_one, item, self._lexical)
             if outcome is None:
                 await self.sync()
                 gen = self._generation

@@ -24,3 +24,12 @@ def index_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def workers() -> InlineWorkerPool:
     return InlineWorkerPool()
+
+
+@pytest.fixture
+def worker_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank even tiny indexes on the worker pool, as large ones are (small generations
+    are otherwise ranked on the event loop, where no worker call can be parked)."""
+    from claw_memory import _index
+
+    monkeypatch.setattr(_index, "_INLINE_RANK_WORK", -1)

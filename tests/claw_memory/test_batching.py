@@ -6,10 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import trio
 import trio.testing
 
 from claw.plugin_sdk import InlineWorkerPool, WorkerPoolStatistics
+from claw_memory import _index
 from claw_memory._hash_embedder import HashEmbedder
 from claw_memory._index import open_memory_index
 from claw_memory._settings import MemoryCoreSettings
@@ -60,7 +62,9 @@ async def _answers(index: Any, queries: list[str]) -> dict[str, list[str]]:
     return out
 
 
-async def test_searches_that_arrive_during_a_batch_share_the_next_one(tmp_path: Path) -> None:
+async def test_searches_that_arrive_during_a_batch_share_the_next_one(
+    tmp_path: Path, worker_ranking: None
+) -> None:
     ws = _workspace(tmp_path)
     pool = CountingPool()
     async with open_memory_index(
@@ -93,7 +97,9 @@ async def test_searches_that_arrive_during_a_batch_share_the_next_one(tmp_path: 
         assert len(pool.batches) < len(WORDS)
 
 
-async def test_a_cancelled_waiting_search_does_not_stall_the_others(tmp_path: Path) -> None:
+async def test_a_cancelled_waiting_search_does_not_stall_the_others(
+    tmp_path: Path, worker_ranking: None
+) -> None:
     ws = _workspace(tmp_path)
     pool = CountingPool()
     async with open_memory_index(
@@ -128,3 +134,71 @@ async def test_a_cancelled_waiting_search_does_not_stall_the_others(tmp_path: Pa
             await trio.testing.wait_all_tasks_blocked()
             pool.release.set()
         assert sorted(done) == ["heron", "lynx", "otter", "walrus"]
+
+
+async def test_small_indexes_rank_on_the_event_loop_in_shared_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = _workspace(tmp_path)
+    pool = CountingPool()
+    pool.release.set()
+    inline_batches: list[int] = []
+    real = _index.rank_batch
+
+    def counting(items: Any, lexical: Any) -> Any:
+        inline_batches.append(len(items))
+        return real(items, lexical)
+
+    monkeypatch.setattr(_index, "rank_batch", counting)
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=pool,
+        settings=SETTINGS,
+        embedder=HashEmbedder(),
+    ) as index:
+        alone = {}
+        for word in WORDS:
+            alone[word] = [h.path for h in (await index.search(word, max_results=3)).hits]
+        assert inline_batches == [1] * len(WORDS)
+        inline_batches.clear()
+        assert await _answers(index, WORDS) == alone
+        # Searches that were ready to run together were ranked in one call, and none
+        # of them went through the worker pool.
+        assert sum(inline_batches) == len(WORDS)
+        assert len(inline_batches) < len(WORDS)
+        assert pool.batches == []
+
+
+async def test_a_search_cancelled_while_queued_for_an_inline_batch_stalls_nobody(
+    tmp_path: Path,
+) -> None:
+    ws = _workspace(tmp_path)
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=SETTINGS,
+        embedder=HashEmbedder(),
+    ) as index:
+        alone = {w: [h.path for h in (await index.search(w, max_results=3)).hits] for w in WORDS}
+        got: dict[str, list[str]] = {}
+        finished_cancelled: list[str] = []
+
+        async def search(word: str, cancelled: bool) -> None:
+            with trio.CancelScope() as scope:
+                if cancelled:
+                    scope.cancel()
+                hits = (await index.search(word, max_results=3)).hits
+                if cancelled:
+                    finished_cancelled.append(word)
+                    return
+                got[word] = [h.path for h in hits]
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                for i, word in enumerate(WORDS):
+                    nursery.start_soon(search, word, i % 3 == 1)
+        expected = {w: alone[w] for i, w in enumerate(WORDS) if i % 3 != 1}
+        assert got == expected
+        assert finished_cancelled == []

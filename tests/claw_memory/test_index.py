@@ -494,7 +494,7 @@ async def test_forget_by_session_and_by_source(
 
 
 async def test_a_search_keeps_its_generation_while_a_sync_publishes(
-    workspace: Path, index_dir: Path
+    workspace: Path, index_dir: Path, worker_ranking: None
 ) -> None:
     pool = GatedPool()
     _write(workspace, "MEMORY.md", "old walrus fact")
@@ -539,7 +539,7 @@ async def test_a_search_never_sees_a_half_published_index(workspace: Path, index
 
 
 async def test_forgotten_chunks_vanish_from_generations_searches_already_hold(
-    workspace: Path, index_dir: Path
+    workspace: Path, index_dir: Path, worker_ranking: None
 ) -> None:
     pool = GatedPool()
     _write(workspace, "MEMORY.md", "the wifi password is hunter2")
