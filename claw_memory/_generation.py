@@ -28,18 +28,68 @@ def normalise_rows(m: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return out
 
 
-def _codes(values: Sequence[str | None]) -> tuple[npt.NDArray[np.int32], dict[str, int]]:
-    index: dict[str, int] = {}
+def _codes(
+    values: Sequence[str | None], index: dict[str, int]
+) -> npt.NDArray[np.int32]:
+    """Integer codes of ``values``; ``index`` (value -> code) is extended in place."""
     codes = np.full(len(values), -1, dtype=np.int32)
     for i, v in enumerate(values):
         if v is not None:
             codes[i] = index.setdefault(v, len(index))
-    return codes, index
+    return codes
+
+
+def _dated(records: Sequence[ChunkRecord]) -> npt.NDArray[np.float64]:
+    return np.array(
+        [
+            np.nan if r.source != "memory" or (d := dated_epoch(r.path)) is None else d
+            for r in records
+        ],
+        dtype=np.float64,
+    )
+
+
+def _by_provenance(records: Sequence[ChunkRecord], first_row: int) -> dict[str, list[int]]:
+    rows: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        rows.setdefault(r.provenance, []).append(first_row + i)
+    return rows
+
+
+@attrs.define(eq=False)
+class _VectorBuffer:
+    """Backing storage that generations view a prefix of.
+
+    ``used`` rows are taken by the newest generation; a derived generation writes its
+    added rows after them and views the longer prefix. Rows a generation views are
+    never written again, so searches holding older generations read stable data.
+    """
+
+    data: npt.NDArray[np.float32]
+    used: int
+
+
+def _headroom(rows: int) -> int:
+    # Room to append about 6% more rows before the buffer must be copied.
+    return rows + max(rows // 16, 256)
+
+
+# A derived generation is compacted (dead rows dropped, storage rebuilt) once dead
+# rows pass this share of all rows; below it, derivation appends and marks rows dead.
+_MAX_DEAD_SHARE = 0.125
 
 
 @attrs.frozen(eq=False)
 class Generation:
-    """One immutable published state of the index."""
+    """One immutable published state of the index.
+
+    Rows are append-only between compactions: a replaced or forgotten chunk's row stays
+    in ``records`` and ``matrix`` but is dead (``alive`` false; absent from
+    ``row_of_key`` and ``rows_of_provenance``), so publishing a change costs the size of
+    the change, not of the index. ``alive`` is ``None`` when every row is live.
+    ``sources_present``, ``session_agents`` and ``session_keys`` may also name values
+    of dead rows (a superset is safe: it only keeps a filter that could be dropped).
+    """
 
     number: int
     index_generation: int
@@ -58,6 +108,10 @@ class Generation:
     sources_present: frozenset[str] = frozenset()
     session_agents: frozenset[str | None] = frozenset()
     session_keys: frozenset[str | None] = frozenset()
+    alive: npt.NDArray[np.bool_] | None = None
+    live_count: int = 0
+    rows_of_provenance: Mapping[str, Sequence[int]] = attrs.field(factory=dict)
+    _buffer: _VectorBuffer | None = attrs.field(default=None, alias="buffer")
 
     @classmethod
     def build(
@@ -69,20 +123,19 @@ class Generation:
         records: Sequence[ChunkRecord],
         matrix: npt.NDArray[np.float32] | None,
     ) -> Generation:
-        """Assemble a generation; ``matrix`` rows must already be normalised."""
+        """Assemble a compact generation; ``matrix`` rows must already be normalised."""
         if matrix is not None and matrix.shape[0] != len(records):
             raise ValueError("one vector row per record is required")
-        agent_codes, agent_index = _codes([r.agent_id for r in records])
-        skey_codes, skey_index = _codes([r.session_key for r in records])
-        dated = np.array(
-            [
-                np.nan if (d := dated_epoch(r.path)) is None or r.source != "memory" else d
-                for r in records
-            ],
-            dtype=np.float64,
-        )
+        agent_index: dict[str, int] = {}
+        skey_index: dict[str, int] = {}
+        buffer = None
+        view = None
         if matrix is not None:
-            matrix.setflags(write=False)
+            # The matrix itself backs this generation, without headroom: the first
+            # derivation that adds rows moves them to a buffer that has some.
+            data = np.ascontiguousarray(matrix, dtype=np.float32)
+            buffer = _VectorBuffer(data=data, used=len(records))
+            view = _read_only(data[: len(records)])
         sessions = [r for r in records if r.source == "sessions"]
         return cls(
             number=number,
@@ -90,16 +143,20 @@ class Generation:
             searcher=searcher,
             records=tuple(records),
             row_of_key={r.key: i for i, r in enumerate(records)},
-            matrix=matrix,
+            matrix=view,
             is_session=np.array([r.source == "sessions" for r in records], dtype=np.bool_),
-            agent_codes=agent_codes,
+            agent_codes=_codes([r.agent_id for r in records], agent_index),
             agent_index=agent_index,
-            skey_codes=skey_codes,
+            skey_codes=_codes([r.session_key for r in records], skey_index),
             skey_index=skey_index,
-            dated=dated,
+            dated=_dated(records),
             sources_present=frozenset(r.source for r in records),
             session_agents=frozenset(r.agent_id for r in sessions),
             session_keys=frozenset(r.session_key for r in sessions),
+            alive=None,
+            live_count=len(records),
+            rows_of_provenance=_by_provenance(records, 0),
+            buffer=buffer,
         )
 
     @classmethod
@@ -112,6 +169,12 @@ class Generation:
             records=(),
             matrix=matrix,
         )
+
+    def live_records(self) -> list[ChunkRecord]:
+        """The live rows' records, in row order."""
+        if self.alive is None:
+            return list(self.records)
+        return [self.records[i] for i in np.flatnonzero(self.alive).tolist()]
 
     def derive(
         self,
@@ -126,20 +189,120 @@ class Generation:
         """The next generation: rows of ``replaced`` provenances and of ``removed_ids``
         dropped, ``added`` appended.
 
-        Unchanged records are shared with this generation, not copied.
+        The rows that go are marked dead and the new ones appended after the existing
+        rows (sharing their storage); once dead rows pass an eighth of the rows, the
+        next generation is compacted instead.
         """
-        keep = [
-            i
-            for i, r in enumerate(self.records)
-            if r.provenance not in replaced and r.chunk_id not in removed_ids
-        ]
-        records = [self.records[i] for i in keep] + list(added)
-        matrix = None
+        dead = [r for prov in replaced for r in self.rows_of_provenance.get(prov, ())]
+        if removed_ids:
+            dead.extend(
+                r
+                for rows in self.rows_of_provenance.values()
+                for r in rows
+                if self.records[r].chunk_id in removed_ids
+            )
+        dead = sorted(set(dead))
+        n_old = len(self.records)
+        dead_total = n_old - self.live_count + len(dead)
+        vectors = None
         if self.matrix is not None:
-            parts = [self.matrix[keep]]
-            if added_vectors is not None and len(added):
-                parts.append(normalise_rows(added_vectors))
-            matrix = np.ascontiguousarray(np.concatenate(parts, axis=0), dtype=np.float32)
+            vectors = (
+                normalise_rows(added_vectors)
+                if added_vectors is not None and len(added)
+                else np.zeros((0, self.matrix.shape[1]), dtype=np.float32)
+            )
+            if vectors.shape[0] != len(added):
+                raise ValueError("one vector row per added record is required")
+        if dead_total > _MAX_DEAD_SHARE * (n_old + len(added)):
+            return self._compacted(number, searcher, dead, added, vectors)
+
+        n_new = n_old + len(added)
+        alive = None
+        if dead_total:
+            alive = np.ones(n_new, dtype=np.bool_)
+            if self.alive is not None:
+                alive[:n_old] = self.alive
+            alive[dead] = False
+
+        view = None
+        buffer = self._buffer
+        if self.matrix is not None and buffer is not None and vectors is not None:
+            if buffer.used != n_old or buffer.data.shape[0] < n_new:
+                # Someone else owns the tail (or it is full): continue in a new buffer.
+                data = np.empty((_headroom(n_new), buffer.data.shape[1]), dtype=np.float32)
+                data[:n_old] = self.matrix
+                buffer = _VectorBuffer(data=data, used=n_old)
+            buffer.data[n_old:n_new] = vectors
+            buffer.used = n_new
+            view = _read_only(buffer.data[:n_new])
+
+        row_of_key = dict(self.row_of_key)
+        for r in dead:
+            row_of_key.pop(self.records[r].key, None)
+        for i, rec in enumerate(added):
+            row_of_key[rec.key] = n_old + i
+        rows_of_provenance = dict(self.rows_of_provenance)
+        for prov in replaced:
+            rows_of_provenance.pop(prov, None)
+        if removed_ids:
+            gone = set(dead)
+            for prov in {self.records[r].provenance for r in dead}:
+                left = [r for r in rows_of_provenance.get(prov, ()) if r not in gone]
+                if left:
+                    rows_of_provenance[prov] = left
+                else:
+                    rows_of_provenance.pop(prov, None)
+        for prov, rows in _by_provenance(added, n_old).items():
+            rows_of_provenance[prov] = [*rows_of_provenance.get(prov, ()), *rows]
+
+        agent_index = dict(self.agent_index)
+        skey_index = dict(self.skey_index)
+        sessions = [r for r in added if r.source == "sessions"]
+        return Generation(
+            number=number,
+            index_generation=self.index_generation,
+            searcher=searcher,
+            records=self.records + tuple(added),
+            row_of_key=row_of_key,
+            matrix=view,
+            is_session=np.concatenate(
+                [self.is_session, np.array([r.source == "sessions" for r in added], dtype=bool)]
+            ),
+            agent_codes=np.concatenate(
+                [self.agent_codes, _codes([r.agent_id for r in added], agent_index)]
+            ),
+            agent_index=agent_index,
+            skey_codes=np.concatenate(
+                [self.skey_codes, _codes([r.session_key for r in added], skey_index)]
+            ),
+            skey_index=skey_index,
+            dated=np.concatenate([self.dated, _dated(added)]),
+            sources_present=self.sources_present | {r.source for r in added},
+            session_agents=self.session_agents | {r.agent_id for r in sessions},
+            session_keys=self.session_keys | {r.session_key for r in sessions},
+            alive=alive,
+            live_count=n_new - dead_total,
+            rows_of_provenance=rows_of_provenance,
+            buffer=buffer,
+        )
+
+    def _compacted(
+        self,
+        number: int,
+        searcher: tantivy.Searcher,
+        dead: Sequence[int],
+        added: Sequence[ChunkRecord],
+        vectors: npt.NDArray[np.float32] | None,
+    ) -> Generation:
+        keep = np.ones(len(self.records), dtype=np.bool_)
+        if self.alive is not None:
+            keep &= self.alive
+        keep[list(dead)] = False
+        rows = np.flatnonzero(keep)
+        records = [self.records[i] for i in rows.tolist()] + list(added)
+        matrix = None
+        if self.matrix is not None and vectors is not None:
+            matrix = np.concatenate([self.matrix[rows], vectors], axis=0)
         return Generation.build(
             number=number,
             index_generation=self.index_generation,
@@ -147,3 +310,8 @@ class Generation:
             records=records,
             matrix=matrix,
         )
+
+
+def _read_only(view: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    view.setflags(write=False)
+    return view

@@ -489,7 +489,8 @@ class MemoryIndex:
             source_changes.append(SourceChange(state.provenance, state, chunks, vecs))
         source_changes.extend(SourceChange(prov, None, (), None) for prov in removed)
         replaced = frozenset(c.provenance for c in source_changes)
-        old_count = sum(1 for r in self._generation.records if r.provenance in replaced)
+        rows_of = self._generation.rows_of_provenance
+        old_count = sum(len(rows_of.get(prov, ())) for prov in replaced)
 
         await self._workers.run_sync(self._store.apply_changes, source_changes)
         for ch in source_changes:
@@ -823,8 +824,12 @@ class MemoryIndex:
             # The kernel says whether anything moved; stat only when it did (or when a
             # watch was added since the last full check).
             moved = self._watch.changed()
-            if self._watch_primed and not moved:
+            if self._watch_primed:
                 check_files = False
+                if moved:
+                    # Something moved: sync straight away (its scan is the check; a
+                    # stat check first would only scan the same files twice).
+                    await self.sync()
             else:
                 self._watch_primed = True
 
@@ -1048,7 +1053,8 @@ class MemoryIndex:
     def status(self) -> IndexStatus:
         """A snapshot of the index (no I/O)."""
         gen = self._generation
-        sessions = int(gen.is_session.sum())
+        live_sessions = gen.is_session if gen.alive is None else gen.is_session & gen.alive
+        sessions = int(live_sessions.sum())
         skipped = tuple(
             SkippedSource(path=s.path, source=s.source, reason=s.skip_reason)
             for s in sorted(self._sources.values(), key=lambda s: s.path)
@@ -1060,8 +1066,8 @@ class MemoryIndex:
             index_dir=str(self._index_dir),
             generation=gen.number,
             index_generation=self._index_generation,
-            chunks=len(gen.records),
-            memory_chunks=len(gen.records) - sessions,
+            chunks=gen.live_count,
+            memory_chunks=gen.live_count - sessions,
             session_chunks=sessions,
             sources=sum(1 for s in self._sources.values() if s.skip_reason is None),
             skipped=skipped,

@@ -82,21 +82,22 @@ def narrow_filter(gen: Generation, f: SearchFilter) -> SearchFilter:
 
 def _filter_mask(gen: Generation, f: SearchFilter) -> npt.NDArray[np.bool_] | None:
     n = len(gen.records)
-    mask: npt.NDArray[np.bool_] | None = None
+    mask: npt.NDArray[np.bool_] | None = gen.alive  # dead rows never match
     if f.sources is not None:
-        mask = np.zeros(n, dtype=np.bool_)
+        wanted = np.zeros(n, dtype=np.bool_)
         if "sessions" in f.sources:
-            mask |= gen.is_session
+            wanted |= gen.is_session
         if "memory" in f.sources:
-            mask |= ~gen.is_session
+            wanted |= ~gen.is_session
+        mask = wanted if mask is None else (mask & wanted)
     for values, codes, index in (
         (f.agent_ids, gen.agent_codes, gen.agent_index),
         (f.session_keys, gen.skey_codes, gen.skey_index),
     ):
         if values is None:
             continue
-        wanted = np.array([index[v] for v in values if v in index], dtype=np.int32)
-        ok = ~gen.is_session | np.isin(codes, wanted)
+        known = np.array([index[v] for v in values if v in index], dtype=np.int32)
+        ok = ~gen.is_session | np.isin(codes, known)
         mask = ok if mask is None else (mask & ok)
     return mask
 

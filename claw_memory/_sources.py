@@ -21,12 +21,16 @@ ROOT_FILES = ("MEMORY.md", "memory.md", "DREAMS.md", "USER.md")
 _BINARY_SNIFF_BYTES = 8192
 
 
-@attrs.frozen
+@attrs.frozen(slots=True)
 class FileEntry:
-    """A discovered source file: its virtual path, real path and cheap stat."""
+    """A discovered source file: its virtual path, real path and cheap stat.
+
+    ``real`` is a plain string: a sync discovers every file before each change check,
+    and a ``Path`` per file cost more than the scan itself.
+    """
 
     vpath: str
-    real: Path
+    real: str
     size: int
     mtime_ns: int
     symlink: bool = False
@@ -126,7 +130,7 @@ def scan_stats(workspace: Path, extra_paths: tuple[str, ...]) -> dict[str, Stat]
 def discover(workspace: Path, extra_paths: tuple[str, ...]) -> dict[str, FileEntry]:
     """Every source file present now, keyed by virtual path (symlinks flagged, not followed)."""
     return {
-        vpath: FileEntry(vpath=vpath, real=Path(real), size=size, mtime_ns=mtime, symlink=link)
+        vpath: FileEntry(vpath, real, size, mtime, link)
         for vpath, (real, size, mtime, link) in scan_stats(workspace, extra_paths).items()
     }
 

@@ -1,0 +1,212 @@
+"""Search generations: derived ones append and mark rows dead, yet read exactly like a
+fresh build of their live rows, and never disturb generations searches still hold."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from claw.plugin_sdk import InlineWorkerPool
+from claw_memory._generation import Generation, normalise_rows
+from claw_memory._hash_embedder import HashEmbedder
+from claw_memory._index import open_memory_index
+from claw_memory._records import ChunkRecord
+from claw_memory._settings import MemoryCoreSettings
+
+DIMS = 8
+_keys = itertools.count(1)
+
+
+def _record(prov: str, i: int, session: bool = False) -> ChunkRecord:
+    key = next(_keys)
+    return ChunkRecord(
+        chunk_id=f"c{key}",
+        key=key,
+        source="sessions" if session else "memory",
+        provenance=prov,
+        path=prov,
+        start_line=i,
+        end_line=i,
+        content_hash=f"h{key}",
+        revision="r",
+        text=f"chunk {key}",
+        agent_id="main" if session else None,
+        session_key=f"agent:main:{prov}" if session else None,
+    )
+
+
+def _vectors(records: list[ChunkRecord]) -> npt.NDArray[np.float32]:
+    # A record's vector is a function of its key, so the expected row is known.
+    return np.stack(
+        [np.random.default_rng(r.key).standard_normal(DIMS).astype(np.float32) for r in records]
+    )
+
+
+def _check(gen: Generation, live: dict[int, ChunkRecord]) -> None:
+    assert gen.live_count == len(live)
+    assert set(gen.row_of_key) == set(live)
+    assert gen.matrix is not None and gen.matrix.shape == (len(gen.records), DIMS)
+    assert not gen.matrix.flags.writeable
+    expected = normalise_rows(_vectors(list(live.values()))) if live else None
+    for j, (key, rec) in enumerate(live.items()):
+        row = gen.row_of_key[key]
+        assert gen.records[row] is rec
+        assert gen.alive is None or gen.alive[row]
+        assert expected is not None
+        np.testing.assert_allclose(gen.matrix[row], expected[j], rtol=1e-6)
+        assert gen.is_session[row] == (rec.source == "sessions")
+    by_prov: dict[str, list[int]] = {}
+    for key, rec in live.items():
+        by_prov.setdefault(rec.provenance, []).append(gen.row_of_key[key])
+    assert {p: sorted(r) for p, r in gen.rows_of_provenance.items()} == {
+        p: sorted(r) for p, r in by_prov.items()
+    }
+    dead = len(gen.records) - len(live)
+    assert (gen.alive is None) == (dead == 0)
+    assert dead <= 0.125 * len(gen.records)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["replace", "remove_ids", "drop"]),
+            st.integers(min_value=0, max_value=39),
+            st.integers(min_value=0, max_value=6),
+        ),
+        max_size=25,
+    )
+)
+def test_derived_generations_equal_their_live_rows_and_leave_older_ones_intact(
+    steps: list[tuple[str, int, int]],
+) -> None:
+    provs = [f"memory/f{i}.md" for i in range(40)]
+    records = [_record(p, i, session=n % 5 == 0) for n, p in enumerate(provs) for i in range(3)]
+    gen = Generation.build(
+        number=1,
+        index_generation=1,
+        searcher=None,
+        records=records,
+        matrix=normalise_rows(_vectors(records)),
+    )
+    live = {r.key: r for r in records}
+    held: list[tuple[Generation, npt.NDArray[np.float32]]] = []
+    for number, (op, which, size) in enumerate(steps, start=2):
+        prov = provs[which]
+        if op == "replace":
+            added = [_record(prov, i) for i in range(size)]
+            gen = gen.derive(
+                number=number,
+                searcher=None,  # type: ignore[arg-type]
+                replaced=frozenset({prov}),
+                added=added,
+                added_vectors=_vectors(added) if added else None,
+            )
+            live = {k: r for k, r in live.items() if r.provenance != prov}
+            live.update((r.key, r) for r in added)
+        elif op == "remove_ids":
+            ids = {r.chunk_id for r in live.values() if r.provenance == prov}
+            ids = set(sorted(ids)[: max(1, size // 2)])
+            gen = gen.derive(
+                number=number,
+                searcher=None,  # type: ignore[arg-type]
+                removed_ids=frozenset(ids),
+            )
+            live = {k: r for k, r in live.items() if r.chunk_id not in ids}
+        else:
+            gen = gen.derive(
+                number=number,
+                searcher=None,  # type: ignore[arg-type]
+                replaced=frozenset({prov}),
+            )
+            live = {k: r for k, r in live.items() if r.provenance != prov}
+        _check(gen, live)
+        assert gen.matrix is not None
+        held.append((gen, gen.matrix.copy()))
+    for old, snapshot in held:
+        assert old.matrix is not None
+        np.testing.assert_array_equal(old.matrix, snapshot)
+
+
+def test_a_small_change_appends_instead_of_copying_the_matrix() -> None:
+    records = [_record(f"memory/f{i}.md", 0) for i in range(1000)]
+    gen = Generation.build(
+        number=1,
+        index_generation=1,
+        searcher=None,
+        records=records,
+        matrix=normalise_rows(_vectors(records)),
+    )
+    first = gen.derive(
+        number=2,
+        searcher=None,  # type: ignore[arg-type]
+        replaced=frozenset({"memory/f0.md"}),
+        added=[a := _record("memory/f0.md", 0)],
+        added_vectors=_vectors([a]),
+    )
+    second = first.derive(
+        number=3,
+        searcher=None,  # type: ignore[arg-type]
+        replaced=frozenset({"memory/f1.md"}),
+        added=[b := _record("memory/f1.md", 0)],
+        added_vectors=_vectors([b]),
+    )
+    assert first.matrix is not None and second.matrix is not None
+    # The second change wrote one row after the first's rows, in the same storage.
+    assert np.shares_memory(first.matrix, second.matrix)
+    assert second.live_count == 1000 and len(second.records) == 1002
+    assert second.alive is not None and not second.alive[0] and not second.alive[1]
+
+
+def test_a_generation_compacts_once_dead_rows_pass_an_eighth() -> None:
+    records = [_record(f"memory/f{i}.md", 0) for i in range(16)]
+    gen = Generation.build(
+        number=1,
+        index_generation=1,
+        searcher=None,
+        records=records,
+        matrix=normalise_rows(_vectors(records)),
+    )
+    gen = gen.derive(
+        number=2,
+        searcher=None,  # type: ignore[arg-type]
+        replaced=frozenset({"memory/f0.md", "memory/f1.md"}),
+    )
+    assert len(gen.records) == 16 and gen.live_count == 14
+    gen = gen.derive(
+        number=3,
+        searcher=None,  # type: ignore[arg-type]
+        replaced=frozenset({"memory/f2.md"}),
+    )
+    assert len(gen.records) == 13 and gen.live_count == 13 and gen.alive is None
+
+
+async def test_searches_never_return_rows_a_change_left_dead(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(20):
+        (ws / "memory" / f"n{i}.md").write_text(f"note {i} about badgers and setts\n", "utf-8")
+    (ws / "memory" / "otter.md").write_text("the otter holt by the river\n", "utf-8")
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=MemoryCoreSettings(min_score=0.0),
+        embedder=HashEmbedder(),
+    ) as index:
+        assert (await index.search("otter holt")).hits[0].path == "memory/otter.md"
+        (ws / "memory" / "otter.md").write_text("the heron stands in the shallows\n", "utf-8")
+        await index.sync()
+        gen = index._generation
+        assert gen.alive is not None, "one file of 21 changed: its old row is dead, not copied"
+        for mode in ("hybrid", "vector", "lexical"):
+            hits = (await index.search("otter holt", mode=mode, max_results=50)).hits  # type: ignore[arg-type]
+            assert all("otter" not in h.excerpt for h in hits), mode
+        assert (await index.search("heron shallows")).hits[0].path == "memory/otter.md"
+        status = index.status()
+        assert status.chunks == 21 and status.memory_chunks == 21
