@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import itertools
 import json
 import math
 import os
@@ -192,6 +193,22 @@ _INLINE_QUERY_CHARS = 2048
 # loop's own system calls stall). Larger ones go to the worker pool.
 _INLINE_RANK_WORK = 4_000_000
 _INLINE_RANK_ROWS = 20_000
+
+
+# A generation at least this large (rows times dimensions) has its matrix product split
+# into row slices computed by concurrent workers: the product is bound by memory
+# bandwidth, which one core does not saturate (two halve the time on two cores).
+_PARALLEL_PRODUCT_WORK = 8_000_000
+
+
+def _product_slice(
+    matrix: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    out: npt.NDArray[np.float32],
+    start: int,
+    stop: int,
+) -> None:
+    np.matmul(matrix[start:stop], queries.T, out=out[start:stop])
 
 
 def _rank_inline(gen: Generation) -> bool:
@@ -552,6 +569,7 @@ class MemoryIndex:
         for it in batch:
             it.taken = True
         try:
+            await self._parallel_products(batch)
             results = await self._workers.run_sync(rank_batch, batch, self._lexical)
         except BaseException as exc:
             others = [it for it in batch if it is not item]
@@ -571,6 +589,37 @@ class MemoryIndex:
                 it.done.set()
         self._hand_over_lead()
         return results[batch.index(item)]
+
+    async def _parallel_products(self, batch: Sequence[_BatchItem]) -> None:
+        """Give the items over a large generation their similarities, computed by
+        concurrent workers over row slices (one product per generation for the batch)."""
+        workers = self._workers.statistics()
+        if workers.inline or workers.total_tokens < 2:
+            return
+        by_gen: dict[int, list[_BatchItem]] = {}
+        for it in batch:
+            m = it.gen.matrix
+            if (
+                it.query_vector is not None
+                and m is not None
+                and m.shape[0] == len(it.gen.records)
+                and m.shape[0] * m.shape[1] >= _PARALLEL_PRODUCT_WORK
+            ):
+                by_gen.setdefault(id(it.gen), []).append(it)
+        for items in by_gen.values():
+            matrix = items[0].gen.matrix
+            assert matrix is not None
+            queries = np.stack([it.query_vector for it in items])  # type: ignore[misc]
+            out = np.empty((matrix.shape[0], len(items)), dtype=np.float32)
+            parts = min(workers.total_tokens, 4)
+            bounds = np.linspace(0, matrix.shape[0], parts + 1).astype(int).tolist()
+            async with trio.open_nursery() as nursery:
+                for start, stop in itertools.pairwise(bounds):
+                    nursery.start_soon(
+                        self._workers.run_sync, _product_slice, matrix, queries, out, start, stop
+                    )
+            for column, it in enumerate(items):
+                it.sims = np.ascontiguousarray(out[:, column])
 
     async def _inline_rank(self, item: _BatchItem) -> tuple[list[RankedRow], bool] | None:
         """Rank ``item`` on the event loop, batched with the searches ready to run.
@@ -1105,6 +1154,7 @@ class _BatchItem:
     tombstones: frozenset[str]
     check: tuple[Path, tuple[str, ...], Mapping[str, tuple[int | None, int | None]]] | None
     done: trio.Event = attrs.field(factory=trio.Event)
+    sims: npt.NDArray[np.float32] | None = None
     taken: bool = False
     promoted: bool = False
     result: tuple[list[RankedRow], bool] | None = None
@@ -1134,7 +1184,7 @@ def rank_batch(
         stale = files_changed(*checks[0])
     by_gen: dict[int, list[int]] = {}
     for i, it in enumerate(items):
-        if it.query_vector is not None and it.gen.matrix is not None:
+        if it.query_vector is not None and it.gen.matrix is not None and it.sims is None:
             by_gen.setdefault(id(it.gen), []).append(i)
     sims: dict[int, npt.NDArray[np.float32]] = {}
     for indices in by_gen.values():
@@ -1159,7 +1209,7 @@ def rank_batch(
                 query_vector=it.query_vector,
                 params=it.params,
                 tombstones=it.tombstones,
-                sims=sims.get(i),
+                sims=it.sims if it.sims is not None else sims.get(i),
             )
         )
     return out

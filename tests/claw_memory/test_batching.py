@@ -202,3 +202,48 @@ async def test_a_search_cancelled_while_queued_for_an_inline_batch_stalls_nobody
         expected = {w: alone[w] for i, w in enumerate(WORDS) if i % 3 != 1}
         assert got == expected
         assert finished_cancelled == []
+
+
+class TwoWorkerPool:
+    """Runs inline, but reports two thread workers (so products may be split)."""
+
+    def __init__(self) -> None:
+        self.inner = InlineWorkerPool()
+        self.calls: list[str] = []
+
+    async def run_sync(self, fn: Callable[..., T], *args: object) -> T:
+        self.calls.append(getattr(fn, "__name__", ""))
+        return await self.inner.run_sync(fn, *args)
+
+    def statistics(self) -> WorkerPoolStatistics:
+        return WorkerPoolStatistics(
+            total_tokens=2, borrowed_tokens=0, tasks_waiting=0, inline=False
+        )
+
+
+async def test_large_products_are_split_across_workers_and_change_no_answer(
+    tmp_path: Path, worker_ranking: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = _workspace(tmp_path)
+    pool = TwoWorkerPool()
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=pool,
+        settings=SETTINGS,
+        embedder=HashEmbedder(),
+    ) as index:
+        whole = {}
+        for word in WORDS:
+            result = await index.search(word, max_results=5)
+            whole[word] = [(h.path, h.score, h.vector_score) for h in result.hits]
+        assert "_product_slice" not in pool.calls
+        monkeypatch.setattr(_index, "_PARALLEL_PRODUCT_WORK", 1)
+        split = {}
+        for word in WORDS:
+            result = await index.search(word, max_results=5)
+            split[word] = [(h.path, h.score, h.vector_score) for h in result.hits]
+        assert pool.calls.count("_product_slice") == 2 * len(WORDS)
+        for word in WORDS:
+            assert [p for p, _, _ in split[word]] == [p for p, _, _ in whole[word]]
+            assert [s for _, s, _ in split[word]] == pytest.approx([s for _, s, _ in whole[word]])

@@ -196,13 +196,24 @@ async def test_http_embedder_fails_at_once_on_a_client_error() -> None:
 
 
 async def test_http_embedder_times_out_and_gives_up_after_its_retries() -> None:
+    second = trio.Event()
+
+    def never_answer(request: dict[str, Any]) -> tuple[int, None]:
+        if len(requests) == 2:
+            second.set()
+        return 200, None
+
     async with trio.open_nursery() as nursery:
-        url, requests = await _start_server(nursery, lambda r: (200, None))
+        url, requests = await _start_server(nursery, never_answer)
         e = OpenAIEmbedder(
             base_url=url, model="m", dims=3, timeout=0.05, max_retries=1, backoff_base=0.0
         )
         with pytest.raises(EmbeddingError, match="timed out"):
             await e.embed(["x"])
+        # The retry may time out before the server has parsed it on a busy machine:
+        # wait for the server to see it rather than race it.
+        with trio.fail_after(10):
+            await second.wait()
         nursery.cancel_scope.cancel()
     assert len(requests) == 2
 
