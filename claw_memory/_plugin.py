@@ -210,8 +210,12 @@ class MemoryCoreService:
         safe = _AGENT_DIR_RE.sub("_", agent_id) or "_"
         return self.api.state_dir / "memory" / safe
 
-    async def index(self, agent_id: str) -> MemoryIndex:
-        """The open index of ``agent_id`` (opened, and synced, on first use)."""
+    async def index(self, agent_id: str, *, sync_on_open: bool = True) -> MemoryIndex:
+        """The open index of ``agent_id`` (opened, and synced, on first use).
+
+        ``sync_on_open=False`` is for a caller about to sync itself (an explicit
+        reindex), so that its own sync does the work and reports it.
+        """
         existing = self._indexes.get(agent_id)
         if existing is not None:
             return existing
@@ -226,7 +230,9 @@ class MemoryCoreService:
                     workspace_dir=self.workspace_dir,
                     index_dir=self.index_dir(agent_id),
                     workers=self.api.workers,
-                    settings=self.config.settings,
+                    settings=self.config.settings
+                    if sync_on_open
+                    else attrs.evolve(self.config.settings, sync_on_open=False),
                     embedder=self.embedder(),
                     transcripts=_AgentTranscripts(self.api.transcripts, agent_id)
                     if "sessions" in self.config.settings.sources

@@ -518,7 +518,7 @@ class MemoryCoreMaintenance:
         progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, Any]:
         _require_operator(context)
-        index = await self.service.index(agent_id)
+        index = await self.service.index(agent_id, sync_on_open=False)
         report = await index.sync(force=force, progress=progress)
         return {
             "indexed": list(report.indexed),

@@ -69,7 +69,11 @@ def test_search_table_defaults_to_the_current_directory(workspace: Path) -> None
 def test_index_status_get_and_forget(workspace: Path) -> None:
     index = claw("memory", "index", "--json", "--workspace", str(workspace))
     assert index.returncode == 0, index.stderr
-    assert json.loads(index.stdout)["generation"] >= 1
+    first = json.loads(index.stdout)
+    # A first index reports what it indexed (the work is not hidden in the open).
+    assert "memory/2026-11-28.md" in first["indexed"] and first["chunksAdded"] > 0
+    again = json.loads(claw("memory", "index", "--json", "--workspace", str(workspace)).stdout)
+    assert again["indexed"] == [] and again["chunksAdded"] == 0
     status = json.loads(claw("memory", "status", "--json", "--workspace", str(workspace)).stdout)
     assert status["status"] == "ready"
     got = claw(
