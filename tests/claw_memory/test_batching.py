@@ -247,3 +247,28 @@ async def test_large_products_are_split_across_workers_and_change_no_answer(
         for word in WORDS:
             assert [p for p, _, _ in split[word]] == [p for p, _, _ in whole[word]]
             assert [s for _, s, _ in split[word]] == pytest.approx([s for _, s, _ in whole[word]])
+
+
+async def test_sparse_query_vectors_score_like_the_full_product(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = _workspace(tmp_path)
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=SETTINGS,
+        embedder=HashEmbedder(),
+    ) as index:
+        queries = [*WORDS, "notes about the colony", " ".join(WORDS)]
+        sparse = {}
+        for q in queries:
+            sparse[q] = [(h.path, h.vector_score) for h in (await index.search(q)).hits]
+        columns = index._generation.columns()
+        assert columns is not None and columns is index._generation.columns()
+        assert not columns.flags.writeable
+        monkeypatch.setattr(_index, "_SPARSE_PRODUCT_CELLS", -1)
+        for q in queries:
+            full = [(h.path, h.vector_score) for h in (await index.search(q)).hits]
+            assert [p for p, _ in full] == [p for p, _ in sparse[q]]
+            assert [v for _, v in full] == pytest.approx([v for _, v in sparse[q]], abs=1e-6)
