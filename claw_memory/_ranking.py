@@ -198,11 +198,14 @@ def rank(
 
     text_scores: dict[int, float] = {}
     if use_text and gen.searcher is not None and lexical is not None:
+        # Only transcript chunks have context and speaker fields: without any, their
+        # clauses could match nothing and are left out.
+        turns = "sessions" in gen.sources_present
         q = lexical.build_query(
             query,
-            context_boost=params.context_boost,
-            far_context_boost=params.far_context_boost,
-            speaker_boost=params.speaker_boost,
+            context_boost=params.context_boost if turns else 0.0,
+            far_context_boost=params.far_context_boost if turns else 0.0,
+            speaker_boost=params.speaker_boost if turns else 0.0,
             path_boost=params.path_boost,
             sources=frozenset(f.sources) if f.sources is not None else None,
             agent_ids=f.agent_ids,
