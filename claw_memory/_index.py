@@ -632,9 +632,10 @@ class MemoryIndex:
     async def _inline_rank(self, item: _BatchItem) -> tuple[list[RankedRow], bool] | None:
         """Rank ``item`` on the event loop, batched with the searches ready to run.
 
-        The first search to arrive leads: it yields once (uncancellably, so that the
-        searches queued behind it are always served), which lets every task that is
-        ready to run queue its own search, then ranks them all in one call.
+        The first search to arrive leads: it yields (uncancellably, so that the searches
+        queued behind it are always served) for one scheduling round, and a few more
+        while the queue keeps growing, which lets the tasks that are ready to run queue
+        their own searches; then it ranks them all in one call.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._inline_queue.append(item)
