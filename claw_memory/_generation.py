@@ -190,12 +190,6 @@ class Generation:
         result: npt.NDArray[np.float32] = cols
         return result
 
-    def live_records(self) -> list[ChunkRecord]:
-        """The live rows' records, in row order."""
-        if self.alive is None:
-            return list(self.records)
-        return [self.records[i] for i in np.flatnonzero(self.alive).tolist()]
-
     def derive(
         self,
         *,
