@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -210,3 +212,46 @@ async def test_searches_never_return_rows_a_change_left_dead(tmp_path: Path) -> 
         assert (await index.search("heron shallows")).hits[0].path == "memory/otter.md"
         status = index.status()
         assert status.chunks == 21 and status.memory_chunks == 21
+
+
+async def test_concurrent_searches_and_changes_on_real_threads_stay_consistent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every path at once: worker ranking with split products, appended generations and
+    # compactions, while searches run on two real threads.
+    from claw.plugin_sdk import ThreadWorkerPool
+    from claw_memory import _index
+
+    monkeypatch.setattr(_index, "_INLINE_RANK_WORK", -1)
+    monkeypatch.setattr(_index, "_PARALLEL_PRODUCT_WORK", 1)
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(40):
+        (ws / "memory" / f"n{i}.md").write_text(f"note {i} about badgers\n", "utf-8")
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=ThreadWorkerPool(max_workers=2),
+        settings=MemoryCoreSettings(min_score=0.0),
+        embedder=HashEmbedder(),
+    ) as index:
+
+        async def searcher() -> None:
+            for _ in range(30):
+                hits = (await index.search("badgers note", max_results=10)).hits
+                assert len(hits) == 10
+                assert all("badgers" in h.excerpt or "otters" in h.excerpt for h in hits)
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(searcher)
+                for round_ in range(12):
+                    path = ws / "memory" / f"n{round_ % 5}.md"
+                    path.write_text(f"note {round_} about otters and badgers\n", "utf-8")
+                    await index.sync()
+        for i in range(5):
+            text = (ws / "memory" / f"n{i}.md").read_text("utf-8").strip()
+            hits = (await index.search(text, mode="lexical", max_results=3)).hits
+            assert hits[0].excerpt.strip() == text
+        assert index.status().chunks == 40
