@@ -50,6 +50,16 @@ def _workspace(tmp_path: Path) -> Path:
     return ws
 
 
+def _open(ws: Path, tmp_path: Path, workers: Any) -> Any:
+    return open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=workers,
+        settings=SETTINGS,
+        embedder=HashEmbedder(),
+    )
+
+
 async def _answers(index: Any, queries: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
 
@@ -67,13 +77,7 @@ async def test_searches_that_arrive_during_a_batch_share_the_next_one(
 ) -> None:
     ws = _workspace(tmp_path)
     pool = CountingPool()
-    async with open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=pool,
-        settings=SETTINGS,
-        embedder=HashEmbedder(),
-    ) as index:
+    async with _open(ws, tmp_path, pool) as index:
         alone = {}
         pool.release.set()
         for word in WORDS:
@@ -102,13 +106,7 @@ async def test_a_cancelled_waiting_search_does_not_stall_the_others(
 ) -> None:
     ws = _workspace(tmp_path)
     pool = CountingPool()
-    async with open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=pool,
-        settings=SETTINGS,
-        embedder=HashEmbedder(),
-    ) as index:
+    async with _open(ws, tmp_path, pool) as index:
         pool.batches.clear()
         done: list[str] = []
 
@@ -150,13 +148,7 @@ async def test_small_indexes_rank_on_the_event_loop_in_shared_batches(
         return real(items, lexical)
 
     monkeypatch.setattr(_index, "rank_batch", counting)
-    async with open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=pool,
-        settings=SETTINGS,
-        embedder=HashEmbedder(),
-    ) as index:
+    async with _open(ws, tmp_path, pool) as index:
         alone = {}
         for word in WORDS:
             alone[word] = [h.path for h in (await index.search(word, max_results=3)).hits]
@@ -174,13 +166,7 @@ async def test_a_search_cancelled_while_queued_for_an_inline_batch_stalls_nobody
     tmp_path: Path,
 ) -> None:
     ws = _workspace(tmp_path)
-    async with open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=InlineWorkerPool(),
-        settings=SETTINGS,
-        embedder=HashEmbedder(),
-    ) as index:
+    async with _open(ws, tmp_path, InlineWorkerPool()) as index:
         alone = {w: [h.path for h in (await index.search(w, max_results=3)).hits] for w in WORDS}
         got: dict[str, list[str]] = {}
         finished_cancelled: list[str] = []
@@ -226,13 +212,7 @@ async def test_large_products_are_split_across_workers_and_change_no_answer(
 ) -> None:
     ws = _workspace(tmp_path)
     pool = TwoWorkerPool()
-    async with open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=pool,
-        settings=SETTINGS,
-        embedder=HashEmbedder(),
-    ) as index:
+    async with _open(ws, tmp_path, pool) as index:
         whole = {}
         for word in WORDS:
             result = await index.search(word, max_results=5)
@@ -253,13 +233,7 @@ async def test_sparse_query_vectors_score_like_the_full_product(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = _workspace(tmp_path)
-    async with open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=InlineWorkerPool(),
-        settings=SETTINGS,
-        embedder=HashEmbedder(),
-    ) as index:
+    async with _open(ws, tmp_path, InlineWorkerPool()) as index:
         queries = [*WORDS, "notes about the colony", " ".join(WORDS)]
         sparse = {}
         for q in queries:

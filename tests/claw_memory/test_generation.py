@@ -49,6 +49,16 @@ def _vectors(records: list[ChunkRecord]) -> npt.NDArray[np.float32]:
     )
 
 
+def _built(records: list[ChunkRecord]) -> Generation:
+    return Generation.build(
+        number=1,
+        index_generation=1,
+        searcher=None,
+        records=records,
+        matrix=normalise_rows(_vectors(records)),
+    )
+
+
 def _check(gen: Generation, live: dict[int, ChunkRecord]) -> None:
     assert gen.live_count == len(live)
     assert set(gen.row_of_key) == set(live)
@@ -89,13 +99,7 @@ def test_derived_generations_equal_their_live_rows_and_leave_older_ones_intact(
 ) -> None:
     provs = [f"memory/f{i}.md" for i in range(40)]
     records = [_record(p, i, session=n % 5 == 0) for n, p in enumerate(provs) for i in range(3)]
-    gen = Generation.build(
-        number=1,
-        index_generation=1,
-        searcher=None,
-        records=records,
-        matrix=normalise_rows(_vectors(records)),
-    )
+    gen = _built(records)
     live = {r.key: r for r in records}
     held: list[tuple[Generation, npt.NDArray[np.float32]]] = []
     for number, (op, which, size) in enumerate(steps, start=2):
@@ -137,13 +141,7 @@ def test_derived_generations_equal_their_live_rows_and_leave_older_ones_intact(
 
 def test_a_small_change_appends_instead_of_copying_the_matrix() -> None:
     records = [_record(f"memory/f{i}.md", 0) for i in range(1000)]
-    gen = Generation.build(
-        number=1,
-        index_generation=1,
-        searcher=None,
-        records=records,
-        matrix=normalise_rows(_vectors(records)),
-    )
+    gen = _built(records)
     first = gen.derive(
         number=2,
         searcher=None,  # type: ignore[arg-type]
@@ -167,13 +165,7 @@ def test_a_small_change_appends_instead_of_copying_the_matrix() -> None:
 
 def test_a_generation_compacts_once_dead_rows_pass_an_eighth() -> None:
     records = [_record(f"memory/f{i}.md", 0) for i in range(16)]
-    gen = Generation.build(
-        number=1,
-        index_generation=1,
-        searcher=None,
-        records=records,
-        matrix=normalise_rows(_vectors(records)),
-    )
+    gen = _built(records)
     gen = gen.derive(
         number=2,
         searcher=None,  # type: ignore[arg-type]
