@@ -133,9 +133,13 @@ def decode_frame(message: str | bytes, *, max_bytes: int) -> Frame:
     return RequestFrame(id=request_id, method=method, params=params)
 
 
+# One encoder for every frame (json.dumps with these options builds a new one per call).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def encode(frame: Mapping[str, Any]) -> str:
     """Serialize one frame; raises ``TypeError``/``ValueError`` for non-JSON values."""
-    return json.dumps(frame, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _ENCODER.encode(frame)
 
 
 def encode_result(request_id: RequestId, payload: Mapping[str, Any]) -> str:
