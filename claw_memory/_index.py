@@ -763,17 +763,6 @@ class MemoryIndex:
         self._publications += 1
         self._generation = new
 
-    async def _changed(self) -> bool:
-        """The cheap check: did any file's stat or session's change token move?"""
-        if await self._sessions_changed():
-            return True
-        if "memory" not in self._settings.sources:
-            return False
-        known = self._known_files()
-        return await self._workers.run_sync(
-            files_changed, self._workspace, self._settings.extra_paths, known
-        )
-
     def _known_files(self) -> dict[str, tuple[int | None, int | None]]:
         """``{virtual path: (size, mtime_ns)}`` of the memory files as last synced.
 
@@ -886,14 +875,13 @@ class MemoryIndex:
             return SearchResult(query, chosen, (), offset, None, self._generation.number)
         check_files = settings.sync_on_search and "memory" in settings.sources
         if check_files and self._watch is not None:
-            # The kernel says whether anything moved; stat only when it did (or when a
-            # watch was added since the last full check).
+            # The kernel says whether anything moved: sync only when it did (its scan is
+            # the check; a stat check first would scan the same files twice). Until
+            # every current watch has seen a full check, the stat check still runs.
             moved = self._watch.changed()
             if self._watch_primed:
                 check_files = False
                 if moved:
-                    # Something moved: sync straight away (its scan is the check; a
-                    # stat check first would only scan the same files twice).
                     await self.sync()
             else:
                 self._watch_primed = True
@@ -923,9 +911,8 @@ class MemoryIndex:
                 mmr_lambda=settings.mmr_lambda,
                 filter=filter or SearchFilter(),
             )
-            # One worker hop in the common case: the stat check of the memory files and
-            # the ranking run together, batched with the searches that arrive meanwhile;
-            # only when a file moved does the search sync and rank again.
+            # A stat check, when one is due, rides the ranking call; only when it finds
+            # a file moved does the search sync and rank again.
             gen = self._generation
             item = _BatchItem(
                 gen=gen,
@@ -937,13 +924,13 @@ class MemoryIndex:
                 if check_files
                 else None,
             )
-            # Lexical-only searches gain nothing from sharing a matrix product and would
-            # only lose the parallelism of separate workers: they go alone.
             if item.check is None and _rank_inline(gen):
                 outcome = await self._inline_rank(item)
             elif qvec is not None:
                 outcome = await self._batched_rank(item)
             else:
+                # Lexical-only searches gain nothing from sharing a matrix product and
+                # would only lose the parallelism of separate workers: they go alone.
                 outcome = await self._workers.run_sync(_rank_one, item, self._lexical)
             if outcome is None:
                 await self.sync()

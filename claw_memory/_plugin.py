@@ -246,10 +246,6 @@ class MemoryCoreService:
                 )
             return index
 
-    def open_indexes(self) -> dict[str, MemoryIndex]:
-        """The indexes opened so far, by agent."""
-        return dict(self._indexes)
-
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run while the host is open; closes every index when cancelled.
 

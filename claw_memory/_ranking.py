@@ -142,7 +142,7 @@ def _mmr(
     """Greedy maximal marginal relevance: trade score against similarity to picks."""
     if len(ranked) <= 1:
         return ranked
-    pool = ranked[: max(want * 4, want)]
+    pool = ranked[: want * 4]
     rest = ranked[len(pool) :]
     rows = [r.row for r in pool]
     if use_vectors and gen.matrix is not None:
@@ -207,7 +207,7 @@ def rank(
             far_context_boost=params.far_context_boost if turns else 0.0,
             speaker_boost=params.speaker_boost if turns else 0.0,
             path_boost=params.path_boost,
-            sources=frozenset(f.sources) if f.sources is not None else None,
+            sources=f.sources,
             agent_ids=f.agent_ids,
             session_keys=f.session_keys,
         )
@@ -260,12 +260,14 @@ def rank(
     score_of, row_of = scores.tolist(), rows.tolist()
     # Ties are broken by chunk id: sort by (score, id) only the head that can reach the
     # page, extended over any run of scores equal to its last one.
-    cut = min(max(want * 4, want) if params.mmr else want, len(by_score))
+    # MMR reorders a pool of four times the page; without it the page is the head.
+    head = want * 4 if params.mmr else want
+    cut = min(head, len(by_score))
     while 0 < cut < len(by_score) and score_of[by_score[cut]] == score_of[by_score[cut - 1]]:
         cut += 1
     records = gen.records
     order = sorted(by_score[:cut], key=lambda i: (-score_of[i], records[row_of[i]].chunk_id))
-    order = order[: max(want * 4, want) if params.mmr else want]
+    order = order[:head]
     out = [
         RankedRow(
             row=row_of[i],

@@ -32,6 +32,7 @@ import attrs
 from .._capabilities import MemoryCallerContext
 from .._errors import UnsupportedRequestError
 from ._types import (
+    MemoryCandidate,
     MemoryCandidatesRequest,
     MemoryHealth,
     MemorySearchHit,
@@ -95,6 +96,22 @@ def _items(
     )
 
 
+def _candidate_items(
+    candidates: Iterable[MemoryCandidate], kind: Literal["trigger", "project"]
+) -> tuple[RecallItem, ...]:
+    return tuple(
+        RecallItem(
+            excerpt=c.excerpt,
+            reference_id=c.reference.id,
+            provider_id=c.reference.provider_id,
+            source="memory",
+            score=c.score,
+            kind=kind,
+        )
+        for c in candidates
+    )
+
+
 def _skip(reason: str) -> RecallResult:
     logger.debug("memory recall skipped: %s", reason)
     return RecallResult(skipped_reason=reason)
@@ -130,19 +147,7 @@ async def project_recall(
                     max_results=max_results,
                 )
             )
-            return RecallResult(
-                items=tuple(
-                    RecallItem(
-                        excerpt=c.excerpt,
-                        reference_id=c.reference.id,
-                        provider_id=c.reference.provider_id,
-                        source="memory",
-                        score=c.score,
-                        kind="project",
-                    )
-                    for c in result.candidates
-                )
-            )
+            return RecallResult(items=_candidate_items(result.candidates, "project"))
     if not project_keys and not query:
         return _skip("no project keys or query for the legacy manager")
     async with host.memory.open(caller) as handle:
@@ -209,16 +214,8 @@ async def trigger_recall(
                     max_results=max_results,
                 )
             )
-            items = _items(found.hits, "search") + tuple(
-                RecallItem(
-                    excerpt=c.excerpt,
-                    reference_id=c.reference.id,
-                    provider_id=c.reference.provider_id,
-                    source="memory",
-                    score=c.score,
-                    kind="trigger",
-                )
-                for c in triggers.candidates
+            items = _items(found.hits, "search") + _candidate_items(
+                triggers.candidates, "trigger"
             )
             return RecallResult(items=items)
     async with host.memory.open(caller) as handle:

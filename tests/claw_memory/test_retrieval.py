@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import hypothesis.strategies as st
 import pytest
@@ -107,31 +108,32 @@ def test_transcript_chunks_split_context_into_near_and_far_turns() -> None:
     }
 
 
-async def test_a_query_naming_a_speaker_prefers_what_that_speaker_said(
-    tmp_path: Path,
-) -> None:
+def _session_index(tmp_path: Path, turns: list[tuple[str, str]]) -> Any:
+    """An index over one transcript session of ``(speaker, text)`` turns."""
     src = InMemoryTranscriptSource()
-    src.put(
-        "a",
-        "agent:a:main",
-        "s1",
-        _turns(
-            [
-                ("Ann", "we adopted a puppy last week"),
-                ("Bob", "a puppy is a lot of work, my puppy chewed everything"),
-                ("Ann", "lovely weather today"),
-                ("Bob", "indeed"),
-            ]
-        ),
-    )
+    src.put("a", "agent:a:main", "s1", _turns(turns))
     ws = tmp_path / "ws"
     ws.mkdir()
-    async with open_memory_index(
+    return open_memory_index(
         workspace_dir=ws,
         index_dir=tmp_path / "idx",
         workers=InlineWorkerPool(),
         settings=SESSIONS_ONLY,
         transcripts=src,
+    )
+
+
+async def test_a_query_naming_a_speaker_prefers_what_that_speaker_said(
+    tmp_path: Path,
+) -> None:
+    async with _session_index(
+        tmp_path,
+        [
+            ("Ann", "we adopted a puppy last week"),
+            ("Bob", "a puppy is a lot of work, my puppy chewed everything"),
+            ("Ann", "lovely weather today"),
+            ("Bob", "indeed"),
+        ],
     ) as index:
         hits = (await index.search("When did Ann get a puppy?", mode="lexical")).hits
         assert hits[0].entry_ids == ("s1-0",)
@@ -140,30 +142,16 @@ async def test_a_query_naming_a_speaker_prefers_what_that_speaker_said(
 
 
 async def test_an_adjacent_turn_outweighs_a_farther_one(tmp_path: Path) -> None:
-    src = InMemoryTranscriptSource()
-    src.put(
-        "a",
-        "agent:a:main",
-        "s1",
-        _turns(
-            [
-                ("Ann", "filler one"),
-                ("Ann", "filler two"),
-                ("Bob", "which colours did you use"),
-                ("Ann", "mostly orange and violet"),
-                ("Ann", "filler three"),
-                ("Ann", "filler four"),
-            ]
-        ),
-    )
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    async with open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=InlineWorkerPool(),
-        settings=SESSIONS_ONLY,
-        transcripts=src,
+    async with _session_index(
+        tmp_path,
+        [
+            ("Ann", "filler one"),
+            ("Ann", "filler two"),
+            ("Bob", "which colours did you use"),
+            ("Ann", "mostly orange and violet"),
+            ("Ann", "filler three"),
+            ("Ann", "filler four"),
+        ],
     ) as index:
         hits = (await index.search("colours", mode="lexical", max_results=10)).hits
         order = [h.entry_ids[0] for h in hits]
