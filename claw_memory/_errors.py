@@ -8,7 +8,7 @@ of these.
 
 from __future__ import annotations
 
-from claw.plugin_sdk import ClawError
+from claw.plugin_sdk import ClawError, UnsupportedRequestError
 
 
 class MemoryCoreError(ClawError, RuntimeError):
@@ -35,5 +35,9 @@ class SourcePathError(ClawError, PermissionError):
     """A read asked for a path that is not one of the index's sources."""
 
 
-class InvalidSearchError(ClawError, ValueError):
-    """A search, read or forget request has an invalid argument (names it and the fix)."""
+class InvalidSearchError(UnsupportedRequestError):
+    """A search, read or forget request has an invalid argument (names it and the fix).
+
+    An :class:`~claw.plugin_sdk.UnsupportedRequestError` (a ``ValueError``): the
+    caller's mistake, which the gateway answers with ``INVALID_REQUEST``.
+    """

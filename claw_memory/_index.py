@@ -16,9 +16,11 @@ whichever generation was current when they started and never take the lock.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import fcntl
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -1014,6 +1016,8 @@ class MemoryIndex:
             all_lines = [render_turn(t) for t in turns]
             source: SourceKind = "sessions"
         else:
+            if "\x00" in vpath:
+                raise InvalidSearchError("a source path must not contain NUL")
             entries = await self._scan_memory()
             entry = entries.get(vpath)
             if entry is None or entry.symlink:
@@ -1021,13 +1025,27 @@ class MemoryIndex:
                     f"{path!r} is not a memory source of this index; read MEMORY.md,"
                     " memory/*.md or a path returned by search"
                 )
-            outcome = await self._workers.run_sync(
-                read_source, entry, self._settings.max_file_bytes
+            budget = self._settings.read_max_chars
+            span = await self._workers.run_sync(
+                read_line_range,
+                entry,
+                self._settings.max_file_bytes,
+                from_line,
+                lines,
+                budget,
             )
-            if outcome.text is None:
-                raise SourcePathError(f"cannot read {path!r}: {outcome.reason}")
-            all_lines = outcome.text.splitlines()
-            source = "memory"
+            if span.reason is not None:
+                raise SourcePathError(f"cannot read {path!r}: {span.reason}")
+            return ReadResult(
+                path=vpath,
+                source="memory",
+                from_line=from_line,
+                to_line=from_line - 1 + len(span.lines),
+                total_lines=span.total,
+                text="\n".join(span.lines),
+                truncated=span.truncated,
+                revision=span.revision,
+            )
         total = len(all_lines)
         end = total if lines is None else min(total, from_line - 1 + lines)
         selected = all_lines[from_line - 1 : end]
@@ -1255,6 +1273,95 @@ def derive_generation(old: Generation, change: _Publication) -> Generation:
         added=change.added,
         added_vectors=change.added_vectors,
     )
+
+
+@attrs.frozen
+class _LineSpan:
+    """What :func:`read_line_range` kept of one file."""
+
+    lines: list[str]
+    total: int
+    truncated: bool
+    revision: str | None
+    reason: str | None
+
+
+_READ_BLOCK = 64 * 1024
+_SNIFF_BYTES = 8192
+# Line ends str.splitlines() knows that are one character long; "\r" may be the start
+# of "\r\n", so a block ending with it waits for the next one.
+_LINE_ENDS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def read_line_range(
+    entry: FileEntry, max_bytes: int, from_line: int, lines: int | None, max_chars: int
+) -> _LineSpan:
+    """Lines ``from_line..from_line+lines-1`` of a memory file, read as a stream.
+
+    Only the requested lines are kept (at most ``max_chars`` characters of them); the
+    rest is counted and hashed on the way through, so a get costs memory for what it
+    returns, not for the file. Lines are those of ``str.splitlines`` (as chunking
+    counts them); the same files are refused as by a sync (symlink, larger than
+    ``max_bytes``, NUL bytes, not UTF-8), with ``reason`` saying why.
+    """
+
+    def refused(reason: str) -> _LineSpan:
+        return _LineSpan([], 0, False, None, reason)
+
+    if entry.symlink:
+        return refused("symlink (not followed)")
+    if entry.size > max_bytes:
+        return refused(f"too large ({entry.size} bytes > {max_bytes})")
+    last = None if lines is None else from_line - 1 + lines
+    kept: list[str] = []
+    chars = 0
+    truncated = False
+    total = 0
+    size = 0
+    digest = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    pending = ""
+
+    def take(complete: list[str]) -> None:
+        nonlocal total, chars, truncated
+        for line in complete:
+            total += 1
+            if total < from_line or (last is not None and total > last) or truncated:
+                continue
+            room = max_chars - chars - (1 if kept else 0)
+            if len(line) > room:
+                if room > 0:
+                    kept.append(line[:room])
+                truncated = True
+                continue
+            kept.append(line)
+            chars += len(line) + (1 if len(kept) > 1 else 0)
+
+    try:
+        fd = os.open(entry.real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            while block := f.read(_READ_BLOCK):
+                if size < _SNIFF_BYTES and b"\x00" in block[: _SNIFF_BYTES - size]:
+                    return refused("binary (contains NUL bytes)")
+                size += len(block)
+                if size > max_bytes:
+                    return refused(f"too large (more than {max_bytes} bytes)")
+                digest.update(block)
+                pending += decoder.decode(block)
+                parts = pending.splitlines(keepends=True)
+                pending = ""
+                if parts and (parts[-1][-1] not in _LINE_ENDS or parts[-1][-1] == "\r"):
+                    pending = parts.pop()
+                take([p.rstrip("\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029") for p in parts])
+            pending += decoder.decode(b"", final=True)
+    except OSError as exc:
+        return refused(f"unreadable ({exc.strerror or exc})")
+    except UnicodeDecodeError:
+        return refused("binary (not UTF-8 text)")
+    take(pending.splitlines())
+    if lines is None and total > from_line - 1 + len(kept):
+        truncated = True
+    return _LineSpan(kept, total, truncated, digest.hexdigest(), None)
 
 
 def _recover_lexical(store: Store, lexical: LexicalIndex) -> None:

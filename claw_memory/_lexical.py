@@ -496,7 +496,15 @@ def _any_of(schema: tantivy.Schema, field: str, values: Iterable[str]) -> tantiv
 def lexical_search(
     searcher: tantivy.Searcher, query: tantivy.Query, limit: int
 ) -> list[tuple[int, float]]:
-    """``(chunk key, BM25 score)`` of the best ``limit`` documents, best first."""
+    """``(chunk key, BM25 score)`` of the best ``limit`` documents, best first.
+
+    ``limit`` is capped at the number of documents: tantivy allocates room for
+    ``limit`` hits up front, and a deep page (offset plus page, times the candidate
+    multiplier) must not turn into an allocation no process survives.
+    """
+    limit = min(limit, int(searcher.num_docs))
+    if limit < 1:
+        return []
     try:
         hits = searcher.search(query, limit=limit, count=False).hits
         if not hits:

@@ -189,12 +189,17 @@ def _project_of(path: str) -> str | None:
     return match.group(1) if match else None
 
 
+_CURSOR_RE = re.compile(r"\A[0-9]{1,9}\Z")
+
+
 def _parse_cursor(cursor: str | None) -> int:
+    """The offset a cursor encodes: one to nine ASCII digits (``str.isdigit`` also
+    accepts superscripts and other scripts' digits, which ``int`` then refuses)."""
     if cursor is None:
         return 0
-    if not cursor.isdigit() or len(cursor) > 9:
+    if not _CURSOR_RE.match(cursor):
         raise UnsupportedRequestError(
-            f'memory provider "{PROVIDER_ID}" cannot read cursor {cursor!r}; '
+            f'memory provider "{PROVIDER_ID}" cannot read cursor {cursor[:32]!r}; '
             "pass back the nextCursor of a previous search"
         )
     return int(cursor)
@@ -250,55 +255,69 @@ class MemoryCoreHandle:
             warning=warning,
         )
 
-    async def _check_path_access(self, path: str) -> str:
-        if path.startswith("sessions/"):
-            parts = path.split("/")
-            if len(parts) != 3:
-                raise UnsupportedRequestError(f"{path!r} is not a Memory Core transcript path")
-            sessions = await self.service.api.transcripts.list_sessions(agent_id=self.agent_id)
-            by_path = {f"sessions/{s.agent_id}/{s.session_id}": s for s in sessions}
-            session = by_path.get(path)
-            if session is None:
-                return "missing"
-            grants = _context_grants(self.context)
-            if isinstance(self.context.authority, OperatorAuthority | HostAuthority):
-                grants["trusted_agent_scope"] = self.agent_id
-            if not _session_allowed(
-                agent_id=self.agent_id,
-                hit_agent=session.agent_id,
-                hit_session=session.session_key,
-                deny_sandboxed=self.service.config.deny_sandboxed,
-                **grants,
-            ):
-                raise CapabilityDeniedError(f"this caller may not read transcript {path!r}")
-            return hashlib.sha256(session.change_token.encode()).hexdigest()
-        if not may_read_memory_files(self.service, self.context):
-            raise CapabilityDeniedError(
-                f"{path!r} is an owner-private memory file; this caller may not read it"
+    async def _transcript_revision(self, path: str) -> str | None:
+        """The revision of a transcript path this caller may read; ``None``: no such one."""
+        parts = path.split("/")
+        if len(parts) != 3:
+            raise UnsupportedRequestError(
+                f"reference.id {path[:200]!r} is not a Memory Core transcript path"
             )
-        target = (self.service.workspace_dir / path).resolve()
-        root = self.service.workspace_dir.resolve()
-        if root not in target.parents or not target.is_file():
-            return "missing"
-        data = await self.service.api.workers.run_sync(target.read_bytes)
-        return hashlib.sha256(data).hexdigest()
+        sessions = await self.service.api.transcripts.list_sessions(agent_id=self.agent_id)
+        by_path = {f"sessions/{s.agent_id}/{s.session_id}": s for s in sessions}
+        session = by_path.get(path)
+        if session is None:
+            return None
+        grants = _context_grants(self.context)
+        if isinstance(self.context.authority, OperatorAuthority | HostAuthority):
+            grants["trusted_agent_scope"] = self.agent_id
+        if not _session_allowed(
+            agent_id=self.agent_id,
+            hit_agent=session.agent_id,
+            hit_session=session.session_key,
+            deny_sandboxed=self.service.config.deny_sandboxed,
+            **grants,
+        ):
+            raise CapabilityDeniedError(f"this caller may not read transcript {path!r}")
+        return hashlib.sha256(session.change_token.encode()).hexdigest()
 
     async def get(self, request: MemoryGetRequest) -> MemoryGetResult:
+        """Read a source's lines; only a current source of the index is ever opened.
+
+        Whether ``reference.id`` names a source is decided from the index's own view
+        (the discovered memory files, the agent's transcripts) before any file is
+        opened, and a memory file is read as a stream that keeps only the requested
+        lines: a get for a large or foreign file costs nothing but the answer.
+        """
         ref = request.reference
+        path = ref.id
+        if "\x00" in path:
+            raise UnsupportedRequestError("reference.id must not contain NUL")
         from_line, lines = request.from_line, request.lines
         if ref.fragment is not None and from_line is None and lines is None:
             start, end = parse_line_fragment(ref.fragment)
             from_line, lines = start, end - start + 1
-        revision = await self._check_path_access(ref.id)
-        if revision == "missing" or (ref.revision is not None and ref.revision != revision):
+        revision: str | None = None
+        if path.startswith("sessions/"):
+            revision = await self._transcript_revision(path)
+            if revision is None:
+                return MemoryGetResult(status="not_found", reference=ref)
+        elif not may_read_memory_files(self.service, self.context):
+            raise CapabilityDeniedError(
+                f"{path[:200]!r} is an owner-private memory file; this caller may not read it"
+            )
+        if revision is not None and ref.revision is not None and ref.revision != revision:
             return MemoryGetResult(status="not_found", reference=ref)
         index = await self.service.index(self.agent_id)
         self.context.assert_current()
         try:
-            read = await index.read(ref.id, from_line=from_line or 1, lines=lines)
+            read = await index.read(path, from_line=from_line or 1, lines=lines)
         except SourcePathError:
             return MemoryGetResult(status="not_found", reference=ref)
         self.context.assert_current()
+        if revision is None:
+            revision = read.revision
+            if ref.revision is not None and ref.revision != revision:
+                return MemoryGetResult(status="not_found", reference=ref)
         return MemoryGetResult(
             status="ok",
             reference=attrs.evolve(ref, revision=revision),

@@ -76,6 +76,8 @@ class ReadResult:
     total_lines: int
     text: str
     truncated: bool
+    revision: str | None = None
+    """For a memory file: the SHA-256 of the bytes read (the revision hits carry)."""
 
 
 @attrs.frozen

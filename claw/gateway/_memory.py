@@ -59,6 +59,18 @@ _REFERENCE_FIELDS = frozenset({"providerId", "id", "revision", "fragment"})
 _STATUS_FIELDS = frozenset({"agentId"})
 
 
+# Bounds on what a client may send (each one's message names the field). A frame is
+# already bounded by max_message_bytes; these keep one field from carrying all of it
+# into a provider (a query is tokenised, a path resolved, an agent id turned into a
+# directory).
+MAX_QUERY_CHARS = 4096
+MAX_CURSOR_CHARS = 256
+MAX_AGENT_ID_CHARS = 512
+MAX_REFERENCE_ID_CHARS = 4096
+MAX_REFERENCE_FIELD_CHARS = 256
+MAX_LINE_NUMBER = 10_000_000
+
+
 def _invalid(message: str) -> GatewayError:
     return GatewayError("INVALID_REQUEST", message)
 
@@ -66,34 +78,51 @@ def _invalid(message: str) -> GatewayError:
 def _no_unknown(params: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
     unknown = sorted(set(params) - allowed)
     if unknown:
-        raise _invalid(f"{where}: unknown field {unknown[0]!r}")
+        valid = ", ".join(sorted(allowed))
+        raise _invalid(f"{where}: unknown field {unknown[0][:64]!r} (valid fields: {valid})")
 
 
-def _string(params: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
+def _string(
+    params: Mapping[str, Any],
+    key: str,
+    *,
+    required: bool = False,
+    max_chars: int = MAX_REFERENCE_FIELD_CHARS,
+    label: str | None = None,
+) -> str | None:
+    name = label or key
     value = params.get(key)
     if value is None:
         if required:
-            raise _invalid(f"{key} is required")
+            raise _invalid(f"{name} is required")
         return None
     if not isinstance(value, str):
-        raise _invalid(f"{key} must be a string")
+        raise _invalid(f"{name} must be a string")
     if required and not value.strip():
-        raise _invalid(f"{key} must not be empty")
+        raise _invalid(f"{name} must not be empty")
+    if len(value) > max_chars:
+        raise _invalid(f"{name} must be at most {max_chars} characters, got {len(value)}")
+    if "\x00" in value:
+        raise _invalid(f"{name} must not contain NUL")
     return value
 
 
-def _positive_int(params: Mapping[str, Any], key: str) -> int | None:
+def _positive_int(
+    params: Mapping[str, Any], key: str, *, maximum: int = MAX_LINE_NUMBER
+) -> int | None:
     value = params.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _invalid(f"{key} must be a positive integer")
+    if value > maximum:
+        raise _invalid(f"{key} must be at most {maximum}")
     return value
 
 
 def _agent(params: Mapping[str, Any], caller: MemoryCallerContext) -> str | None:
-    agent = _string(params, "agentId")
-    if agent is not None and not agent:
+    agent = _string(params, "agentId", max_chars=MAX_AGENT_ID_CHARS)
+    if agent is not None and not agent.strip():
         raise _invalid("agentId must not be empty")
     authority = caller.authority
     if agent is None and isinstance(authority, SessionAuthority):
@@ -152,18 +181,19 @@ def _wire_hit(hit: MemorySearchHit) -> dict[str, Any]:
 
 def _search_request(params: Mapping[str, Any], *, v2: bool) -> MemorySearchRequest:
     _no_unknown(params, _SEARCH_V2_FIELDS if v2 else _SEARCH_V1_FIELDS, "memory.search")
-    query = _string(params, "query", required=True)
+    query = _string(params, "query", required=True, max_chars=MAX_QUERY_CHARS)
     assert query is not None
-    max_results = _positive_int(params, "maxResults") or MAX_RESULTS_DEFAULT
-    if max_results > MAX_RESULTS_LIMIT:
-        raise _invalid(f"maxResults must be at most {MAX_RESULTS_LIMIT}")
+    max_results = (
+        _positive_int(params, "maxResults", maximum=MAX_RESULTS_LIMIT) or MAX_RESULTS_DEFAULT
+    )
     min_score = params.get("minScore")
     if min_score is not None and (
         isinstance(min_score, bool)
         or not isinstance(min_score, int | float)
         or not math.isfinite(min_score)
+        or not 0 <= min_score <= 1
     ):
-        raise _invalid("minScore must be a finite number")
+        raise _invalid("minScore must be a number between 0 and 1")
     sources = params.get("sources")
     if sources is not None:
         if not isinstance(sources, list) or not sources:
@@ -171,7 +201,9 @@ def _search_request(params: Mapping[str, Any], *, v2: bool) -> MemorySearchReque
         for source in sources:
             if source not in ("memory", "sessions"):
                 raise _invalid(f"sources contains {source!r}; use 'memory' and/or 'sessions'")
-    cursor = _string(params, "cursor") if v2 else None
+    cursor = _string(params, "cursor", max_chars=MAX_CURSOR_CHARS) if v2 else None
+    if cursor is not None and not cursor:
+        raise _invalid("cursor must not be empty; pass back a nextCursor, or omit it")
     return MemorySearchRequest(
         query=query,
         max_results=max_results,
@@ -260,14 +292,16 @@ def _reference(value: Any) -> MemoryReference:
     if not isinstance(value, Mapping):
         raise _invalid("reference must be an object with providerId and id")
     _no_unknown(value, _REFERENCE_FIELDS, "memory.get reference")
-    provider = _string(value, "providerId", required=True)
-    ref_id = _string(value, "id", required=True)
+    provider = _string(value, "providerId", required=True, label="reference.providerId")
+    ref_id = _string(
+        value, "id", required=True, max_chars=MAX_REFERENCE_ID_CHARS, label="reference.id"
+    )
     assert provider is not None and ref_id is not None
     return MemoryReference(
         provider_id=provider,
         id=ref_id,
-        revision=_string(value, "revision"),
-        fragment=_string(value, "fragment"),
+        revision=_string(value, "revision", label="reference.revision"),
+        fragment=_string(value, "fragment", label="reference.fragment"),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from .._errors import ContractError
+from .._errors import ContractError, UnsupportedRequestError
 from ._contracts import LegacyReadResult, LegacySearchResult, MemorySearchManager
 from ._types import (
     Citation,
@@ -35,7 +35,8 @@ LEGACY_CAPABILITIES = ProviderCapabilities(
     sources=("memory", "sessions"), pagination=False, candidates=(), project_filter=True
 )
 
-_FRAGMENT_RE = re.compile(r"^L(\d+)-L(\d+)$")
+# ASCII digits only (``\d`` also matches other scripts' digits), at most nine of them.
+_FRAGMENT_RE = re.compile(r"\AL([0-9]{1,9})-L([0-9]{1,9})\Z")
 _PATH_KEYS = frozenset(
     {
         "db",
@@ -61,13 +62,21 @@ def line_fragment(start_line: int, end_line: int) -> str:
 
 
 def parse_line_fragment(fragment: str) -> tuple[int, int]:
-    """Parse ``"L<start>-L<end>"``; raise ContractError naming the bad fragment."""
+    """Parse ``"L<start>-L<end>"``; raise UnsupportedRequestError naming the bad fragment.
+
+    Fragments come from callers (a reference they pass back), so a bad one is the
+    caller's mistake, never the provider's.
+    """
     match = _FRAGMENT_RE.match(fragment)
     if match is None:
-        raise ContractError(f"reference fragment {fragment!r} is not of the form 'L<start>-L<end>'")
+        raise UnsupportedRequestError(
+            f"reference.fragment {fragment[:64]!r} is not of the form 'L<start>-L<end>'"
+        )
     start, end = int(match.group(1)), int(match.group(2))
     if start < 1 or end < start:
-        raise ContractError(f"reference fragment {fragment!r} is not a valid line range")
+        raise UnsupportedRequestError(
+            f"reference.fragment {fragment!r} is not a valid line range (1 <= start <= end)"
+        )
     return start, end
 
 
