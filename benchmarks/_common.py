@@ -8,6 +8,7 @@ import platform
 import resource
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -49,9 +50,34 @@ def machine() -> dict[str, Any]:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, in MiB."""
+    """Peak resident set size of this process's own memory so far, in MiB.
+
+    On Linux this is ``VmHWM`` of ``/proc/self/status``: the high-water mark of the
+    process's current address space, which starts afresh at ``exec``. ``ru_maxrss``
+    would not do for a benchmark worker: the kernel folds the parent's high-water mark
+    into it when the child is forked (or vforked) and execs, so every worker started by
+    a large orchestrator would report the orchestrator's peak.
+    """
+    try:
+        with Path("/proc/self/status").open(encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kb / 1024.0 if sys.platform != "darwin" else kb / (1024.0 * 1024.0)
+
+
+def load() -> float:
+    """The machine's one-minute load average now (NaN where the OS has none).
+
+    Printed beside every figure: on a shared machine a latency means little without it.
+    """
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
 
 
 def emit_json(obj: dict[str, Any]) -> None:

@@ -5,12 +5,22 @@ A workspace of synthetic memory files (``--chunks``, 10k by default; see
 runs in its own process on 127.0.0.1. Each client connects with a token and issues
 ``memory.search`` v2 requests back to back for ``--seconds``; a fraction of requests
 (``--abort-fraction``) is abandoned mid-flight, half by cancelling (the client sends a
-cancel frame) and half by disconnecting and reconnecting. Afterwards:
+cancel frame) and half by disconnecting and reconnecting. Three phases, one run:
 
-* every answered request is checked against the answer the same query got in a
-  sequential warm-up (same hit references in the same order): a mismatch is *wrong*;
-* a request with neither an answer nor an error within 10 s is *lost*;
-* the server must still answer ``memory.status``.
+* **distinct**: every request a query no request of the run asked before (so no cache
+  holds its answer); afterwards each answer is checked against the answer the same
+  query gets when asked again alone (same hit references in the same order);
+* **cycled**: 200 queries in turn (warm caches, the earlier benchmark's load), each
+  answer checked against the answer of a sequential warm-up;
+* **echo**: the same load generator against a bare trio-websocket server answering the
+  same frames with a recorded ``memory.search`` answer (:mod:`benchmarks._echo`), the
+  ceiling of the transport on this machine: ``claw_over_echo`` is the ratio of
+  requests per second.
+
+A mismatch is *wrong*; a request with neither an answer nor an error within 10 s is
+*lost*; the server must still answer ``memory.status`` afterwards. Each phase reports
+the server's CPU time and the load generator's per answered request, and the machine's
+load average at its end.
 
     python -m benchmarks.gateway_load --clients C --seconds S [--json]
 """
@@ -21,25 +31,35 @@ import argparse
 import collections
 import contextlib
 import functools
+import json
 import os
+import resource
 import secrets
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
-from benchmarks._common import emit_json, machine, percentile, table
+from benchmarks._common import emit_json, load, machine, percentile, table
 from benchmarks._corpus import Corpus
 
 REQUEST_TIMEOUT = 10.0
+CYCLED = 200
+WARM_UP = 50
+# Distinct queries generated per second of the distinct phase: above the rate reached.
+DISTINCT_PER_SECOND = 3_000
+VERIFIERS = 4
 
 
-def _write_workspace(ws: Path, chunks: int) -> list[str]:
+def _write_workspace(
+    ws: Path, chunks: int, distinct: int
+) -> tuple[list[str], list[str], list[str]]:
+    """Write the memory files; return the cycled, warm-up and distinct queries."""
     corpus = Corpus()
     texts = corpus.chunk_texts(chunks)
     (ws / "memory").mkdir(parents=True)
@@ -47,7 +67,30 @@ def _write_workspace(ws: Path, chunks: int) -> list[str]:
         (ws / "memory" / f"notes-{f:05d}.md").write_text(
             "\n\n".join(texts[start : start + 100]) + "\n", encoding="utf-8"
         )
-    return corpus.queries(texts, 200)
+    queries = list(dict.fromkeys(corpus.queries(texts, CYCLED + WARM_UP + distinct)))
+    return (
+        queries[:CYCLED],
+        queries[CYCLED : CYCLED + WARM_UP],
+        queries[CYCLED + WARM_UP :],
+    )
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU time (user + system, every thread) process ``pid`` has used, in seconds.
+
+    Read from ``/proc/PID/stat``; NaN where there is no ``/proc``.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return float("nan")
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _claw(*args: str) -> list[str]:
@@ -64,6 +107,13 @@ def _ids(payload: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
+def _params(q: str) -> dict[str, Any]:
+    return {"version": 2, "query": q, "maxResults": 6}
+
+
+Check = Literal["inline", "after", "none"]
+
+
 async def _load(
     url: str,
     token: str,
@@ -72,20 +122,22 @@ async def _load(
     clients: int,
     seconds: float,
     abort_fraction: float,
-) -> dict[str, Any]:
+    server_pid: int,
+    check: Check,
+    expected: dict[str, tuple[str, ...]] | None = None,
+) -> tuple[dict[str, Any], list[tuple[str, tuple[str, ...]]]]:
+    """One phase: ``clients`` clients for ``seconds``; its figures and the answers to check.
+
+    ``check="inline"`` compares each answer with ``expected`` as it arrives; ``"after"``
+    returns the answers for :func:`_verify`; ``"none"`` (the echo server) checks nothing.
+    """
     from claw.gateway import GatewayConnectionError, GatewayRequestError, open_gateway_client
 
-    def params(q: str) -> dict[str, Any]:
-        return {"version": 2, "query": q, "maxResults": 6}
-
-    expected: dict[str, tuple[str, ...]] = {}
-    async with open_gateway_client(url, token) as c:
-        for q in queries:
-            expected[q] = _ids(await c.request("memory.search", params(q)))
-
     latencies: list[float] = []
+    answers: list[tuple[str, tuple[str, ...]]] = []
     errors: collections.Counter[str] = collections.Counter()
     counts = {"ok": 0, "wrong": 0, "lost": 0, "cancelled": 0, "disconnected": 0}
+    issued = [0]
     stop = time.perf_counter() + seconds
 
     async def client(slot: int) -> None:
@@ -97,12 +149,13 @@ async def _load(
                     while time.perf_counter() < stop:
                         q = queries[i % len(queries)]
                         i += clients
+                        issued[0] += 1
                         roll = rng.random()
                         if roll < abort_fraction / 2:
                             # Cancel mid-request: the client sends a cancel frame.
                             with trio.move_on_after(rng.uniform(0.0, 0.002)):
                                 try:
-                                    await c.request("memory.search", params(q))
+                                    await c.request("memory.search", _params(q))
                                 except GatewayRequestError as exc:
                                     errors[exc.code] += 1
                             counts["cancelled"] += 1
@@ -110,7 +163,7 @@ async def _load(
                         if roll < abort_fraction:
                             # Disconnect mid-request, then reconnect.
                             async with trio.open_nursery() as n:
-                                n.start_soon(_swallow, c.request, "memory.search", params(q))
+                                n.start_soon(_swallow, c.request, "memory.search", _params(q))
                                 await trio.sleep(rng.uniform(0.0, 0.002))
                                 n.cancel_scope.cancel()
                             counts["disconnected"] += 1
@@ -118,7 +171,7 @@ async def _load(
                         t = time.perf_counter()
                         with trio.move_on_after(REQUEST_TIMEOUT) as scope:
                             try:
-                                payload = await c.request("memory.search", params(q))
+                                payload = await c.request("memory.search", _params(q))
                             except GatewayRequestError as exc:
                                 errors[exc.code] += 1
                                 continue
@@ -126,37 +179,114 @@ async def _load(
                             counts["lost"] += 1
                             continue
                         latencies.append((time.perf_counter() - t) * 1000.0)
-                        if _ids(payload) == expected[q]:
-                            counts["ok"] += 1
-                        else:
-                            counts["wrong"] += 1
+                        if check == "inline":
+                            assert expected is not None
+                            counts["ok" if _ids(payload) == expected[q] else "wrong"] += 1
+                        elif check == "after":
+                            answers.append((q, _ids(payload)))
             except GatewayConnectionError as exc:
                 errors["connection: " + str(exc)[:60]] += 1
 
+    server_cpu = process_cpu_s(server_pid)
+    own_cpu = _own_cpu_s()
     t0 = time.perf_counter()
     async with trio.open_nursery() as nursery:
         for s in range(clients):
             nursery.start_soon(client, s)
     elapsed = time.perf_counter() - t0
-    alive = False
-    with trio.move_on_after(REQUEST_TIMEOUT):
-        async with open_gateway_client(url, token) as c:
-            await c.request("memory.status", {})
-            alive = True
+    server_cpu = process_cpu_s(server_pid) - server_cpu
+    own_cpu = _own_cpu_s() - own_cpu
+    answered = len(latencies)
+    per = 1e6 / answered if answered else float("nan")
     return {
-        "clients": clients,
-        "requests_per_s": len(latencies) / elapsed,
+        "requests_per_s": answered / elapsed,
         "p50_ms": percentile(latencies, 50),
         "p99_ms": percentile(latencies, 99),
-        "answered": len(latencies),
-        "wrong_or_lost": counts["wrong"] + counts["lost"],
+        "answered": answered,
         "wrong": counts["wrong"],
         "lost": counts["lost"],
         "cancelled": counts["cancelled"],
         "disconnected": counts["disconnected"],
         "errors": dict(errors),
-        "server_alive_after": alive,
+        "server_cpu_us_per_request": server_cpu * per,
+        "loadgen_cpu_us_per_request": own_cpu * per,
+        "server_cores_busy": server_cpu / elapsed,
+        "queries_issued": issued[0],
+        "distinct_queries": min(issued[0], len(queries)),
+        "load": load(),
+    }, answers
+
+
+async def _expected(url: str, token: str, queries: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Each query's answer, asked alone, one after the other."""
+    from claw.gateway import open_gateway_client
+
+    out: dict[str, tuple[str, ...]] = {}
+    async with open_gateway_client(url, token) as c:
+        for q in queries:
+            out[q] = _ids(await c.request("memory.search", _params(q)))
+    return out
+
+
+async def _verify(url: str, token: str, answers: Sequence[tuple[str, tuple[str, ...]]]) -> int:
+    """How many of ``answers`` differ from the answer their query gets when asked again."""
+    from claw.gateway import open_gateway_client
+
+    wrong = [0]
+
+    async def verifier(part: Sequence[tuple[str, tuple[str, ...]]]) -> None:
+        async with open_gateway_client(url, token) as c:
+            for q, ids in part:
+                if _ids(await c.request("memory.search", _params(q))) != ids:
+                    wrong[0] += 1
+
+    async with trio.open_nursery() as nursery:
+        for k in range(VERIFIERS):
+            nursery.start_soon(verifier, answers[k::VERIFIERS])
+    return wrong[0]
+
+
+async def _alive(url: str, token: str) -> bool:
+    from claw.gateway import open_gateway_client
+
+    with trio.move_on_after(REQUEST_TIMEOUT):
+        async with open_gateway_client(url, token) as c:
+            await c.request("memory.status", {})
+            return True
+    return False
+
+
+async def _claw_phases(
+    url: str,
+    token: str,
+    pid: int,
+    *,
+    cycled: Sequence[str],
+    warm: Sequence[str],
+    distinct: Sequence[str],
+    clients: int,
+    seconds: float,
+    abort_fraction: float,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], bool]:
+    """The distinct and cycled phases; also a recorded answer for the echo server."""
+    from claw.gateway import open_gateway_client
+
+    load_args = {
+        "clients": clients,
+        "seconds": seconds,
+        "abort_fraction": abort_fraction,
+        "server_pid": pid,
     }
+    await _expected(url, token, warm)
+    first, answers = await _load(url, token, queries=distinct, check="after", **load_args)
+    first["wrong"] = await _verify(url, token, answers)
+    expected = await _expected(url, token, cycled)
+    second, _ = await _load(
+        url, token, queries=cycled, check="inline", expected=expected, **load_args
+    )
+    async with open_gateway_client(url, token) as c:
+        recorded = await c.request("memory.search", _params(cycled[0]))
+    return first, second, recorded, await _alive(url, token)
 
 
 async def _swallow(fn: Any, *args: Any) -> None:
@@ -166,11 +296,35 @@ async def _swallow(fn: Any, *args: Any) -> None:
         await fn(*args)
 
 
+@contextlib.contextmanager
+def _server(args: Sequence[str], env: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """Start a server process printing ``... listening on URL``; yield its URL and pid."""
+    server = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        if "listening on" not in line:
+            raise SystemExit(f"{args[-1]!r} server did not start: {line!r}")
+        yield line.rsplit(" ", 1)[-1].strip(), server.pid
+    finally:
+        if server.stdout is not None:
+            server.stdout.close()
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
 def run(chunks: int, clients: int, seconds: float, abort_fraction: float) -> dict[str, Any]:
     token = secrets.token_urlsafe(16)
     with tempfile.TemporaryDirectory(prefix="claw-gateway-load-") as tmp:
         ws = Path(tmp) / "ws"
-        queries = _write_workspace(ws, chunks)
+        distinct_count = max(1_000, int(DISTINCT_PER_SECOND * seconds))
+        cycled, warm, distinct = _write_workspace(ws, chunks, distinct_count)
         t0 = time.perf_counter()
         subprocess.run(
             [*_claw("memory", "index", "--workspace", str(ws))],
@@ -179,39 +333,48 @@ def run(chunks: int, clients: int, seconds: float, abort_fraction: float) -> dic
         )
         build = time.perf_counter() - t0
         env = dict(os.environ, CLAW_GATEWAY_TOKEN=token)
-        server = subprocess.Popen(
-            [*_claw("serve", "--workspace", str(ws), "--host", "127.0.0.1", "--port", "0")],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        try:
-            assert server.stdout is not None
-            line = server.stdout.readline()
-            if "listening on" not in line:
-                raise SystemExit(f"claw serve did not start: {line!r}")
-            url = line.rsplit(" ", 1)[-1].strip()
-            result = trio.run(
+        serve = _claw("serve", "--workspace", str(ws), "--host", "127.0.0.1", "--port", "0")
+        with _server(serve, env) as (url, pid):
+            result, cycled_result, recorded, alive = trio.run(
                 functools.partial(
-                    _load,
+                    _claw_phases,
                     url,
                     token,
-                    queries=queries,
+                    pid,
+                    cycled=cycled,
+                    warm=warm,
+                    distinct=distinct,
                     clients=clients,
                     seconds=seconds,
                     abort_fraction=abort_fraction,
                 )
             )
-        finally:
-            if server.stdout is not None:
-                server.stdout.close()
-            server.terminate()
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        payload_file = Path(tmp) / "payload.json"
+        payload_file.write_text(json.dumps(recorded), encoding="utf-8")
+        echo_cmd = [sys.executable, "-m", "benchmarks._echo", str(payload_file)]
+        with _server(echo_cmd, dict(os.environ)) as (url, pid):
+            echo, _ = trio.run(
+                functools.partial(
+                    _load,
+                    url,
+                    token,
+                    queries=distinct,
+                    clients=clients,
+                    seconds=seconds,
+                    abort_fraction=abort_fraction,
+                    server_pid=pid,
+                    check="none",
+                )
+            )
+    result["clients"] = clients
+    result["wrong_or_lost"] = (
+        result["wrong"] + result["lost"] + cycled_result["wrong"] + cycled_result["lost"]
+    )
+    result["server_alive_after"] = alive
+    result["cycled"] = cycled_result
+    result["echo"] = echo
+    result["claw_over_echo"] = result["requests_per_s"] / echo["requests_per_s"]
+    result["cycled_over_echo"] = cycled_result["requests_per_s"] / echo["requests_per_s"]
     result["chunks"] = chunks
     result["index_build_s"] = build
     result["machine"] = machine()
@@ -221,16 +384,42 @@ def run(chunks: int, clients: int, seconds: float, abort_fraction: float) -> dic
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gateway_load")
     p.add_argument("--clients", type=int, default=32)
-    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--seconds", type=float, default=10.0, help="duration of each phase")
     p.add_argument("--chunks", type=int, default=10_000)
     p.add_argument("--abort-fraction", type=float, default=0.05)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     r = run(args.chunks, args.clients, args.seconds, args.abort_fraction)
-    print(f"gateway load: {r['chunks']} chunks, {r['clients']} clients, {args.seconds:.0f} s")
+    print(
+        f"gateway load: {r['chunks']} chunks, {r['clients']} clients, {args.seconds:g} s a phase "
+        "(load = 1-minute load average at the end of the phase)"
+    )
+    rows = []
+    for name, phase in (
+        ("claw, distinct queries", r),
+        ("claw, 200 cycled queries", r["cycled"]),
+        ("bare echo server", r["echo"]),
+    ):
+        rows.append(
+            [
+                name,
+                phase["requests_per_s"],
+                phase["p50_ms"],
+                phase["p99_ms"],
+                phase["answered"],
+                phase["wrong"] if name.startswith("claw") else "-",
+                phase["lost"],
+                phase["cancelled"],
+                phase["disconnected"],
+                phase["server_cpu_us_per_request"],
+                phase["loadgen_cpu_us_per_request"],
+                phase["load"],
+            ]
+        )
     print(
         table(
             [
+                "phase",
                 "requests/s",
                 "p50 ms",
                 "p99 ms",
@@ -239,24 +428,22 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "lost",
                 "cancelled",
                 "disconnected",
-                "alive after",
+                "server CPU us/req",
+                "loadgen CPU us/req",
+                "load",
             ],
-            [
-                [
-                    r["requests_per_s"],
-                    r["p50_ms"],
-                    r["p99_ms"],
-                    r["answered"],
-                    r["wrong"],
-                    r["lost"],
-                    r["cancelled"],
-                    r["disconnected"],
-                    str(r["server_alive_after"]),
-                ]
-            ],
+            rows,
         )
     )
-    print(f"errors by code: {r['errors'] or 'none'}")
+    print(
+        f"claw_over_echo {r['claw_over_echo']:.2f} (distinct; cycled "
+        f"{r['cycled_over_echo']:.2f}; target >= 0.6); server_cpu_us_per_request "
+        f"{r['server_cpu_us_per_request']:.0f} (target <= 400); p99 {r['p99_ms']:.1f} ms "
+        f"(target <= 30); wrong_or_lost {r['wrong_or_lost']}; "
+        f"{r['distinct_queries']} distinct queries of {r['queries_issued']} issued; "
+        f"server answering afterwards: {r['server_alive_after']}"
+    )
+    print(f"errors by code: {r['errors'] or 'none'} (cycled: {r['cycled']['errors'] or 'none'})")
     if args.json:
         emit_json(r)
 

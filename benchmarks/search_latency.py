@@ -1,21 +1,33 @@
-"""Search latency and scale: claw against the raw floor and the SQLite FTS5 peers.
+"""Search latency and scale: claw against a fair floor, the old floor and SQLite peers.
 
 One seeded synthetic corpus (see :mod:`benchmarks._corpus`), the same queries, side by
-side, each system in its own process (so build time, peak RSS and index size are its
-own):
+side, each system in a fresh process of its own (so build time, peak RSS and index
+size are its own):
 
 * ``claw``: Memory Core through the host's memory provider handle (``host.memory.open``
   then ``handle.search``; the full path a caller pays), hybrid and lexical only, with an
   embedding provider that serves the corpus vectors (so no system pays for a model);
-* ``floor``: tantivy search plus a numpy matrix product, called directly;
+* ``floor``: the fair floor, tantivy and numpy called directly, given what claw gets:
+  claw's own schema and analysers (stemming, query stop words) and term queries built
+  per search, the matrix product split over two threads, concurrent searches sharing
+  one product, claw's candidate count and claw's merge (every candidate, lexical-only
+  ones included, gets its exact cosine). It also scores every row (no candidate cut),
+  the exhaustive fusion the candidate cut is measured against, and times the bare
+  tantivy call of a lexical search;
+* ``floor-old``: the floor of the earlier benchmark (one thread, queries parsed with
+  the default tokenizer before timing, no cosine for lexical-only candidates), kept so
+  that old and new ratios come from one run;
 * ``fts5+vec``: SQLite FTS5 BM25 plus sqlite-vec KNN (loaded through apsw, whose SQLite
   can load extensions), merged with the same weights;
 * ``fts5+scan``: SQLite FTS5 plus a cosine scan in numpy over float32 blobs read from
   SQLite for every query (the fallback when no vector extension loads).
 
 Reported per system: median and p95 ms per query (sequential), queries per second
-with 8 concurrent searchers, build time, peak RSS and index size; for claw also the
-median time from changing one file to the change being searchable.
+with 8 concurrent searchers, build time, peak RSS and index size, and the machine's
+load average when the figure was taken. For claw also: the top-10 agreement with
+exhaustive fusion at several candidate counts, and what a change to one file costs
+(the search that notices it, searches arriving during its sync, the next search, and
+the time until the change is searchable).
 
     python -m benchmarks.search_latency --chunks N [--json] [--queries Q] [--seconds S]
 """
@@ -23,7 +35,9 @@ median time from changing one file to the change being searchable.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -32,22 +46,35 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks._common import emit_json, machine, peak_rss_mb, percentile, table
+from benchmarks._common import emit_json, load, machine, peak_rss_mb, percentile, table
 from benchmarks._corpus import CHUNK_TOKENS, DIMS, Corpus
 
-CANDIDATES = 40
+OLD_CANDIDATES = 40
 RESULTS = 10
 VECTOR_WEIGHT = 0.7
 TEXT_WEIGHT = 0.3
 CHUNKS_PER_FILE = 100
 CONCURRENCY = 8
-SYSTEMS = ("claw", "floor", "fts5+vec", "fts5+scan")
+FLOOR_THREADS = 2
+SYSTEMS = ("claw", "floor", "floor-old", "fts5+vec", "fts5+scan")
+SWEEP = (40, 160, 400)
+# The pause between two searches arriving during a sync: a client searching now and
+# then, not one saturating the event loop the sync needs too.
+DURING_SYNC_GAP = 0.005
+
+
+def claw_candidates() -> int:
+    """How many candidates each retriever gives claw's merge by default (top ``RESULTS``)."""
+    from claw_memory import MemoryCoreSettings
+
+    return max(RESULTS * MemoryCoreSettings().candidate_multiplier, RESULTS)
 
 
 # -- corpus on disk -------------------------------------------------------------------
@@ -134,8 +161,182 @@ def _summary(name: str, lat: list[float], qps: float, **extra: Any) -> dict[str,
     }
 
 
-# -- floor ---------------------------------------------------------------------------
+# -- fair floor ----------------------------------------------------------------------
+def _fused_top(
+    text_rows: npt.NDArray[np.int64],
+    bm25: npt.NDArray[np.float32],
+    sims: npt.NDArray[np.float32],
+    vec_rows: npt.NDArray[np.intp],
+) -> list[int]:
+    """claw's merge over the candidates ``text_rows`` (BM25 ``bm25``) and ``vec_rows``.
+
+    Every candidate gets its exact cosine (``sims`` holds every row's) and its BM25
+    relative to the best; the weighted sum ranks them, ties by row, and rows scoring
+    zero are dropped (claw's ``min_score`` 0 does the same).
+    """
+    # Every row a vector candidate (exhaustive fusion): the rows are already the union.
+    rows = vec_rows if vec_rows.shape[0] == sims.shape[0] else np.union1d(text_rows, vec_rows)
+    t = np.zeros(rows.shape[0], dtype=np.float64)
+    best = float(bm25.max()) if bm25.shape[0] else 0.0
+    if best > 0:
+        t[np.searchsorted(rows, text_rows)] = bm25 / best
+    v = np.maximum(sims[rows].astype(np.float64), 0.0)
+    scores = VECTOR_WEIGHT * v + TEXT_WEIGHT * t
+    keep = scores > 0.0
+    rows, scores = rows[keep], scores[keep]
+    order = np.lexsort((rows, -scores))[:RESULTS]
+    return [int(r) for r in rows[order]]
+
+
+class SplitProduct:
+    """Cosines of every row to query vectors: the product split by rows over two threads.
+
+    Concurrent callers share one product (a caller arriving while one runs waits and
+    then leads the next, taking every query queued by then), as claw's ranking batches
+    do. The leading thread computes one slice itself while a pool thread computes the
+    other.
+    """
+
+    def __init__(self, matrix: npt.NDArray[np.float32], threads: int = FLOOR_THREADS) -> None:
+        self._matrix = matrix
+        bounds = np.linspace(0, matrix.shape[0], threads + 1).astype(int).tolist()
+        self._slices = list(itertools.pairwise(bounds))
+        self._pool = ThreadPoolExecutor(max(1, threads - 1))
+        self._cv = threading.Condition()
+        self._pending: list[list[Any]] = []
+        self._busy = False
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+    def _product(self, queries: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        m = self._matrix
+        out = np.empty((m.shape[0], queries.shape[0]), dtype=np.float32)
+        (a, b), *rest = self._slices
+        futures = [
+            self._pool.submit(np.matmul, m[lo:hi], queries.T, out=out[lo:hi]) for lo, hi in rest
+        ]
+        np.matmul(m[a:b], queries.T, out=out[a:b])
+        for f in futures:
+            f.result()
+        return out
+
+    def sims(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        slot: list[Any] = [query, None]
+        with self._cv:
+            self._pending.append(slot)
+            while self._busy and slot[1] is None:
+                self._cv.wait()
+            if slot[1] is not None:
+                result: npt.NDArray[np.float32] = slot[1]
+                return result
+            self._busy = True
+            batch, self._pending = self._pending, []
+        out = None
+        try:
+            out = self._product(np.stack([s[0] for s in batch]))
+        finally:
+            with self._cv:
+                for column, s in enumerate(batch):
+                    s[1] = np.ascontiguousarray(out[:, column]) if out is not None else None
+                self._busy = False
+                self._cv.notify_all()
+        result = slot[1]
+        return result
+
+
+def _fill(index: Any, texts: Sequence[str], key: str) -> Any:
+    """Add one document per text (its row in the fast field ``key``); a searcher over them."""
+    import tantivy
+
+    writer = index.writer(heap_size=128_000_000, num_threads=1)
+    for i, text in enumerate(texts):
+        doc = tantivy.Document(text=text)
+        doc.add_unsigned(key, i)
+        writer.add_document(doc)
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+    return index.searcher()
+
+
 def run_floor(root: Path, work: Path, seconds: float) -> list[dict[str, Any]]:
+    """The fair floor; also exhaustive fusion and the bare lexical call (see the module)."""
+    import tantivy
+
+    from claw_memory._lexical import _ANALYZER, _analyzer, _query_analyzer, _schema
+    from claw_memory._ranking import top_k
+
+    texts, qs, vecs, qvecs = _load(root)
+    candidates = claw_candidates()
+    t0 = time.perf_counter()
+    schema = _schema()
+    index = tantivy.Index(schema, path=str(work))
+    index.register_tokenizer(_ANALYZER, _analyzer())
+    searcher = _fill(index, texts, "key")
+    matrix = np.ascontiguousarray(vecs, dtype=np.float32)
+    product = SplitProduct(matrix)
+    build = time.perf_counter() - t0
+    analyzer = _query_analyzer()
+
+    def lexical(i: int, limit: int | None) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """BM25 candidates of query ``i`` (``limit=None``: every matching row)."""
+        terms = list(dict.fromkeys(analyzer.analyze(qs[i])))
+        if not terms:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        query = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", t)) for t in terms]
+        )
+        if limit is None:
+            limit = max(1, searcher.search(query, limit=1, count=True).count or 1)
+        hits = searcher.search(query, limit=limit, count=False).hits
+        keys = searcher.fast_field_values("key", [a for _, a in hits]) if hits else []
+        return (
+            np.array(keys, dtype=np.int64),
+            np.array([s for s, _ in hits], dtype=np.float32),
+        )
+
+    def search(i: int) -> list[int]:
+        text_rows, bm25 = lexical(i, candidates)
+        sims = product.sims(qvecs[i])
+        return _fused_top(text_rows, bm25, sims, top_k(sims, candidates))
+
+    try:
+        lat, qps = _measure(search, len(qs), seconds)
+        load_at = load()
+        tops = [search(i) for i in range(len(qs))]
+        exhaustive = []
+        everything = np.arange(matrix.shape[0])
+        for i in range(len(qs)):
+            text_rows, bm25 = lexical(i, None)
+            exhaustive.append(_fused_top(text_rows, bm25, matrix @ qvecs[i], everything))
+        bare = []
+        for i in range(len(qs)):
+            t = time.perf_counter()
+            lexical(i, candidates)
+            bare.append((time.perf_counter() - t) * 1000.0)
+    finally:
+        product.close()
+    size = _dir_bytes(work) + matrix.nbytes
+    return [
+        _summary(
+            "floor",
+            lat,
+            qps,
+            build_s=build,
+            index_mb=size / 2**20,
+            rss_mb=peak_rss_mb(),
+            load=load_at,
+            candidates=candidates,
+            top=tops,
+            exhaustive=exhaustive,
+            bare_lexical_p50_ms=percentile(bare, 50),
+        )
+    ]
+
+
+# -- the floor of the earlier benchmark ------------------------------------------------
+def run_floor_old(root: Path, work: Path, seconds: float) -> list[dict[str, Any]]:
     import tantivy
 
     texts, qs, vecs, qvecs = _load(root)
@@ -145,24 +346,16 @@ def run_floor(root: Path, work: Path, seconds: float) -> list[dict[str, Any]]:
     sb.add_text_field("text", stored=False)
     schema = sb.build()
     index = tantivy.Index(schema, path=str(work))
-    writer = index.writer(heap_size=128_000_000, num_threads=1)
-    for i, text in enumerate(texts):
-        doc = tantivy.Document(text=text)
-        doc.add_unsigned("id", i)
-        writer.add_document(doc)
-    writer.commit()
-    writer.wait_merging_threads()
-    index.reload()
-    searcher = index.searcher()
+    searcher = _fill(index, texts, "id")
     matrix = np.ascontiguousarray(vecs, dtype=np.float32)
     build = time.perf_counter() - t0
     parsed = [index.parse_query(q, ["text"]) for q in qs]
 
     def search(i: int) -> object:
-        hits = searcher.search(parsed[i], limit=CANDIDATES).hits
+        hits = searcher.search(parsed[i], limit=OLD_CANDIDATES).hits
         ids = searcher.fast_field_values("id", [a for _, a in hits]) if hits else []
         sims = matrix @ qvecs[i]
-        top = _top(sims, CANDIDATES)
+        top = _top(sims, OLD_CANDIDATES)
         return _merge(
             [(int(d), float(s)) for (s, _), d in zip(hits, ids, strict=True)],
             [(int(j), float(sims[j])) for j in top],
@@ -170,7 +363,17 @@ def run_floor(root: Path, work: Path, seconds: float) -> list[dict[str, Any]]:
 
     lat, qps = _measure(search, len(qs), seconds)
     size = _dir_bytes(work) + matrix.nbytes
-    return [_summary("floor", lat, qps, build_s=build, index_mb=size / 2**20, rss_mb=peak_rss_mb())]
+    return [
+        _summary(
+            "floor-old",
+            lat,
+            qps,
+            build_s=build,
+            index_mb=size / 2**20,
+            rss_mb=peak_rss_mb(),
+            load=load(),
+        )
+    ]
 
 
 # -- SQLite peers --------------------------------------------------------------------
@@ -213,6 +416,7 @@ def run_sqlite(root: Path, work: Path, seconds: float, *, vec: bool) -> list[dic
                 conn.execute("INSERT INTO vec(rowid, embedding) VALUES (?, ?)", (i, blob))
     build = time.perf_counter() - t0
     size = sum(_dir_bytes(p) for p in work.glob("peer.db*"))
+    candidates = claw_candidates()
     local = threading.local()
 
     def cursor() -> Any:
@@ -227,7 +431,7 @@ def run_sqlite(root: Path, work: Path, seconds: float, *, vec: bool) -> list[dic
             (int(r), -float(s))
             for r, s in c.execute(
                 "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ? ORDER BY bm25(fts) LIMIT ?",
-                (_fts_match(qs[i]), CANDIDATES),
+                (_fts_match(qs[i]), candidates),
             )
         ]
         if vec:
@@ -235,7 +439,7 @@ def run_sqlite(root: Path, work: Path, seconds: float, *, vec: bool) -> list[dic
                 (int(r), 1.0 - float(d) ** 2 / 2.0)  # L2 distance of unit vectors -> cosine
                 for r, d in c.execute(
                     "SELECT rowid, distance FROM vec WHERE embedding MATCH ? AND k = ?",
-                    (qvecs[i].tobytes(), CANDIDATES),
+                    (qvecs[i].tobytes(), candidates),
                 )
             ]
         else:
@@ -243,11 +447,15 @@ def run_sqlite(root: Path, work: Path, seconds: float, *, vec: bool) -> list[dic
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             m = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(-1, DIMS)
             sims = m @ qvecs[i]
-            near = [(int(ids[j]), float(sims[j])) for j in _top(sims, CANDIDATES)]
+            near = [(int(ids[j]), float(sims[j])) for j in _top(sims, candidates)]
         return _merge(text, near)
 
     lat, qps = _measure(search, len(qs), seconds)
-    return [_summary(name, lat, qps, build_s=build, index_mb=size / 2**20, rss_mb=peak_rss_mb())]
+    return [
+        _summary(
+            name, lat, qps, build_s=build, index_mb=size / 2**20, rss_mb=peak_rss_mb(), load=load()
+        )
+    ]
 
 
 # -- claw ----------------------------------------------------------------------------
@@ -288,7 +496,43 @@ def _write_workspace(ws: Path, texts: Sequence[str]) -> list[Path]:
     return files
 
 
-def run_claw(root: Path, work: Path, seconds: float, *, reindex_runs: int) -> list[dict[str, Any]]:
+def _claw_config(ws: Path, state: Path, candidates: int | None) -> Any:
+    import claw
+
+    settings: dict[str, Any] = {
+        "embedder": "bench-vectors",
+        "sources": ["memory"],
+        "chunk_tokens": CHUNK_TOKENS,
+        "chunk_overlap": 0,
+        "vector_weight": VECTOR_WEIGHT,
+        "text_weight": TEXT_WEIGHT,
+    }
+    if candidates is not None:
+        if candidates % RESULTS:
+            raise SystemExit(f"--sweep: candidate counts must be multiples of {RESULTS}")
+        settings["candidate_multiplier"] = candidates // RESULTS
+    return claw.HostConfig(
+        workspace_dir=ws,
+        state_dir=state,
+        plugins=claw.PluginsConfig(
+            discover=False,
+            entries={"memory-core": claw.PluginEntryConfig(config=settings)},
+        ),
+    )
+
+
+def _hit_row(hit: Any) -> int:
+    """The corpus row of a claw hit: files hold ``CHUNKS_PER_FILE`` rows, one a line."""
+    citation = hit.citation
+    number = int(Path(citation.path).stem.rsplit("-", 1)[1])
+    return number * CHUNKS_PER_FILE + citation.start_line - 1
+
+
+def run_claw(
+    root: Path, work: Path, seconds: float, *, reindex_runs: int, sweep: Sequence[int]
+) -> list[dict[str, Any]]:
+    import contextlib
+
     import trio
 
     import claw
@@ -307,51 +551,57 @@ def run_claw(root: Path, work: Path, seconds: float, *, reindex_runs: int) -> li
     )
     ws = work / "workspace"
     files = _write_workspace(ws, texts)
-    config = claw.HostConfig(
-        workspace_dir=ws,
-        state_dir=work / "state",
-        plugins=claw.PluginsConfig(
-            discover=False,
-            entries={
-                "memory-core": claw.PluginEntryConfig(
-                    config={
-                        "embedder": "bench-vectors",
-                        "sources": ["memory"],
-                        "chunk_tokens": CHUNK_TOKENS,
-                        "chunk_overlap": 0,
-                        "vector_weight": VECTOR_WEIGHT,
-                        "text_weight": TEXT_WEIGHT,
-                    }
-                )
-            },
-        ),
-    )
+    default = claw_candidates()
     out: list[dict[str, Any]] = []
+    swept: list[dict[str, Any]] = []
 
-    async def main() -> None:
+    @contextlib.asynccontextmanager
+    async def handle_of(candidates: int | None) -> Any:
+        config = _claw_config(ws, work / "state", candidates)
         plugins = [claw_memory.plugin, bench_plugin]
         async with claw.open_host(config, plugins=plugins) as host, host.open_scope("b") as scope:
             ctx = scope.mint_caller_context(scope.mint_operator_authority({"operator.read"}))
-            if True:
-                async with host.memory.open(ctx) as handle:
-                    t0 = time.perf_counter()
-                    first = await handle.search(MemorySearchRequest(query=qs[0], min_score=0.0))
-                    build = time.perf_counter() - t0
-                    assert first.hits, "claw found nothing for a corpus query"
-                    health = await handle.health()
-                    chunks = _chunk_count(health, len(texts))
-                    for name, lexical in (("claw hybrid", False), ("claw lexical", True)):
-                        lat, qps = await _measure_trio(handle, qs, lexical, seconds)
-                        out.append(_summary(name, lat, qps, build_s=build, chunks=chunks))
-                    if reindex_runs:
-                        times = await _reindex(handle, files, reindex_runs)
-                        out[0]["reindex_ms"] = percentile(times, 50)
-        size = _dir_bytes(work / "state")
-        for r in out:
-            r["index_mb"] = size / 2**20
-            r["rss_mb"] = peak_rss_mb()
+            async with host.memory.open(ctx) as handle:
+                yield handle
+
+    async def main() -> None:
+        async with handle_of(None) as handle:
+            t0 = time.perf_counter()
+            first = await handle.search(MemorySearchRequest(query=qs[0], min_score=0.0))
+            build = time.perf_counter() - t0
+            assert first.hits, "claw found nothing for a corpus query"
+            health = await handle.health()
+            chunks = _chunk_count(health, len(texts))
+            for name, lexical in (("claw hybrid", False), ("claw lexical", True)):
+                lat, qps, tops = await _measure_trio(handle, qs, lexical, seconds)
+                out.append(
+                    _summary(name, lat, qps, build_s=build, chunks=chunks, load=load(), top=tops)
+                )
+        out[0]["candidates"] = default
+        # Every count, the default too, on a freshly opened index, one after the other,
+        # so that their latencies compare like with like.
+        for candidates in sweep:
+            async with handle_of(candidates) as handle:
+                lat, _, tops = await _measure_trio(handle, qs, False, 0.0)
+            swept.append(
+                {
+                    "candidates": candidates,
+                    "p50_ms": percentile(lat, 50),
+                    "p95_ms": percentile(lat, 95),
+                    "load": load(),
+                    "top": tops,
+                }
+            )
+        out[0]["sweep"] = swept
+        if reindex_runs:
+            async with handle_of(None) as handle:
+                out[0].update(await _change_costs(handle, files, qs, reindex_runs))
 
     trio.run(main)
+    size = _dir_bytes(work / "state")
+    for r in out:
+        r["index_mb"] = size / 2**20
+        r["rss_mb"] = peak_rss_mb()
     return out
 
 
@@ -363,24 +613,32 @@ def _chunk_count(health: Any, default: int) -> int:
     return default
 
 
-async def _measure_trio(
-    handle: Any, qs: Sequence[str], lexical: bool, seconds: float
-) -> tuple[list[float], float]:
-    import trio
-
+def _request(query: str, lexical: bool = False, results: int = RESULTS) -> Any:
     from claw.memory import MemorySearchRequest
 
-    requests = [
-        MemorySearchRequest(query=q, max_results=RESULTS, min_score=0.0, lexical_only=lexical)
-        for q in qs
-    ]
+    return MemorySearchRequest(
+        query=query, max_results=results, min_score=0.0, lexical_only=lexical
+    )
+
+
+async def _measure_trio(
+    handle: Any, qs: Sequence[str], lexical: bool, seconds: float
+) -> tuple[list[float], float, list[list[int]]]:
+    """Sequential latencies (ms) and each query's top rows, then QPS of 8 searchers."""
+    import trio
+
+    requests = [_request(q, lexical) for q in qs]
     for r in requests[:20]:
         await handle.search(r)
     lat = []
+    tops = []
     for r in requests:
         t = time.perf_counter()
-        await handle.search(r)
+        res = await handle.search(r)
         lat.append((time.perf_counter() - t) * 1000.0)
+        tops.append([_hit_row(h) for h in res.hits])
+    if seconds <= 0:
+        return lat, float("nan"), tops
     done = [0]
     stop = time.perf_counter() + seconds
 
@@ -395,48 +653,94 @@ async def _measure_trio(
     async with trio.open_nursery() as nursery:
         for s in range(CONCURRENCY):
             nursery.start_soon(loop, s)
-    return lat, done[0] / (time.perf_counter() - t0)
+    return lat, done[0] / (time.perf_counter() - t0), tops
 
 
-async def _reindex(handle: Any, files: Sequence[Path], runs: int) -> list[float]:
-    """Change one line of one file; time until a search finds the new word."""
+async def _change_costs(
+    handle: Any, files: Sequence[Path], qs: Sequence[str], runs: int
+) -> dict[str, Any]:
+    """What one changed file costs the searches around it.
+
+    Each run changes one line of one file, then issues a hybrid search (the one that
+    notices the change and syncs), while a second searcher issues a hybrid search every
+    ``DURING_SYNC_GAP`` until that search returns (searches arriving during the sync),
+    then one more
+    hybrid search (the next search), then lexical searches for the new word until one
+    finds it (time from the write until the change is searchable).
+    """
     import trio
 
-    from claw.memory import MemorySearchRequest
-
-    times = []
+    for q in qs[:10]:
+        await handle.search(_request(q))  # primes the freshness watch of this handle
+    notice: list[float] = []
+    during: list[float] = []
+    after: list[float] = []
+    searchable: list[float] = []
     for run in range(runs):
         path = files[(run * 7919) % len(files)]
         lines = path.read_text(encoding="utf-8").splitlines()
         marker = f"zqxmarker{run}"
         lines[run % len(lines)] = lines[run % len(lines)] + " " + marker
-        t0 = time.perf_counter()
+        t_write = time.perf_counter()
         await trio.to_thread.run_sync(path.write_text, "\n".join(lines) + "\n", "utf-8")
         st = path.stat()
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000 * (run + 1)))
-        # Only a chunk holding the (unique) marker matches a lexical query for it.
+        noticed = trio.Event()
+
+        async def noticing(query: str, noticed: trio.Event) -> None:
+            t = time.perf_counter()
+            await handle.search(_request(query))
+            notice.append((time.perf_counter() - t) * 1000.0)
+            noticed.set()
+
+        async def meanwhile(offset: int, noticed: trio.Event) -> None:
+            await trio.lowlevel.checkpoint()  # the noticing search goes first
+            i = offset
+            while not noticed.is_set():
+                t = time.perf_counter()
+                await handle.search(_request(qs[i % len(qs)]))
+                during.append((time.perf_counter() - t) * 1000.0)
+                i += 1
+                await trio.sleep(DURING_SYNC_GAP)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(noticing, qs[(3 * run) % len(qs)], noticed)
+            nursery.start_soon(meanwhile, 3 * run + 1, noticed)
+        t = time.perf_counter()
+        await handle.search(_request(qs[(3 * run + 2) % len(qs)]))
+        after.append((time.perf_counter() - t) * 1000.0)
         deadline = time.perf_counter() + 60.0
         while time.perf_counter() < deadline:
-            res = await handle.search(
-                MemorySearchRequest(query=marker, max_results=1, min_score=0.0, lexical_only=True)
-            )
+            res = await handle.search(_request(marker, lexical=True, results=1))
             if res.hits:
                 break
         else:
             raise RuntimeError(f"the change to {path.name} never became searchable")
-        times.append((time.perf_counter() - t0) * 1000.0)
-    return times
+        searchable.append((time.perf_counter() - t_write) * 1000.0)
+    return {
+        "change_search_ms": percentile(notice, 50),
+        "change_search_max_ms": max(notice),
+        "during_sync_p50_ms": percentile(during, 50),
+        "during_sync_max_ms": max(during, default=float("nan")),
+        "during_sync_searches": len(during),
+        "next_search_ms": percentile(after, 50),
+        "reindex_ms": percentile(searchable, 50),
+        "change_load": load(),
+    }
 
 
 # -- orchestration -------------------------------------------------------------------
-def worker(system: str, root: Path, seconds: float, reindex_runs: int) -> None:
+def worker(
+    system: str, root: Path, seconds: float, reindex_runs: int, sweep: Sequence[int]
+) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"claw-bench-{system.replace('+', '-')}-"))
     try:
         if system == "claw":
-            rows = run_claw(root, work, seconds, reindex_runs=reindex_runs)
-        elif system == "floor":
+            rows = run_claw(root, work, seconds, reindex_runs=reindex_runs, sweep=sweep)
+        elif system in ("floor", "floor-old"):
             (work / "tantivy").mkdir()
-            rows = run_floor(root, work / "tantivy", seconds)
+            run = run_floor if system == "floor" else run_floor_old
+            rows = run(root, work / "tantivy", seconds)
         elif system == "fts5+vec":
             rows = run_sqlite(root, work, seconds, vec=True)
         elif system == "fts5+scan":
@@ -449,8 +753,15 @@ def worker(system: str, root: Path, seconds: float, reindex_runs: int) -> None:
 
 
 def run_all(
-    chunks: int, queries: int, seconds: float, systems: Sequence[str], reindex_runs: int
+    chunks: int,
+    queries: int,
+    seconds: float,
+    systems: Sequence[str],
+    *,
+    reindex_runs: int,
+    sweep: Sequence[int],
 ) -> list[dict[str, Any]]:
+    """Run each system in a fresh interpreter of its own (its RSS is its own)."""
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="claw-bench-corpus-") as tmp:
         root = Path(tmp)
@@ -475,6 +786,8 @@ def run_all(
                     str(seconds),
                     "--reindex-runs",
                     str(reindex_runs),
+                    "--sweep",
+                    ",".join(str(c) for c in sweep),
                 ],
                 capture_output=True,
                 text=True,
@@ -489,53 +802,108 @@ def run_all(
     return rows
 
 
+def overlap_at10(tops: Sequence[Sequence[int]], reference: Sequence[Sequence[int]]) -> float:
+    """Mean share of each query's reference top 10 that ``tops`` also has in its top 10."""
+    shares = []
+    for got, want in zip(tops, reference, strict=True):
+        ref = set(want[:RESULTS])
+        if ref:
+            shares.append(len(ref & set(got[:RESULTS])) / len(ref))
+    return sum(shares) / len(shares) if shares else float("nan")
+
+
 def summarise(rows: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
     by = {r["system"]: r for r in rows}
     hybrid = by.get("claw hybrid", {})
+    lexical = by.get("claw lexical", {})
     floor = by.get("floor", {})
+    old = by.get("floor-old", {})
     peers = [by[p] for p in ("fts5+vec", "fts5+scan") if p in by and "p50_ms" in by[p]]
     peer = min(peers, key=lambda r: r["p50_ms"]) if peers else {}
     nan = float("nan")
-    out = {
-        "chunks": by.get("claw hybrid", {}).get("chunks", chunks),
+    n = hybrid.get("chunks", chunks)
+    exhaustive = floor.get("exhaustive")
+    sweep = []
+    points = hybrid.get("sweep", ())
+    default_p50 = next(
+        (p["p50_ms"] for p in points if p["candidates"] == hybrid.get("candidates")),
+        hybrid.get("p50_ms", nan),
+    )
+    for point in hybrid.get("sweep", ()):
+        sweep.append(
+            {
+                "candidates": point["candidates"],
+                "p50_ms": point["p50_ms"],
+                "overlap_exhaustive_at10": overlap_at10(point["top"], exhaustive)
+                if exhaustive
+                else nan,
+                "p50_over_default": point["p50_ms"] / default_p50,
+                "load": point.get("load", hybrid.get("load", nan)),
+            }
+        )
+    out: dict[str, Any] = {
+        "chunks": n,
         "claw_hybrid_p50_ms": hybrid.get("p50_ms", nan),
         "claw_hybrid_p95_ms": hybrid.get("p95_ms", nan),
-        "claw_lexical_p50_ms": by.get("claw lexical", {}).get("p50_ms", nan),
+        "claw_hybrid_qps": hybrid.get("qps_8", nan),
+        "claw_lexical_p50_ms": lexical.get("p50_ms", nan),
+        "claw_candidates": hybrid.get("candidates"),
         "floor_p50_ms": floor.get("p50_ms", nan),
+        "floor_qps": floor.get("qps_8", nan),
+        "floor_old_p50_ms": old.get("p50_ms", nan),
+        "bare_lexical_p50_ms": floor.get("bare_lexical_p50_ms", nan),
         "peer_p50_ms": peer.get("p50_ms", nan),
         "peer": peer.get("system"),
         "reindex_ms": hybrid.get("reindex_ms", nan),
-        "systems": list(rows),
+        "change_search_ms": hybrid.get("change_search_ms", nan),
+        "change_search_max_ms": hybrid.get("change_search_max_ms", nan),
+        "during_sync_p50_ms": hybrid.get("during_sync_p50_ms", nan),
+        "during_sync_max_ms": hybrid.get("during_sync_max_ms", nan),
+        "during_sync_searches": hybrid.get("during_sync_searches", 0),
+        "next_search_ms": hybrid.get("next_search_ms", nan),
+        "overlap_exhaustive_at10": overlap_at10(hybrid["top"], exhaustive)
+        if exhaustive and "top" in hybrid
+        else nan,
+        "floor_overlap_exhaustive_at10": overlap_at10(floor["top"], exhaustive)
+        if exhaustive
+        else nan,
+        "candidate_sweep": sweep,
+        "claw_peak_rss_mib": hybrid.get("rss_mb", nan),
+        "floor_peak_rss_mib": floor.get("rss_mb", nan),
+        "build_us_per_chunk": hybrid.get("build_s", nan) * 1e6 / n,
+        "index_bytes_per_chunk": hybrid.get("index_mb", nan) * 2**20 / n,
+        "rss_bytes_per_chunk": hybrid.get("rss_mb", nan) * 2**20 / n,
+        "hybrid_us_per_1k_chunks": hybrid.get("p50_ms", nan) * 1e6 / n,
+        "load": {r["system"]: r.get("load", nan) for r in rows},
         "machine": machine(),
     }
-    out["claw_over_floor"] = out["claw_hybrid_p50_ms"] / out["floor_p50_ms"]
+    out["systems"] = [
+        {k: v for k, v in r.items() if k not in ("top", "exhaustive", "sweep")} for r in rows
+    ]
+    out["claw_over_fair_floor"] = out["claw_hybrid_p50_ms"] / out["floor_p50_ms"]
+    out["fair_floor_over_claw_qps"] = out["floor_qps"] / out["claw_hybrid_qps"]
+    out["claw_over_floor"] = out["claw_hybrid_p50_ms"] / out["floor_old_p50_ms"]
     out["peer_over_claw"] = out["peer_p50_ms"] / out["claw_hybrid_p50_ms"]
+    out["claw_lexical_over_bare"] = out["claw_lexical_p50_ms"] / out["bare_lexical_p50_ms"]
+    out["change_search_over_plain"] = out["change_search_ms"] / out["claw_hybrid_p50_ms"]
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.search_latency")
-    p.add_argument("--chunks", type=int, default=10_000)
-    p.add_argument("--queries", type=int, default=300)
-    p.add_argument("--seconds", type=float, default=5.0, help="duration of the 8-searcher run")
-    p.add_argument("--systems", default=",".join(SYSTEMS))
-    p.add_argument("--reindex-runs", type=int, default=7)
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--worker", help=argparse.SUPPRESS)
-    p.add_argument("--root", type=Path, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.worker:
-        worker(args.worker, args.root, args.seconds, args.reindex_runs)
-        return
-    rows = run_all(
-        args.chunks, args.queries, args.seconds, args.systems.split(","), args.reindex_runs
-    )
-    summary = summarise(rows, args.chunks)
-    headers = ["system", "p50 ms", "p95 ms", "QPS x8", "build s", "RSS MiB", "index MiB"]
+def _verdict(value: float, limit: float, *, at_least: bool = False) -> str:
+    if math.isnan(value):
+        return "not measured"
+    ok = value >= limit if at_least else value <= limit
+    return f"target {'>=' if at_least else '<='} {limit:g}: {'met' if ok else 'missed'}"
+
+
+def report(summary: dict[str, Any], rows: Sequence[dict[str, Any]], queries: int) -> None:
+    """The human part of the output: the table, then one line per target."""
+    s = summary
+    headers = ["system", "p50 ms", "p95 ms", "QPS x8", "build s", "RSS MiB", "index MiB", "load"]
     body = []
     for r in rows:
         if "error" in r:
-            body.append([r["system"], "error: " + str(r["error"]), "", "", "", "", ""])
+            body.append([r["system"], "error: " + str(r["error"]), "", "", "", "", "", ""])
             continue
         body.append(
             [
@@ -546,15 +914,99 @@ def main(argv: Sequence[str] | None = None) -> None:
                 r["build_s"],
                 r["rss_mb"],
                 r["index_mb"],
+                r.get("load", float("nan")),
             ]
         )
-    print(f"search latency: {summary['chunks']} chunks, {args.queries} queries, top {RESULTS}")
+    print(
+        f"search latency: {s['chunks']} chunks, {queries} queries, top {RESULTS}, "
+        f"claw's default {s['claw_candidates']} candidates "
+        "(each system in a fresh process; load = 1-minute load average when measured)"
+    )
     print(table(headers, body))
     print(
-        f"claw_over_floor {summary['claw_over_floor']:.2f}  "
-        f"peer_over_claw {summary['peer_over_claw']:.1f} ({summary['peer']})  "
-        f"re-index one file: {summary['reindex_ms']:.1f} ms (median)"
+        f"fair floor: claw_over_fair_floor {s['claw_over_fair_floor']:.2f} (p50, "
+        f"{_verdict(s['claw_over_fair_floor'], 1.1)}), fair_floor_over_claw_qps "
+        f"{s['fair_floor_over_claw_qps']:.2f} ({_verdict(s['fair_floor_over_claw_qps'], 1.1)}); "
+        f"old floor: claw_over_floor {s['claw_over_floor']:.2f}; "
+        f"peer_over_claw {s['peer_over_claw']:.1f} ({s['peer']})"
     )
+    print(
+        f"candidate cut: overlap_exhaustive_at10 {s['overlap_exhaustive_at10']:.3f} "
+        f"({_verdict(s['overlap_exhaustive_at10'], 0.97, at_least=True)}); "
+        f"the fair floor {s['floor_overlap_exhaustive_at10']:.3f}"
+    )
+    if s["candidate_sweep"]:
+        print(
+            table(
+                ["candidates", "p50 ms", "overlap@10", "p50 / default", "load"],
+                [
+                    [
+                        p["candidates"],
+                        p["p50_ms"],
+                        p["overlap_exhaustive_at10"],
+                        p["p50_over_default"],
+                        p["load"],
+                    ]
+                    for p in s["candidate_sweep"]
+                ],
+            )
+        )
+    print(
+        f"lexical: claw {s['claw_lexical_p50_ms']:.3f} ms, bare tantivy call "
+        f"{s['bare_lexical_p50_ms']:.3f} ms, claw_lexical_over_bare "
+        f"{s['claw_lexical_over_bare']:.1f} ({_verdict(s['claw_lexical_over_bare'], 3.0)})"
+    )
+    print(
+        f"one changed file: the search that notices it {s['change_search_ms']:.1f} ms median "
+        f"(max {s['change_search_max_ms']:.1f}), change_search_over_plain "
+        f"{s['change_search_over_plain']:.1f} ({_verdict(s['change_search_over_plain'], 2.0)}); "
+        f"{s['during_sync_searches']} searches during the sync: p50 "
+        f"{s['during_sync_p50_ms']:.1f} ms, max {s['during_sync_max_ms']:.1f} ms; next search "
+        f"{s['next_search_ms']:.1f} ms; searchable {s['reindex_ms']:.1f} ms after the write "
+        f"(load {s['load'].get('claw hybrid', float('nan')):.2f})"
+    )
+    print(
+        f"peak RSS (fresh process each): claw {s['claw_peak_rss_mib']:.0f} MiB, fair floor "
+        f"{s['floor_peak_rss_mib']:.0f} MiB"
+    )
+    print(
+        f"cost per chunk: build {s['build_us_per_chunk']:.0f} us, index "
+        f"{s['index_bytes_per_chunk'] / 1024:.2f} KiB, RSS {s['rss_bytes_per_chunk'] / 1024:.2f} "
+        f"KiB; per query: hybrid p50 {s['claw_hybrid_p50_ms']:.2f} ms = "
+        f"{s['hybrid_us_per_1k_chunks']:.1f} us per 1k chunks"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.search_latency")
+    p.add_argument("--chunks", type=int, default=10_000)
+    p.add_argument("--queries", type=int, default=300)
+    p.add_argument("--seconds", type=float, default=5.0, help="duration of the 8-searcher run")
+    p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--reindex-runs", type=int, default=7)
+    p.add_argument(
+        "--sweep",
+        default=",".join(str(c) for c in SWEEP),
+        help="candidate counts at which claw's top 10 is compared with exhaustive fusion",
+    )
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    sweep = [int(c) for c in args.sweep.split(",") if c.strip()]
+    if args.worker:
+        worker(args.worker, args.root, args.seconds, args.reindex_runs, sweep)
+        return
+    rows = run_all(
+        args.chunks,
+        args.queries,
+        args.seconds,
+        args.systems.split(","),
+        reindex_runs=args.reindex_runs,
+        sweep=sweep,
+    )
+    summary = summarise(rows, args.chunks)
+    report(summary, rows, args.queries)
     if args.json:
         emit_json(summary)
 

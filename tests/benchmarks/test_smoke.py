@@ -41,7 +41,19 @@ def test_search_latency_benchmark_runs_on_a_tiny_corpus(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     search_latency.main(
-        ["--json", "--chunks", "300", "--queries", "10", "--seconds", "0.2", "--reindex-runs", "1"]
+        [
+            "--json",
+            "--chunks",
+            "300",
+            "--queries",
+            "10",
+            "--seconds",
+            "0.2",
+            "--reindex-runs",
+            "1",
+            "--sweep",
+            "40,80",
+        ]
     )
     result = _last_json(capsys)
     for key in (
@@ -52,19 +64,57 @@ def test_search_latency_benchmark_runs_on_a_tiny_corpus(
         "claw_over_floor",
         "peer_over_claw",
         "chunks",
+        "claw_over_fair_floor",
+        "overlap_exhaustive_at10",
+        "change_search_over_plain",
+        "claw_peak_rss_mib",
     ):
         assert key in result
     assert result["chunks"] == 300
-    assert result["claw_hybrid_p50_ms"] == result["claw_hybrid_p50_ms"]  # not NaN
+    for key in ("claw_over_fair_floor", "change_search_over_plain", "claw_peak_rss_mib"):
+        value = float(result[key])  # type: ignore[arg-type]
+        assert value == value, key  # measured, not NaN
+    assert 0.0 < float(result["overlap_exhaustive_at10"]) <= 1.0  # type: ignore[arg-type]
+    sweep = result["candidate_sweep"]
+    assert [p["candidates"] for p in sweep] == [40, 80]  # type: ignore[union-attr, index]
+
+
+def test_benchmark_workers_report_their_own_peak_rss_not_the_parents() -> None:
+    """ru_maxrss of a child inherits the parent's high-water mark; the workers' figure must not."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    ballast = np.ones(200 * 2**20 // 8)  # 200 MiB, touched
+    code = "from benchmarks._common import peak_rss_mb; print(peak_rss_mb())"
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert float(out.stdout) < 150.0
+    del ballast
 
 
 def test_gateway_load_benchmark_runs_briefly(capsys: pytest.CaptureFixture[str]) -> None:
     gateway_load.main(["--json", "--clients", "2", "--seconds", "0.5", "--chunks", "200"])
     result = _last_json(capsys)
-    for key in ("requests_per_s", "p50_ms", "p99_ms", "wrong_or_lost", "clients"):
+    for key in (
+        "requests_per_s",
+        "p50_ms",
+        "p99_ms",
+        "wrong_or_lost",
+        "clients",
+        "server_cpu_us_per_request",
+        "claw_over_echo",
+    ):
         assert key in result
     assert result["wrong_or_lost"] == 0
     assert result["server_alive_after"] is True
+    # Every request of the distinct phase asked a query no other request asked.
+    assert result["distinct_queries"] == result["queries_issued"]
+    assert float(result["claw_over_echo"]) > 0.0  # type: ignore[arg-type]
+    assert float(result["echo"]["server_cpu_us_per_request"]) > 0.0  # type: ignore[index]
 
 
 def test_benchmarks_never_vendor_the_locomo_data() -> None:
