@@ -520,8 +520,9 @@ async def open_host(
     over a discovered one with the same id. ``workers`` replaces the shared worker pool
     (the harness passes an inline pool). ``clock`` (seconds since the epoch) stamps
     sessions, transcript entries and flush plans; tests pass a fixed or stepping clock to
-    make those timestamps deterministic. Turns whose commit was interrupted by a crash
-    are committed, with their own keys, before the host is handed out.
+    make those timestamps deterministic. Before the host is handed out, turns a crashed
+    process left in flight are closed as ``aborted``, and turns whose commit was
+    interrupted are committed with their own keys.
     """
     config = config if config is not None else HostConfig()
     if workers is None:
@@ -560,7 +561,7 @@ async def open_host(
                         for name, service in host._plugins.services:
                             await nursery.start(service)
                             logger.debug("plugin service %s started", name)
-                        await host._turns.recover_pending_commits()
+                        await host._turns.recover()
                         yield host
                     finally:
                         host._open = False

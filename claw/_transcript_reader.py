@@ -70,7 +70,10 @@ class TranscriptReader:
                 stats = await host.transcripts.stats(session_id)
                 if stats.entry_count == 0:
                     continue
-                token = f"{stats.entry_count}:{stats.last_seq}:{stats.byte_size}"
+                # Closing or reopening a turn changes what read_turns shows, so the
+                # turns in flight are part of the token.
+                in_flight = ",".join(map(str, stats.open_turn_seqs))
+                token = f"{stats.entry_count}:{stats.last_seq}:{stats.byte_size}:{in_flight}"
                 out.append(
                     TranscriptSessionInfo(
                         agent_id=row.agent_id,
@@ -85,24 +88,20 @@ class TranscriptReader:
     async def read_turns(self, session_id: str) -> list[TranscriptTurnInfo]:
         """The user and assistant turns of a session incarnation, in order.
 
-        Entries of a turn still in flight (admitted, no terminal entry yet) are left
-        out: they are the current context of a run, not memory, and a memory search
-        made during a turn must not find the turn's own question.
+        Entries of a turn still in flight (admitted, no terminal entry yet, not
+        closed) are left out: they are the current context of a run, not memory, and
+        a memory search made during a turn must not find the turn's own question.
+        Everything else is shown, including turns closed as failed or aborted and
+        every turn after them.
         """
         host = self._host
         host._check_open()
-        open_from = min(
-            (
-                t.first_seq
-                for t in await host.transcripts.turns(session_id)
-                if t.terminal_seq is None
-            ),
-            default=None,
-        )
+        in_flight = {t.turn_id for t in await host.transcripts.turns(session_id) if t.open}
         turns: list[TranscriptTurnInfo] = []
         for entry in await host.transcripts.read_entries(session_id):
-            if open_from is not None and entry.seq >= open_from:
-                break
+            # Skip (never stop at) a turn in flight: what follows it must stay visible.
+            if entry.turn_id is not None and entry.turn_id in in_flight:
+                continue
             message = entry.payload
             if isinstance(message, UserMessage) and message.text.strip():
                 speaker = message.sender or "user"

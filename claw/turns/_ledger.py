@@ -10,6 +10,15 @@ the transcript entries it points at. A turn moves through
 ``admitted`` (user entry written) -> ``terminal`` (its last entry written) ->
 ``committed`` (the engine acknowledged ``commit_turn``, or said ``duplicate``).
 
+A turn that cannot get there is *closed* instead, with a status and a reason:
+``failed`` (its run raised before the terminal entry), ``aborted`` (the process
+died or the run was cancelled before the terminal entry; found at the next open),
+``stale`` (its session was reset since admission, so it must not be committed into
+the new incarnation) or ``abandoned`` (its engine is no longer the configured one,
+or no longer declares the durable contract). A closed turn is finished: readers
+show its entries, and nothing commits it. A failed or aborted turn that is still
+the latest of its session can be reopened to be retried.
+
 A turn admitted with ``engine_id=None`` runs on the legacy path and never
 needs a commit; :meth:`TranscriptStore.pending_commits` lists only terminal,
 uncommitted turns that name an engine.
@@ -40,6 +49,9 @@ LEDGER_SCHEMA = (
         terminal_at REAL,
         committed_at REAL,
         commit_outcome TEXT,
+        closed_at REAL,
+        close_status TEXT CHECK (close_status IN ('failed', 'aborted', 'stale', 'abandoned')),
+        close_reason TEXT,
         FOREIGN KEY (session_id, first_seq) REFERENCES transcript_entries (session_id, seq),
         FOREIGN KEY (session_id, terminal_seq) REFERENCES transcript_entries (session_id, seq)
     )""",
@@ -48,9 +60,17 @@ LEDGER_SCHEMA = (
 )
 """Statements creating the ledger table; run in the transcript database's schema transaction."""
 
+LEDGER_MIGRATION_V1_V2 = (
+    "ALTER TABLE turn_ledger ADD COLUMN closed_at REAL",
+    "ALTER TABLE turn_ledger ADD COLUMN close_status TEXT CHECK "
+    "(close_status IN ('failed', 'aborted', 'stale', 'abandoned'))",
+    "ALTER TABLE turn_ledger ADD COLUMN close_reason TEXT",
+)
+"""Statements bringing a version-1 ledger (no closed turns) to version 2."""
+
 _COLUMNS = (
     "turn_id, session_key, session_id, advancement_key, engine_id, first_seq, terminal_seq, "
-    "admitted_at, terminal_at, committed_at, commit_outcome"
+    "admitted_at, terminal_at, committed_at, commit_outcome, closed_at, close_status, close_reason"
 )
 
 
@@ -68,6 +88,16 @@ class TurnStatus(enum.StrEnum):
     ADMITTED = "admitted"
     TERMINAL = "terminal"
     COMMITTED = "committed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    STALE = "stale"
+    ABANDONED = "abandoned"
+
+
+CLOSED_STATUSES = frozenset(
+    {TurnStatus.FAILED, TurnStatus.ABORTED, TurnStatus.STALE, TurnStatus.ABANDONED}
+)
+"""The statuses of a turn closed without (or instead of) a commit."""
 
 
 @attrs.frozen
@@ -76,7 +106,8 @@ class AdmittedTurn:
 
     ``entry ids`` follow the transcript's ``<session_id>:<seq>`` form.
     ``commit_outcome`` is what the host recorded when it marked the commit
-    done (``"committed"``, ``"duplicate"``, ...).
+    done (``"committed"``, ``"duplicate"``, ...). ``close_status`` and
+    ``close_reason`` say why a turn was closed instead (see the module docstring).
     """
 
     turn_id: str
@@ -90,10 +121,15 @@ class AdmittedTurn:
     terminal_at: float | None
     committed_at: float | None
     commit_outcome: str | None
+    closed_at: float | None = None
+    close_status: str | None = None
+    close_reason: str | None = None
 
     @property
     def status(self) -> TurnStatus:
-        """Admitted, terminal (ended, commit pending if it names an engine) or committed."""
+        """Admitted, terminal (commit pending if it names an engine), committed, or closed."""
+        if self.close_status is not None:
+            return TurnStatus(self.close_status)
         if self.committed_at is not None:
             return TurnStatus.COMMITTED
         if self.terminal_seq is not None:
@@ -109,6 +145,11 @@ class AdmittedTurn:
     def terminal_entry_id(self) -> str | None:
         """The id of the turn's terminal entry, once recorded."""
         return None if self.terminal_seq is None else f"{self.session_id}:{self.terminal_seq}"
+
+    @property
+    def open(self) -> bool:
+        """True while the turn is in flight: admitted, not ended, not closed."""
+        return self.status is TurnStatus.ADMITTED
 
     @property
     def needs_commit(self) -> bool:
@@ -154,7 +195,7 @@ def insert_admitted(
         )
     conn.execute(
         f"INSERT INTO turn_ledger ({_COLUMNS}) "
-        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL)",
+        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, NULL, NULL, NULL)",
         (turn_id, session_key, session_id, advancement_key, engine_id, first_seq, now),
     )
     return get_turn(conn, turn_id)
@@ -168,6 +209,11 @@ def set_terminal(
     if turn.session_id != session_id:
         raise TurnLedgerError(
             f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
+        )
+    if turn.close_status is not None:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
+            "reopen it to retry it"
         )
     if turn.terminal_seq is not None:
         if turn.terminal_seq == terminal_seq:
@@ -195,6 +241,11 @@ def set_committed(
     turn = get_turn(conn, turn_id)
     if turn.committed_at is not None:
         return turn
+    if turn.close_status is not None:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
+            "a closed turn is never committed"
+        )
     if turn.terminal_seq is None:
         raise TurnLedgerError(
             f"turn {turn_id!r} has no terminal entry yet; record it before marking the commit"
@@ -204,6 +255,68 @@ def set_committed(
         (now, outcome, turn_id),
     )
     return get_turn(conn, turn_id)
+
+
+def close(
+    conn: sqlite3.Connection, turn_id: str, *, status: TurnStatus, reason: str, now: float
+) -> AdmittedTurn:
+    """Close a turn that will not be committed (inside the caller's transaction).
+
+    ``failed`` and ``aborted`` close a turn that has no terminal entry; ``stale`` and
+    ``abandoned`` also close a terminal turn whose commit is pending. Closing a closed
+    turn again keeps the first record; a committed turn cannot be closed.
+    """
+    if status not in CLOSED_STATUSES:
+        raise TurnLedgerError(f"{status!r} is not a closing status")
+    if not isinstance(reason, str) or not reason:
+        raise TurnLedgerError("closing a turn needs a non-empty reason")
+    turn = get_turn(conn, turn_id)
+    if turn.close_status is not None:
+        return turn
+    if turn.committed_at is not None:
+        raise TurnLedgerError(f"turn {turn_id!r} was committed; it cannot be closed")
+    if turn.terminal_seq is not None and status in (TurnStatus.FAILED, TurnStatus.ABORTED):
+        raise TurnLedgerError(
+            f"turn {turn_id!r} reached its terminal entry; it cannot have {status.value}"
+        )
+    conn.execute(
+        "UPDATE turn_ledger SET closed_at = ?, close_status = ?, close_reason = ? "
+        "WHERE turn_id = ?",
+        (now, status.value, reason, turn_id),
+    )
+    return get_turn(conn, turn_id)
+
+
+def reopen(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:
+    """Reopen a failed or aborted turn for a retry; it must be its session's latest turn."""
+    turn = get_turn(conn, turn_id)
+    if turn.status not in (TurnStatus.FAILED, TurnStatus.ABORTED):
+        raise TurnLedgerError(
+            f"turn {turn_id!r} is {turn.status.value}; only a failed or aborted turn is reopened"
+        )
+    later = conn.execute(
+        "SELECT turn_id FROM turn_ledger WHERE session_id = ? AND first_seq > ? LIMIT 1",
+        (turn.session_id, turn.first_seq),
+    ).fetchone()
+    if later is not None:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} cannot be retried: turn {later[0]!r} was admitted after it"
+        )
+    conn.execute(
+        "UPDATE turn_ledger SET closed_at = NULL, close_status = NULL, close_reason = NULL "
+        "WHERE turn_id = ?",
+        (turn_id,),
+    )
+    return get_turn(conn, turn_id)
+
+
+def open_turns(conn: sqlite3.Connection) -> tuple[AdmittedTurn, ...]:
+    """Every turn still in flight (admitted, no terminal entry, not closed)."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM turn_ledger "
+        "WHERE terminal_seq IS NULL AND close_status IS NULL ORDER BY rowid"
+    )
+    return tuple(_row_to_turn(row) for row in rows)
 
 
 def select_turns(
@@ -216,7 +329,8 @@ def select_turns(
         args.append(session_id)
     if pending_only:
         clauses.append(
-            "engine_id IS NOT NULL AND terminal_seq IS NOT NULL AND committed_at IS NULL"
+            "engine_id IS NOT NULL AND terminal_seq IS NOT NULL AND committed_at IS NULL "
+            "AND close_status IS NULL"
         )
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_ledger {where} ORDER BY rowid", args)

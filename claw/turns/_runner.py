@@ -69,7 +69,7 @@ from ..models import (
 )
 from ..sessions import SessionNotFoundError, SessionRow
 from ._compaction import runtime_compaction
-from ._ledger import AdmittedTurn
+from ._ledger import AdmittedTurn, TurnStatus
 from ._tools import ToolContext, ToolPolicy, run_tool_call, select_tools, tool_specs
 from ._transcript import TranscriptStore, parse_entry_id
 
@@ -215,7 +215,7 @@ class TurnRunner:
                     reason="engine does not declare the durable admitted-turn contract",
                 )
             self.host.events.emit("turn.admitted", session_key, turn_id=turn_id)
-            return await self._execute(
+            return await self._execute_or_close(
                 turn,
                 row,
                 sender_is_owner=sender_is_owner,
@@ -244,7 +244,11 @@ class TurnRunner:
             turn = await self.store.get_turn(turn_id)
             if turn.terminal_seq is not None:
                 raise ContractError(f"turn {turn_id} already reached its terminal entry")
-            return await self._execute(
+            if turn.status in (TurnStatus.FAILED, TurnStatus.ABORTED):
+                turn = await self.store.reopen_turn(turn_id)
+            elif not turn.open:
+                raise ContractError(f"turn {turn_id} was closed as {turn.status.value}")
+            return await self._execute_or_close(
                 turn,
                 row,
                 sender_is_owner=sender_is_owner,
@@ -252,6 +256,55 @@ class TurnRunner:
                 tool_policy=tool_policy,
                 model=model,
             )
+
+    async def recover(self) -> None:
+        """At host start: close the turns a dead process left open, retry pending commits."""
+        for turn in await self.store.abort_open_turns(
+            "the process ended before the turn reached its terminal entry"
+        ):
+            self._report_closed(turn)
+        await self.recover_pending_commits()
+
+    def _report_closed(self, turn: AdmittedTurn) -> None:
+        logger.warning(
+            "turn %s of %s closed as %s: %s",
+            turn.turn_id,
+            turn.session_key,
+            turn.status.value,
+            turn.close_reason,
+        )
+        self.host.events.emit(
+            f"turn.{turn.status.value}",
+            turn.session_key,
+            turn_id=turn.turn_id,
+            reason=turn.close_reason,
+        )
+
+    async def _execute_or_close(self, turn: AdmittedTurn, row: SessionRow, **kw: Any) -> TurnResult:
+        """Run an admitted turn; if it ends before its terminal entry, close it on the spot.
+
+        A turn left admitted would stay in flight forever: readers would hide it, and
+        nothing would ever finish it. A run that raises closes it as ``failed``; a
+        cancelled run (or one ended by a non-``Exception``) as ``aborted``.
+        """
+        try:
+            return await self._execute(turn, row, **kw)
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):
+                await self._close_unfinished(turn.turn_id, exc)
+            raise
+
+    async def _close_unfinished(self, turn_id: str, exc: BaseException) -> None:
+        status = TurnStatus.FAILED if isinstance(exc, Exception) else TurnStatus.ABORTED
+        reason = f"{type(exc).__name__}: {exc}"[:500]
+        try:
+            if not (await self.store.get_turn(turn_id)).open:
+                return
+            closed = await self.store.close_turn(turn_id, status, reason)
+        except Exception:  # the next open closes it (as aborted) instead
+            logger.exception("could not close unfinished turn %s", turn_id)
+            return
+        self._report_closed(closed)
 
     async def recover_pending_commits(self, session_id: str | None = None) -> int:
         """Commit every ended-but-uncommitted turn with its own key; returns how many."""

@@ -72,11 +72,12 @@ from claw.models import (
 )
 
 from . import _ledger
-from ._ledger import AdmittedTurn
+from ._ledger import AdmittedTurn, TurnStatus
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version 1 had no closed turns in the ledger; opening it adds their columns."""
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS transcript_sessions (
@@ -258,6 +259,8 @@ class TranscriptStats:
     last_seq: int
     compaction_count: int
     last_compaction_seq: int | None
+    #: The first seq of each turn still in flight: what readers leave out for now.
+    open_turn_seqs: tuple[int, ...] = ()
 
 
 def _encode(payload: Message | ToolCall) -> str:
@@ -505,6 +508,29 @@ class TranscriptStore:
             raise TranscriptError("outcome must be a non-empty string")
         return await self._write(_committed_sync, turn_id, outcome=outcome, now=self._clock())
 
+    async def close_turn(self, turn_id: str, status: TurnStatus, reason: str) -> AdmittedTurn:
+        """Close a turn that will not be committed (see :mod:`claw.turns._ledger`)."""
+        return await self._write(
+            _ledger_write_sync,
+            _ledger.close,
+            turn_id,
+            status=status,
+            reason=reason,
+            now=self._clock(),
+        )
+
+    async def reopen_turn(self, turn_id: str) -> AdmittedTurn:
+        """Reopen a failed or aborted turn (its session's latest) so it can be retried."""
+        return await self._write(_ledger_write_sync, _ledger.reopen, turn_id)
+
+    async def abort_open_turns(self, reason: str) -> tuple[AdmittedTurn, ...]:
+        """Close every turn still in flight as ``aborted``; the host calls it at open.
+
+        Only the process that holds the state lock runs turns, so at open no turn can
+        still be in flight: an open one was left by a process that died.
+        """
+        return await self._write(_abort_open_sync, reason=reason, now=self._clock())
+
     async def pending_commits(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
         """Turns that ended, name an engine and were not committed: retry these on start."""
         return await self._run(_select_turns_sync, session_id, pending_only=True)
@@ -691,8 +717,12 @@ def _connect(path: str) -> sqlite3.Connection:
         _check_wal(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], path)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
-        _check_version(conn.execute("PRAGMA user_version").fetchone()[0], path)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        _check_version(version, path)
         with _transaction(conn):
+            if version == 1:
+                for statement in _ledger.LEDGER_MIGRATION_V1_V2:
+                    conn.execute(statement)
             for statement in (*_SCHEMA, *_ledger.LEDGER_SCHEMA):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -708,7 +738,7 @@ def _check_wal(mode: object, path: str) -> None:
 
 
 def _check_version(version: object, path: str) -> None:
-    if version not in (0, SCHEMA_VERSION):
+    if version not in (0, 1, SCHEMA_VERSION):
         raise TranscriptError(
             f"transcript database {path} has schema version {version}; this claw "
             f"understands version {SCHEMA_VERSION}"
@@ -812,6 +842,14 @@ def _stats_sync(conn: sqlite3.Connection, session_id: str) -> TranscriptStats:
         "FROM transcript_entries WHERE session_id = ?",
         (session_id,),
     ).fetchone()
+    open_seqs = tuple(
+        int(row[0])
+        for row in conn.execute(
+            "SELECT first_seq FROM turn_ledger WHERE session_id = ? AND terminal_seq IS NULL "
+            "AND close_status IS NULL ORDER BY first_seq",
+            (session_id,),
+        )
+    )
     return TranscriptStats(
         session_id=session_id,
         entry_count=count,
@@ -819,6 +857,7 @@ def _stats_sync(conn: sqlite3.Connection, session_id: str) -> TranscriptStats:
         last_seq=last,
         compaction_count=compactions,
         last_compaction_seq=last_compaction,
+        open_turn_seqs=open_seqs,
     )
 
 
@@ -885,3 +924,23 @@ def _select_turns_sync(
 
 def _get_turn_sync(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:
     return _ledger.get_turn(conn, turn_id)
+
+
+def _ledger_write_sync(
+    conn: sqlite3.Connection,
+    fn: Callable[..., AdmittedTurn],
+    turn_id: str,
+    **kwargs: object,
+) -> AdmittedTurn:
+    with _transaction(conn):
+        return fn(conn, turn_id, **kwargs)
+
+
+def _abort_open_sync(
+    conn: sqlite3.Connection, *, reason: str, now: float
+) -> tuple[AdmittedTurn, ...]:
+    with _transaction(conn):
+        return tuple(
+            _ledger.close(conn, t.turn_id, status=TurnStatus.ABORTED, reason=reason, now=now)
+            for t in _ledger.open_turns(conn)
+        )

@@ -38,3 +38,61 @@ async def test_plugins_read_sessions_turns_and_message_deltas(tmp_path: Path) ->
         later = await reader.read_visible_message_delta(row.session_id, first.cursor)
         assert not later.rebuilt
         assert [m.text for m in later.messages] == ["again", "Second answer."]
+
+
+async def test_a_failed_turn_does_not_hide_later_turns_from_memory(tmp_path: Path) -> None:
+    """The reader skips a turn that is still open instead of stopping at it."""
+    from claw.models import ModelError
+    from claw_testing import ScriptedFailure
+
+    workspace = MemoryWorkspace(tmp_path / "ws")
+    model = ScriptedModel(["First answer.", ScriptedFailure(ModelError("down")), "Third answer."])
+    async with open_harness_host(
+        harness_config(workspace.root, tmp_path / "state"), model=model
+    ) as host:
+        row = await SessionBuilder(host).owner_direct("dm:alice")
+        reader = TranscriptReader(host)
+        await host.run_turn("dm:alice", UserMessage("one"), sender_is_owner=True)
+        before = (await reader.list_sessions(agent_id=row.agent_id))[0].change_token
+        try:
+            await host.run_turn("dm:alice", UserMessage("two"), sender_is_owner=True)
+        except Exception:
+            pass
+        else:  # pragma: no cover - the script fails this turn
+            raise AssertionError("the second turn should have failed")
+        failed = (await reader.list_sessions(agent_id=row.agent_id))[0].change_token
+        assert failed != before  # closing the turn changed what readers see
+        await host.run_turn("dm:alice", UserMessage("three"), sender_is_owner=True)
+        texts = [t.text for t in await reader.read_turns(row.session_id)]
+        assert texts == ["one", "First answer.", "two", "three", "Third answer."]
+
+
+async def test_a_turn_left_open_by_a_dead_process_is_aborted_at_the_next_open(
+    tmp_path: Path,
+) -> None:
+    from claw.turns import TurnStatus
+    from claw.turns._runner import advancement_key_for
+
+    workspace = MemoryWorkspace(tmp_path / "ws")
+    config = harness_config(workspace.root, tmp_path / "state")
+    async with open_harness_host(config, model=ScriptedModel(["A."])) as host:
+        row = await SessionBuilder(host).owner_direct("dm:alice")
+        await host.run_turn("dm:alice", UserMessage("one"), sender_is_owner=True)
+        # What a process killed during the model call leaves behind: an admitted turn.
+        await host.transcripts.record_admitted(
+            "dm:alice",
+            row.session_id,
+            UserMessage("interrupted"),
+            turn_id="open-turn",
+            advancement_key=advancement_key_for(row.session_id, 3),
+        )
+        reader = TranscriptReader(host)
+        assert [t.text for t in await reader.read_turns(row.session_id)] == ["one", "A."]
+    async with open_harness_host(config, model=ScriptedModel(["B."])) as host:
+        turn = await host.transcripts.get_turn("open-turn")
+        assert turn.status is TurnStatus.ABORTED
+        assert turn.close_reason is not None
+        assert [e.data["turn_id"] for e in host.events.events("turn.aborted")] == ["open-turn"]
+        await host.run_turn("dm:alice", UserMessage("two"), sender_is_owner=True)
+        texts = [t.text for t in await TranscriptReader(host).read_turns(row.session_id)]
+        assert texts == ["one", "A.", "interrupted", "two", "B."]

@@ -520,3 +520,19 @@ async def test_engine_bootstraps_once_per_incarnation_maintains_and_is_disposed(
     assert not [c for c in engine.calls if c.startswith("bootstrap:") and c != "bootstrap:2"]
     assert engine.calls.count("maintain") == 2
     assert engine.calls[-1] == "dispose"
+
+
+async def test_a_turn_whose_model_call_fails_is_closed_as_failed_on_the_spot(
+    legacy_env: Env,
+) -> None:
+    legacy_env.model.extend([ScriptedFailure(ModelError("down")), "later", "retried"])
+    with pytest.raises(claw.models.AllModelsFailedError):
+        await legacy_env.host.run_turn("dm:alice", UserMessage("one"), sender_is_owner=True)
+    (turn,) = await legacy_env.host.transcripts.turns()
+    assert turn.status is claw.turns.TurnStatus.FAILED
+    assert turn.close_reason is not None and "AllModelsFailedError" in turn.close_reason
+    (event,) = legacy_env.host.events.events("turn.failed")
+    assert event.data["turn_id"] == turn.turn_id
+    await legacy_env.host.run_turn("dm:alice", UserMessage("two"), sender_is_owner=True)
+    with pytest.raises(claw.turns.TurnLedgerError, match="was admitted after it"):
+        await legacy_env.host.retry_turn(turn.turn_id, sender_is_owner=True)

@@ -179,3 +179,62 @@ async def test_turns_lists_the_ledger_in_admission_order(store: TranscriptStore)
     await store.mark_committed("t2")
     assert [t.turn_id for t in await store.turns(SID)] == ["t1", "t2", "t3"]
     assert [t.turn_id for t in await store.pending_commits()] == ["t1", "t3"]
+
+
+async def test_a_closed_turn_is_finished_never_committed_and_reopened_only_if_latest(
+    store: TranscriptStore,
+) -> None:
+    await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="a1")
+    closed = await store.close_turn("t1", TurnStatus.FAILED, "ModelError: down")
+    assert (closed.status, closed.close_reason, closed.open) == (
+        TurnStatus.FAILED,
+        "ModelError: down",
+        False,
+    )
+    assert await store.close_turn("t1", TurnStatus.ABORTED, "again") == closed  # first wins
+    with pytest.raises(TurnLedgerError, match="closed as failed"):
+        await store.append(KEY, SID, [AssistantMessage("late")], turn_id="t1", terminal=True)
+    reopened = await store.reopen_turn("t1")
+    assert reopened.open and reopened.close_status is None
+    await store.close_turn("t1", TurnStatus.ABORTED, "cancelled")
+    await run_turn(store, "t2")
+    with pytest.raises(TurnLedgerError, match="'t2' was admitted after it"):
+        await store.reopen_turn("t1")
+    with pytest.raises(TurnLedgerError, match="reached its terminal entry"):
+        await store.close_turn("t2", TurnStatus.FAILED, "too late")
+    stale = await store.close_turn("t2", TurnStatus.STALE, "session reset since")
+    assert stale.status is TurnStatus.STALE and not stale.needs_commit
+    with pytest.raises(TurnLedgerError, match="never committed"):
+        await store.mark_committed("t2")
+    assert await store.pending_commits() == ()
+
+
+async def test_open_turns_are_aborted_in_one_pass_and_counted_in_stats(
+    store: TranscriptStore,
+) -> None:
+    await run_turn(store, "t1")
+    await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t2", advancement_key="a2")
+    assert (await store.stats(SID)).open_turn_seqs == (3,)
+    (aborted,) = await store.abort_open_turns("process died")
+    assert (aborted.turn_id, aborted.status) == ("t2", TurnStatus.ABORTED)
+    assert (await store.stats(SID)).open_turn_seqs == ()
+    assert await store.abort_open_turns("process died") == ()
+
+
+async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "t.db"
+    async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
+        await run_turn(store, "t1")
+    with sqlite3.connect(path) as conn:  # turn it back into what version 1 wrote
+        for column in ("close_reason", "close_status", "closed_at"):
+            conn.execute(f"ALTER TABLE turn_ledger DROP COLUMN {column}")
+        conn.execute("PRAGMA user_version = 1")
+    async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
+        (turn,) = await store.turns()
+        assert turn.status is TurnStatus.TERMINAL and turn.close_status is None
+        await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t2", advancement_key="a2")
+        await store.close_turn("t2", TurnStatus.FAILED, "boom")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
