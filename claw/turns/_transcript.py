@@ -529,6 +529,8 @@ class TranscriptStore:
         Only the process that holds the state lock runs turns, so at open no turn can
         still be in flight: an open one was left by a process that died.
         """
+        if not await self._run(_ledger.open_turns):
+            return ()
         return await self._write(_abort_open_sync, reason=reason, now=self._clock())
 
     async def pending_commits(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
