@@ -152,7 +152,10 @@ class GatewayConfig:
     """``[gateway]``: the WebSocket server.
 
     ``tokens`` maps each accepted token to the operator scopes it may be granted;
-    ``token`` is a shorthand for one token allowed ``operator.read``.
+    ``token`` is a shorthand for one token allowed ``operator.read``. An authenticated
+    connection that sends nothing and waits for no answer for ``idle_timeout`` seconds
+    is closed (1001); at most ``max_connections`` connections are served at once (the
+    next one is refused with ``UNAVAILABLE`` and closed with 1013).
     """
 
     host: str = "127.0.0.1"
@@ -162,6 +165,8 @@ class GatewayConfig:
     max_message_bytes: int = attrs.field(default=1024 * 1024, validator=_positive)
     max_in_flight: int = attrs.field(default=32, validator=_positive)
     max_queued_messages: int = attrs.field(default=64, validator=_positive)
+    idle_timeout: float = attrs.field(default=300.0, validator=_positive)
+    max_connections: int = attrs.field(default=256, validator=_positive)
 
 
 @attrs.frozen

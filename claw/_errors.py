@@ -57,6 +57,15 @@ class UnsupportedRequestError(ClawError, ValueError):
     """
 
 
+class UnknownAgentError(ClawError, LookupError):
+    """A caller named an agent the host does not know.
+
+    The host knows its default agent (``default_agent_id``) and every agent that has
+    sessions; nothing else may be addressed, so no caller can make a provider create
+    state for a name it made up.
+    """
+
+
 class ProviderError(ClawError, RuntimeError):
     """A memory provider failed; never turned into an empty success."""
 

@@ -293,6 +293,14 @@ class Host(metaclass=NoPublicConstructor):
             raise HostClosedError("the host is not open")
         return self._sessions
 
+    async def knows_agent(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` is one of this host's agents: the configured default
+        agent, or an agent that has sessions. Callers that name an agent (an operator,
+        a gateway client) may address only these."""
+        if agent_id == self.config.default_agent_id:
+            return True
+        return await self.sessions.has_agent(agent_id)
+
     # -- lifecycle ---------------------------------------------------------------
 
     def _check_open(self) -> None:

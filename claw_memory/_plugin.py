@@ -22,11 +22,11 @@ sessions) and ``watch``/``watch_interval`` (a polling watcher for long-running h
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import os
-import re
-from collections.abc import Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +54,36 @@ from ._transcripts import TranscriptSession, TranscriptTurn
 PLUGIN_ID = "memory-core"
 EMBEDDERS = ("claw-hash", "openai-compatible", "sentence-transformers")
 TOOLS = ("memory_search", "memory_get")
-_EXTRA_KEYS = frozenset({"embedder", "embedding", "deny_sandboxed", "watch", "watch_interval"})
-_AGENT_DIR_RE = re.compile(r"[^A-Za-z0-9._-]")
+_EXTRA_KEYS = frozenset(
+    {"embedder", "embedding", "deny_sandboxed", "watch", "watch_interval", "max_open_indexes"}
+)
+_DIR_SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_MAX_DIR_NAME = 120
+_HASH_CHARS = 40
+
+
+def agent_dir_name(agent_id: str) -> str:
+    """The directory name of an agent's index: injective, and safe on any file system.
+
+    Lowercase ASCII letters, digits, ``_`` and ``-`` stand for themselves; every other
+    character is its UTF-8 bytes as ``%XX`` (upper-case hex), so ``..``, ``a/b``,
+    ``a_b`` and ``a b`` are four different names, none of them a path, and no two
+    names differ only by case. A name longer than 120 characters keeps a prefix and
+    ends in ``~`` and a SHA-256 prefix of the id (``~`` appears in no other name).
+    The empty id is ``%``, which no other id produces.
+    """
+    if not agent_id:
+        return "%"
+    name = "".join(
+        c
+        if c in _DIR_SAFE
+        else "".join(f"%{b:02X}" for b in c.encode("utf-8", errors="surrogatepass"))
+        for c in agent_id
+    )
+    if len(name) <= _MAX_DIR_NAME:
+        return name
+    digest = hashlib.sha256(agent_id.encode("utf-8", errors="surrogatepass")).hexdigest()
+    return f"{name[: _MAX_DIR_NAME - _HASH_CHARS - 1]}~{digest[:_HASH_CHARS]}"
 
 
 @attrs.frozen
@@ -68,6 +96,7 @@ class MemoryCoreConfig:
     deny_sandboxed: bool = False
     watch: bool = False
     watch_interval: float = 2.0
+    max_open_indexes: int = 8
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> MemoryCoreConfig:
@@ -112,6 +141,13 @@ class MemoryCoreConfig:
             raise ConfigError(
                 f"{prefix}.watch_interval", "expected a positive number of seconds", value=interval
             )
+        max_open = data.get("max_open_indexes", 8)
+        if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
+            raise ConfigError(
+                f"{prefix}.max_open_indexes",
+                "expected a positive number of agent indexes",
+                value=max_open,
+            )
         return cls(
             settings=settings,
             embedder=embedder,
@@ -119,6 +155,7 @@ class MemoryCoreConfig:
             deny_sandboxed=flags["deny_sandboxed"],
             watch=flags["watch"],
             watch_interval=float(interval),
+            max_open_indexes=max_open,
         )
 
 
@@ -178,15 +215,37 @@ class _AgentTranscripts:
 
 
 @attrs.define(eq=False)
+class _OpenIndex:
+    """One agent's open index, how many callers hold it, and how to close it."""
+
+    index: MemoryIndex
+    stack: AsyncExitStack
+    watch_scope: trio.CancelScope | None = None
+    users: int = 0
+
+    async def aclose(self) -> None:
+        if self.watch_scope is not None:
+            self.watch_scope.cancel()
+        with trio.CancelScope(shield=True):
+            await self.stack.aclose()
+
+
+@attrs.define(eq=False)
 class MemoryCoreService:
-    """Owns Memory Core's per-agent indexes for the life of the host."""
+    """Owns Memory Core's per-agent indexes for the life of the host.
+
+    At most ``max_open_indexes`` are open at once: callers hold an index through
+    :meth:`use`, and opening another agent's index first closes the least recently
+    used one that nobody holds (waiting for one to be released when all are held).
+    """
 
     api: PluginApi
     config: MemoryCoreConfig
-    _indexes: dict[str, MemoryIndex] = attrs.field(factory=dict, init=False)
-    _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
+    _indexes: OrderedDict[str, _OpenIndex] = attrs.field(factory=OrderedDict, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _running: bool = attrs.field(default=False, init=False)
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _released: trio.Event = attrs.field(factory=trio.Event, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
     @property
@@ -207,44 +266,83 @@ class MemoryCoreService:
         return provider
 
     def index_dir(self, agent_id: str) -> Path:
-        safe = _AGENT_DIR_RE.sub("_", agent_id) or "_"
-        return self.api.state_dir / "memory" / safe
+        return self.api.state_dir / "memory" / agent_dir_name(agent_id)
 
-    async def index(self, agent_id: str, *, sync_on_open: bool = True) -> MemoryIndex:
-        """The open index of ``agent_id`` (opened, and synced, on first use).
+    def open_agents(self) -> tuple[str, ...]:
+        """The agents whose index is open, least recently used first."""
+        return tuple(self._indexes)
+
+    @asynccontextmanager
+    async def use(self, agent_id: str, *, sync_on_open: bool = True) -> AsyncIterator[MemoryIndex]:
+        """Hold the open index of ``agent_id`` (opened, and synced, on first use).
 
         ``sync_on_open=False`` is for a caller about to sync itself (an explicit
-        reindex), so that its own sync does the work and reports it.
+        reindex), so that its own sync does the work and reports it. The index stays
+        open while it is held; once released it may be closed to make room for another.
         """
-        existing = self._indexes.get(agent_id)
-        if existing is not None:
-            return existing
+        entry = self._indexes.get(agent_id)
+        if entry is None:
+            entry = await self._open(agent_id, sync_on_open)
+        else:
+            self._indexes.move_to_end(agent_id)
+        entry.users += 1
+        try:
+            yield entry.index
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                self._released.set()
+
+    async def _open(self, agent_id: str, sync_on_open: bool) -> _OpenIndex:
         async with self._lock:
             existing = self._indexes.get(agent_id)
             if existing is not None:
                 return existing
-            if self._stack is None or self._closed:
+            while len(self._indexes) >= self.config.max_open_indexes:
+                idle = next((k for k, e in self._indexes.items() if e.users == 0), None)
+                if idle is None:
+                    self._released = trio.Event()
+                    await self._released.wait()
+                    continue
+                await self._indexes.pop(idle).aclose()
+            if not self._running or self._closed:
                 raise ConfigError(PLUGIN_ID, "Memory Core is not running (the host is closed)")
-            index = await self._stack.enter_async_context(
-                open_memory_index(
-                    workspace_dir=self.workspace_dir,
-                    index_dir=self.index_dir(agent_id),
-                    workers=self.api.workers,
-                    settings=self.config.settings
-                    if sync_on_open
-                    else attrs.evolve(self.config.settings, sync_on_open=False),
-                    embedder=self.embedder(),
-                    transcripts=_AgentTranscripts(self.api.transcripts, agent_id)
-                    if "sessions" in self.config.settings.sources
-                    else None,
+            stack = AsyncExitStack()
+            try:
+                index = await stack.enter_async_context(
+                    open_memory_index(
+                        workspace_dir=self.workspace_dir,
+                        index_dir=self.index_dir(agent_id),
+                        workers=self.api.workers,
+                        settings=self.config.settings
+                        if sync_on_open
+                        else attrs.evolve(self.config.settings, sync_on_open=False),
+                        embedder=self.embedder(),
+                        transcripts=_AgentTranscripts(self.api.transcripts, agent_id)
+                        if "sessions" in self.config.settings.sources
+                        else None,
+                    )
                 )
-            )
-            self._indexes[agent_id] = index
-            if self.config.watch and self._nursery is not None:
-                await self._nursery.start(
-                    functools.partial(index.watch, interval=self.config.watch_interval)
-                )
-            return index
+                entry = _OpenIndex(index=index, stack=stack)
+                if self.config.watch and self._nursery is not None:
+                    entry.watch_scope = trio.CancelScope()
+                    await self._nursery.start(self._watch, index, entry.watch_scope)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await stack.aclose()
+                raise
+            self._indexes[agent_id] = entry
+            return entry
+
+    async def _watch(
+        self,
+        index: MemoryIndex,
+        scope: trio.CancelScope,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with scope:
+            await index.watch(interval=self.config.watch_interval, task_status=task_status)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run while the host is open; closes every index when cancelled.
@@ -252,17 +350,20 @@ class MemoryCoreService:
         With ``watch = true`` each opened index gets a polling watcher (debounced) that
         keeps it in sync with its files for long-running hosts.
         """
-        async with AsyncExitStack() as stack:
-            self._stack = stack
-            try:
-                async with trio.open_nursery() as nursery:
-                    self._nursery = nursery
-                    task_status.started()
-                    await trio.sleep_forever()
-            finally:
-                self._closed = True
-                self._nursery = None
-                self._indexes.clear()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._running = True
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._closed = True
+            self._nursery = None
+            entries = list(self._indexes.values())
+            self._indexes.clear()
+            with trio.CancelScope(shield=True):
+                for entry in reversed(entries):
+                    await entry.aclose()
 
 
 def _register(api: PluginApi) -> None:

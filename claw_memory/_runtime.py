@@ -229,31 +229,33 @@ class MemoryCoreHandle:
                 warning=warning,
             )
         offset = _parse_cursor(request.cursor)
-        index = await self.service.index(self.agent_id)
-        self.context.assert_current()
-        result = await index.search(
-            request.query,
-            mode="lexical" if request.lexical_only else None,
-            max_results=min(request.max_results, 100),
-            offset=offset,
-            min_score=request.min_score,
-            filter=SearchFilter(sources=frozenset(effective), agent_ids=frozenset({self.agent_id})),
-        )
-        # Our own awaits are done: recheck before any data leaves the provider.
-        self.context.assert_current()
-        active = set(request.active_project_keys)
-        hits = []
-        for hit in result.hits:
-            project = _project_of(hit.path) if hit.source == "memory" else None
-            if active and project is not None and project not in active:
-                continue
-            hits.append(to_neutral_hit(hit))
-        return MemorySearchResult(
-            hits=tuple(hits),
-            next_cursor=None if result.next_offset is None else str(result.next_offset),
-            coverage=SearchCoverage(sources=effective, complete=effective == tuple(requested)),
-            warning=warning,
-        )
+        async with self.service.use(self.agent_id) as index:
+            self.context.assert_current()
+            result = await index.search(
+                request.query,
+                mode="lexical" if request.lexical_only else None,
+                max_results=min(request.max_results, 100),
+                offset=offset,
+                min_score=request.min_score,
+                filter=SearchFilter(
+                    sources=frozenset(effective), agent_ids=frozenset({self.agent_id})
+                ),
+            )
+            # Our own awaits are done: recheck before any data leaves the provider.
+            self.context.assert_current()
+            active = set(request.active_project_keys)
+            hits = []
+            for hit in result.hits:
+                project = _project_of(hit.path) if hit.source == "memory" else None
+                if active and project is not None and project not in active:
+                    continue
+                hits.append(to_neutral_hit(hit))
+            return MemorySearchResult(
+                hits=tuple(hits),
+                next_cursor=None if result.next_offset is None else str(result.next_offset),
+                coverage=SearchCoverage(sources=effective, complete=effective == tuple(requested)),
+                warning=warning,
+            )
 
     async def _transcript_revision(self, path: str) -> str | None:
         """The revision of a transcript path this caller may read; ``None``: no such one."""
@@ -307,34 +309,34 @@ class MemoryCoreHandle:
             )
         if revision is not None and ref.revision is not None and ref.revision != revision:
             return MemoryGetResult(status="not_found", reference=ref)
-        index = await self.service.index(self.agent_id)
-        self.context.assert_current()
-        try:
-            read = await index.read(path, from_line=from_line or 1, lines=lines)
-        except SourcePathError:
-            return MemoryGetResult(status="not_found", reference=ref)
-        self.context.assert_current()
-        if revision is None:
-            revision = read.revision
-            if ref.revision is not None and ref.revision != revision:
+        async with self.service.use(self.agent_id) as index:
+            self.context.assert_current()
+            try:
+                read = await index.read(path, from_line=from_line or 1, lines=lines)
+            except SourcePathError:
                 return MemoryGetResult(status="not_found", reference=ref)
-        return MemoryGetResult(
-            status="ok",
-            reference=attrs.evolve(ref, revision=revision),
-            text=read.text,
-            from_line=read.from_line,
-            lines=read.to_line - read.from_line + 1,
-            total_lines=read.total_lines,
-            truncated=read.truncated,
-        )
+            self.context.assert_current()
+            if revision is None:
+                revision = read.revision
+                if ref.revision is not None and ref.revision != revision:
+                    return MemoryGetResult(status="not_found", reference=ref)
+            return MemoryGetResult(
+                status="ok",
+                reference=attrs.evolve(ref, revision=revision),
+                text=read.text,
+                from_line=read.from_line,
+                lines=read.to_line - read.from_line + 1,
+                total_lines=read.total_lines,
+                truncated=read.truncated,
+            )
 
     async def health(self) -> MemoryHealth:
         self.context.assert_current()
         try:
-            index = await self.service.index(self.agent_id)
+            async with self.service.use(self.agent_id) as index:
+                status = index.status()
         except MemoryCoreError as exc:
             return MemoryHealth(status="unavailable", message=type(exc).__name__)
-        status = index.status()
         state: HealthStatus = "degraded" if status.skipped else "ready"
         return MemoryHealth(
             status=state,
@@ -355,9 +357,9 @@ class MemoryCoreHandle:
 
     async def refresh(self) -> None:
         """Provider-owned refresh: sync the index with its sources now."""
-        index = await self.service.index(self.agent_id)
-        self.context.assert_current()
-        await index.sync()
+        async with self.service.use(self.agent_id) as index:
+            self.context.assert_current()
+            await index.sync()
 
     async def close(self) -> None:
         self._closed = True
@@ -465,20 +467,20 @@ class MemoryCoreSearchManager:
         )
 
     async def status(self) -> dict[str, Any]:
-        index = await self.service.index(self.agent_id)
-        status = index.status()
-        return {
-            "status": "degraded" if status.skipped else "ready",
-            "provider": PROVIDER_ID,
-            "chunks": status.chunks,
-            "sources": status.sources,
-            "skipped": [{"path": s.path, "reason": s.reason} for s in status.skipped],
-            "embedder": status.embedder_id,
-            "model": status.embedder_model,
-            "searchMode": status.default_mode,
-            "index_dir": status.index_dir,
-            "workspace_dir": status.workspace_dir,
-        }
+        async with self.service.use(self.agent_id) as index:
+            status = index.status()
+            return {
+                "status": "degraded" if status.skipped else "ready",
+                "provider": PROVIDER_ID,
+                "chunks": status.chunks,
+                "sources": status.sources,
+                "skipped": [{"path": s.path, "reason": s.reason} for s in status.skipped],
+                "embedder": status.embedder_id,
+                "model": status.embedder_model,
+                "searchMode": status.default_mode,
+                "index_dir": status.index_dir,
+                "workspace_dir": status.workspace_dir,
+            }
 
     async def close(self) -> None:
         return None
@@ -509,11 +511,11 @@ class MemoryCoreArtifacts:
     service: MemoryCoreService
 
     async def list_artifacts(self, *, agent_id: str) -> Sequence[PublicArtifact]:
-        index = await self.service.index(agent_id)
-        artifacts = []
-        for path in index.source_paths("memory"):
-            artifacts.append(PublicArtifact(id=path, kind="memory-file", path=path))
-        return artifacts
+        async with self.service.use(agent_id) as index:
+            artifacts = []
+            for path in index.source_paths("memory"):
+                artifacts.append(PublicArtifact(id=path, kind="memory-file", path=path))
+            return artifacts
 
 
 def _require_operator(context: MemoryCallerContext) -> None:
@@ -537,17 +539,17 @@ class MemoryCoreMaintenance:
         progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, Any]:
         _require_operator(context)
-        index = await self.service.index(agent_id, sync_on_open=False)
-        report = await index.sync(force=force, progress=progress)
-        return {
-            "indexed": list(report.indexed),
-            "removed": list(report.removed),
-            "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
-            "chunksAdded": report.chunks_added,
-            "chunksRemoved": report.chunks_removed,
-            "embedded": report.embedded,
-            "generation": report.generation,
-        }
+        async with self.service.use(agent_id, sync_on_open=False) as index:
+            report = await index.sync(force=force, progress=progress)
+            return {
+                "indexed": list(report.indexed),
+                "removed": list(report.removed),
+                "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
+                "chunksAdded": report.chunks_added,
+                "chunksRemoved": report.chunks_removed,
+                "embedded": report.embedded,
+                "generation": report.generation,
+            }
 
     async def forget(
         self,
@@ -560,42 +562,42 @@ class MemoryCoreMaintenance:
         dry_run: bool = False,
     ) -> dict[str, Any]:
         _require_operator(context)
-        index = await self.service.index(agent_id)
-        result = await index.forget(
-            path=path, session_id=session_id, source=source, dry_run=dry_run
-        )
-        return {
-            "dryRun": result.dry_run,
-            "chunks": len(result.chunk_ids),
-            "paths": list(result.paths),
-        }
+        async with self.service.use(agent_id) as index:
+            result = await index.forget(
+                path=path, session_id=session_id, source=source, dry_run=dry_run
+            )
+            return {
+                "dryRun": result.dry_run,
+                "chunks": len(result.chunk_ids),
+                "paths": list(result.paths),
+            }
 
     async def describe(self, *, agent_id: str, context: MemoryCallerContext) -> dict[str, Any]:
         _require_operator(context)
-        index = await self.service.index(agent_id)
-        status = index.status()
-        return {
-            "workspaceDir": status.workspace_dir,
-            "indexDir": status.index_dir,
-            "identity": {
-                "embedder": status.embedder_id,
-                "model": status.embedder_model,
-                "dims": status.dims,
-                "chunkTokens": self.service.config.settings.chunk_tokens,
-                "chunkOverlap": self.service.config.settings.chunk_overlap,
-                "sources": list(self.service.config.settings.sources),
-            },
-            "generation": status.generation,
-            "indexGeneration": status.index_generation,
-            "chunks": status.chunks,
-            "memoryChunks": status.memory_chunks,
-            "sessionChunks": status.session_chunks,
-            "sources": status.sources,
-            "skipped": [{"path": s.path, "reason": s.reason} for s in status.skipped],
-            "tombstones": status.tombstones,
-            "searchMode": status.default_mode,
-            "lastSyncAt": status.last_sync_at,
-        }
+        async with self.service.use(agent_id) as index:
+            status = index.status()
+            return {
+                "workspaceDir": status.workspace_dir,
+                "indexDir": status.index_dir,
+                "identity": {
+                    "embedder": status.embedder_id,
+                    "model": status.embedder_model,
+                    "dims": status.dims,
+                    "chunkTokens": self.service.config.settings.chunk_tokens,
+                    "chunkOverlap": self.service.config.settings.chunk_overlap,
+                    "sources": list(self.service.config.settings.sources),
+                },
+                "generation": status.generation,
+                "indexGeneration": status.index_generation,
+                "chunks": status.chunks,
+                "memoryChunks": status.memory_chunks,
+                "sessionChunks": status.session_chunks,
+                "sources": status.sources,
+                "skipped": [{"path": s.path, "reason": s.reason} for s in status.skipped],
+                "tombstones": status.tombstones,
+                "searchMode": status.default_mode,
+                "lastSyncAt": status.last_sync_at,
+            }
 
 
 FLUSH_SYSTEM_PROMPT = (

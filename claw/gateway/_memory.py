@@ -29,6 +29,7 @@ from .._errors import (
     HostClosedError,
     ProviderError,
     StaleCapabilityError,
+    UnknownAgentError,
     UnsupportedRequestError,
 )
 from ..memory import (
@@ -134,7 +135,7 @@ def _translate(exc: BaseException) -> BaseException:
     """Map claw errors to the wire's error codes (gateway errors pass through)."""
     if isinstance(exc, GatewayError):
         return exc
-    if isinstance(exc, UnsupportedRequestError):
+    if isinstance(exc, UnsupportedRequestError | UnknownAgentError):
         return GatewayError("INVALID_REQUEST", str(exc))
     if isinstance(exc, CapabilityDeniedError):
         return GatewayError("FORBIDDEN", str(exc))

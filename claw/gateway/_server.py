@@ -50,6 +50,7 @@ PROTOCOL_VERSION = 1
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY_VIOLATION = 1008
+CLOSE_TRY_AGAIN_LATER = 1013
 MAX_REQUESTED_SCOPES = 64
 
 # Frames up to max_message_bytes are read; larger ones up to this bound are read and
@@ -151,6 +152,7 @@ class Gateway:
     _registry: dict[str, GatewayMethod] = attrs.field(factory=dict, init=False)
     _tokens: TokenTable = attrs.field(init=False)
     _sessions: dict[str, Session] = attrs.field(factory=dict, init=False)
+    _connections: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._tokens = TokenTable.from_config(self.config)
@@ -248,14 +250,20 @@ class Gateway:
         """
         link = _Link()
         shelter = trio.CancelScope(shield=True)
-        async with trio.open_nursery() as guard:
-            guard.start_soon(self._forward_cancellation, link, shelter)
-            try:
-                with shelter:
-                    await self._serve_shielded(stream, link)
-            finally:
-                link.finished = True
-                guard.cancel_scope.cancel()
+        self._connections += 1
+        try:
+            async with trio.open_nursery() as guard:
+                guard.start_soon(self._forward_cancellation, link, shelter)
+                try:
+                    with shelter:
+                        await self._serve_shielded(
+                            stream, link, over_cap=self._connections > self.config.max_connections
+                        )
+                finally:
+                    link.finished = True
+                    guard.cancel_scope.cancel()
+        finally:
+            self._connections -= 1
 
     async def _forward_cancellation(self, link: _Link, shelter: trio.CancelScope) -> None:
         try:
@@ -265,7 +273,9 @@ class Gateway:
                 link.begin_close(CLOSE_GOING_AWAY, "gateway shutting down")
                 shelter.deadline = min(shelter.deadline, trio.current_time() + self.close_timeout)
 
-    async def _serve_shielded(self, stream: trio.abc.Stream, link: _Link) -> None:
+    async def _serve_shielded(
+        self, stream: trio.abc.Stream, link: _Link, *, over_cap: bool = False
+    ) -> None:
         limit = transport_limit(self.config.max_message_bytes)
         ws: WebSocketConnection | None = None
         try:
@@ -280,7 +290,9 @@ class Gateway:
                                 max_message_size=limit,
                             )
                             ws = await request.accept()
-                        if ws is not None:
+                        if ws is not None and over_cap:
+                            await self._refuse_over_cap(ws, link)
+                        elif ws is not None:
                             await self._serve_connection(ws, link)
                 except ConnectionClosed:
                     pass
@@ -291,6 +303,18 @@ class Gateway:
                     transport.cancel_scope.cancel()
         finally:
             await trio.aclose_forcefully(stream)
+
+    async def _refuse_over_cap(self, ws: WebSocketConnection, link: _Link) -> None:
+        link.close_code = CLOSE_TRY_AGAIN_LATER
+        link.close_reason = "too many connections"
+        await ws.send_message(
+            encode_error(
+                None,
+                "UNAVAILABLE",
+                f"the gateway serves at most {self.config.max_connections} connections; "
+                "try again later",
+            )
+        )
 
     async def _serve_connection(self, ws: WebSocketConnection, link: _Link) -> None:
         accepted = await self._accept_connect(ws)
@@ -320,6 +344,7 @@ class Gateway:
                     max_message_bytes=self.config.max_message_bytes,
                     max_in_flight=self.config.max_in_flight,
                     max_queued_messages=self.config.max_queued_messages,
+                    idle_timeout=self.config.idle_timeout,
                 )
                 link.session = session
                 self._sessions[connection_id] = session
@@ -327,6 +352,9 @@ class Gateway:
                     await session.run(scope.nursery, connect_id, hello)
                 finally:
                     del self._sessions[connection_id]
+                if session.idle_closed:
+                    link.close_code = CLOSE_GOING_AWAY
+                    link.close_reason = f"idle timeout ({self.config.idle_timeout:g} s)"
         except HostClosedError:
             link.close_code = CLOSE_GOING_AWAY
             link.close_reason = "host shutting down"

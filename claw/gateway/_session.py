@@ -67,6 +67,8 @@ class Session:
     max_message_bytes: int
     max_in_flight: int
     max_queued_messages: int
+    idle_timeout: float = float("inf")
+    idle_closed: bool = attrs.field(default=False, init=False)
     authority: OperatorAuthority | None = attrs.field(default=None, init=False)
     inflight: dict[RequestId, trio.CancelScope] = attrs.field(factory=dict, init=False)
     closed_reason: str | None = attrs.field(default=None, init=False)
@@ -156,9 +158,17 @@ class Session:
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         while True:
+            message: str | bytes | None = None
             try:
-                message = await self.ws.get_message()
+                with trio.move_on_after(self.idle_timeout):
+                    message = await self.ws.get_message()
             except ConnectionClosed:
+                return
+            if message is None:
+                # Quiet for idle_timeout: idle unless the client still waits for answers.
+                if self.inflight or self.responses_queued:
+                    continue
+                self.idle_closed = True
                 return
             try:
                 frame = decode_frame(message, max_bytes=self.max_message_bytes)

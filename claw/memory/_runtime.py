@@ -40,6 +40,7 @@ from .._errors import (
     ContractError,
     ProviderError,
     StaleCapabilityError,
+    UnknownAgentError,
     UnsupportedRequestError,
 )
 from ._contracts import (
@@ -343,6 +344,11 @@ class MemoryRuntime:
         """
         self._host.verify(context)
         agent = self._agent_for(context, agent_id)
+        if agent_id is not None and not await self._host.knows_agent(agent):
+            raise UnknownAgentError(
+                f"agentId {agent[:64]!r} is not an agent of this host (its agents are "
+                "default_agent_id and the agents that have sessions)"
+            )
         plugin_id, cap = self.selection()
         if plugin_id is None or cap is None:
             raise MemoryUnavailableError("no memory plugin is selected (plugins.slots.memory)")

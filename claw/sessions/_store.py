@@ -400,6 +400,13 @@ class SessionStore:
             (agent_id,),
         )
 
+    async def has_agent(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` has at least one session (one indexed row read)."""
+        rows = await self._read(
+            f"SELECT {COLUMNS} FROM sessions WHERE agent_id = ? LIMIT 1", (agent_id,)
+        )
+        return bool(rows)
+
     # ---- changes -----------------------------------------------------------------------
 
     async def create(
