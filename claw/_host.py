@@ -244,6 +244,7 @@ class Host(metaclass=NoPublicConstructor):
             config=entry.config if entry is not None else None,
             workspace_dir=self.config.workspace_dir,
             state_dir=self.config.resolved_state_dir,
+            events=self.events,
         )
 
     def _register_model_providers(self) -> None:

@@ -11,7 +11,8 @@ Host-added lifecycle fields (session key and id, agent id, run id, available too
 citations mode, token budget, context window, model, and ``maintain``'s cancel scope)
 are filled on every params object; an engine that declares
 ``info.accepted_host_params`` receives only those it names (the others are ``None``),
-and an engine that declares nothing receives all of them.
+and an engine that declares nothing receives all of them. ``session_id`` is the
+session's identity, not an optional field: every engine receives it.
 
 Durable admitted turns: an engine participates only if it declares
 ``transcript_semantics`` with ``current_turn_fence = "before-current-turn-entry-v1"``
@@ -273,12 +274,21 @@ def participates_in_durable_turns(engine: object) -> bool:
     )
 
 
+IDENTITY_PARAMS: Final[frozenset[str]] = frozenset({"session_id"})
+"""Host fields every engine receives whatever it accepts: the session's identity."""
+
+
 def filter_host_fields(info: ContextEngineInfo, fields: dict[str, Any]) -> dict[str, Any]:
-    """Drop (set to None) the host fields an engine did not accept."""
+    """Drop (set to None) the optional host fields an engine did not accept.
+
+    ``accepted_host_params`` restricts optional lifecycle fields, never the session's
+    identity: ``session_id`` always reaches the engine.
+    """
     accepted = info.accepted_host_params
     if accepted is None:
         return fields
-    return {k: (v if (k not in HOST_PARAMS or k in accepted) else None) for k, v in fields.items()}
+    keep = accepted | IDENTITY_PARAMS
+    return {k: (v if (k not in HOST_PARAMS or k in keep) else None) for k, v in fields.items()}
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:

@@ -5,7 +5,13 @@ The legacy engine is the host's own context path: ``ingest`` is a no-op
 the runtime compaction. The :class:`ContextEngineSlot` builds the selected engine
 lazily from its factory, fills and filters host fields, and isolates failures: an
 engine that raises is quarantined for the life of the host (the process's unit) and
-the host falls back to the legacy engine, logging the engine id and the error.
+the host falls back to the legacy engine. The quarantine is recorded
+(:class:`QuarantineRecord`: engine, plugin, operation, reason), logged and emitted as
+an ``engine.quarantined`` host event.
+
+``commit_turn`` is the exception: a failed commit concerns one turn of one session,
+so :meth:`ContextEngineSlot.call_unisolated` lets its error reach the turn runner,
+which keeps the turn queued and routes only that session around the engine.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import attrs
 import trio
 
 from .._errors import ContractError
+from .._events import EventLog
 from .._plugins import ContextEngineFactoryContext, RegisteredEngine
 from ._contract import (
     AssembleParams,
@@ -70,6 +77,16 @@ class EngineFailedError(ContractError):
     """The selected engine raised; it is quarantined and the legacy path took over."""
 
 
+@attrs.frozen
+class QuarantineRecord:
+    """Why the selected engine was quarantined: which engine, whose, doing what, and why."""
+
+    engine_id: str
+    plugin_id: str | None
+    operation: str
+    reason: str
+
+
 @attrs.define(eq=False)
 class ContextEngineSlot:
     """Runs the selected context engine for a host; see the module docstring."""
@@ -79,7 +96,8 @@ class ContextEngineSlot:
     workspace_dir: Path | None = None
     state_dir: Path | None = None
     legacy: LegacyContextEngine = attrs.field(factory=LegacyContextEngine)
-    quarantined: dict[str, str] = attrs.field(factory=dict)
+    events: EventLog | None = None
+    quarantined: dict[str, QuarantineRecord] = attrs.field(factory=dict)
     _engine: Any = None
 
     @property
@@ -100,7 +118,7 @@ class ContextEngineSlot:
                 engine = self.registered.factory(ctx)
                 _validate_engine(self.selected_id, engine)
             except Exception as exc:
-                self._quarantine(exc)
+                self._quarantine("build", exc)
                 return self.legacy
             self._engine = engine
         return self._engine
@@ -116,16 +134,32 @@ class ContextEngineSlot:
             return None
         return engine if participates_in_durable_turns(engine) else None
 
-    def _quarantine(self, exc: BaseException) -> None:
-        reason = f"{type(exc).__name__}: {exc}"
-        self.quarantined[self.selected_id] = reason
+    def _quarantine(self, operation: str, exc: BaseException) -> None:
+        record = QuarantineRecord(
+            engine_id=self.selected_id,
+            plugin_id=self.registered.plugin_id if self.registered is not None else None,
+            operation=operation,
+            reason=f"{type(exc).__name__}: {exc}",
+        )
+        self.quarantined[self.selected_id] = record
         self._engine = None
         logger.error(
-            'context engine "%s" failed and is quarantined; using the legacy engine (%s)',
-            self.selected_id,
-            reason,
+            'context engine "%s" (plugin %s) failed in %s and is quarantined; using the '
+            "legacy engine (%s)",
+            record.engine_id,
+            record.plugin_id,
+            operation,
+            record.reason,
             exc_info=exc,
         )
+        if self.events is not None:
+            self.events.emit(
+                "engine.quarantined",
+                engine_id=record.engine_id,
+                plugin_id=record.plugin_id,
+                operation=operation,
+                reason=record.reason,
+            )
 
     def is_quarantined(self) -> bool:
         return self.selected_id in self.quarantined
@@ -144,18 +178,15 @@ class ContextEngineSlot:
         the error propagates as :class:`EngineFailedError`.
         """
         info: ContextEngineInfo = engine.info
-        fields = attrs.asdict(params, recurse=False)
-        filtered = filter_host_fields(info, fields)
-        if filtered is not fields:
-            params = attrs.evolve(params, **{k: filtered[k] for k in filtered if k != "_runtime"})
         fn = getattr(engine, method)
+        params = _filtered(info, params)
         if engine is self.legacy:
             result: R = await fn(params)
             return result
         try:
             result = await fn(params)
         except Exception as exc:
-            self._quarantine(exc)
+            self._quarantine(method, exc)
             if fallback is None:
                 raise EngineFailedError(
                     f'context engine "{info.id}" failed in {method}: {type(exc).__name__}'
@@ -163,14 +194,31 @@ class ContextEngineSlot:
             return await fallback()
         return result
 
+    async def call_unisolated(self, engine: Any, method: str, params: Any) -> Any:
+        """Call ``engine.method(params)`` with host fields filtered; errors propagate as is."""
+        return await getattr(engine, method)(_filtered(engine.info, params))
+
+
+def _filtered(info: ContextEngineInfo, params: P) -> P:
+    fields = attrs.asdict(params, recurse=False)  # type: ignore[arg-type]
+    filtered = filter_host_fields(info, fields)
+    if filtered is fields:
+        return params
+    return attrs.evolve(params, **{k: filtered[k] for k in filtered if k != "_runtime"})  # type: ignore[misc]
+
 
 def _validate_engine(engine_id: str, engine: object) -> None:
     info = getattr(engine, "info", None)
     if not isinstance(info, ContextEngineInfo):
         raise ContractError(f'context engine "{engine_id}" has no ContextEngineInfo as info')
     if info.id != engine_id:
-        raise ContractError(
-            f'context engine registered as "{engine_id}" reports info.id "{info.id}"'
+        # The registered id is the engine's name in config and records; info.id is
+        # informational, so a mismatch is worth a warning, not a quarantine.
+        logger.warning(
+            'context engine registered as "%s" reports info.id "%s"; using "%s"',
+            engine_id,
+            info.id,
+            engine_id,
         )
     for name in ("ingest", "assemble", "compact"):
         if not callable(getattr(engine, name, None)):

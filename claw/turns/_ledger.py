@@ -52,6 +52,7 @@ LEDGER_SCHEMA = (
         closed_at REAL,
         close_status TEXT CHECK (close_status IN ('failed', 'aborted', 'stale', 'abandoned')),
         close_reason TEXT,
+        lifecycle_revision INTEGER,
         FOREIGN KEY (session_id, first_seq) REFERENCES transcript_entries (session_id, seq),
         FOREIGN KEY (session_id, terminal_seq) REFERENCES transcript_entries (session_id, seq)
     )""",
@@ -65,12 +66,14 @@ LEDGER_MIGRATION_V1_V2 = (
     "ALTER TABLE turn_ledger ADD COLUMN close_status TEXT CHECK "
     "(close_status IN ('failed', 'aborted', 'stale', 'abandoned'))",
     "ALTER TABLE turn_ledger ADD COLUMN close_reason TEXT",
+    "ALTER TABLE turn_ledger ADD COLUMN lifecycle_revision INTEGER",
 )
 """Statements bringing a version-1 ledger (no closed turns) to version 2."""
 
 _COLUMNS = (
     "turn_id, session_key, session_id, advancement_key, engine_id, first_seq, terminal_seq, "
-    "admitted_at, terminal_at, committed_at, commit_outcome, closed_at, close_status, close_reason"
+    "admitted_at, terminal_at, committed_at, commit_outcome, closed_at, close_status, "
+    "close_reason, lifecycle_revision"
 )
 
 
@@ -124,6 +127,8 @@ class AdmittedTurn:
     closed_at: float | None = None
     close_status: str | None = None
     close_reason: str | None = None
+    #: The session's lifecycle revision at admission (``None`` for version-1 rows).
+    lifecycle_revision: int | None = None
 
     @property
     def status(self) -> TurnStatus:
@@ -181,6 +186,7 @@ def insert_admitted(
     engine_id: str | None,
     first_seq: int,
     now: float,
+    lifecycle_revision: int | None = None,
 ) -> AdmittedTurn:
     """Insert a new ledger row (inside the caller's transaction)."""
     clash = conn.execute(
@@ -195,8 +201,17 @@ def insert_admitted(
         )
     conn.execute(
         f"INSERT INTO turn_ledger ({_COLUMNS}) "
-        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, NULL, NULL, NULL)",
-        (turn_id, session_key, session_id, advancement_key, engine_id, first_seq, now),
+        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, NULL, NULL, NULL, ?)",
+        (
+            turn_id,
+            session_key,
+            session_id,
+            advancement_key,
+            engine_id,
+            first_seq,
+            now,
+            lifecycle_revision,
+        ),
     )
     return get_turn(conn, turn_id)
 

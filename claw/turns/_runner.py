@@ -55,8 +55,9 @@ from ..context import (
     active_prompt_snapshot,
     build_memory_system_prompt_addition,
     estimate_tokens,
+    participates_in_durable_turns,
 )
-from ..context._engines import ContextEngineSlot, runtime_compaction_params
+from ..context._engines import ContextEngineSlot, EngineFailedError, runtime_compaction_params
 from ..flush._timing import scaled_reserve_floor
 from ..models import (
     AssistantMessage,
@@ -102,7 +103,7 @@ class TurnResult:
     entry_ids: tuple[str, ...]
     engine_id: str
     model_ref: str | None
-    commit: Literal["committed", "duplicate", "legacy", "failed"]
+    commit: Literal["committed", "duplicate", "legacy", "failed", "stale"]
     path: Literal["durable", "legacy"] = "legacy"
     projection: Projection = "per-turn"
     compaction: CompactResult | None = None
@@ -192,10 +193,10 @@ class TurnRunner:
             raise TypeError(f"run_turn takes a claw.UserMessage, got {type(message).__name__}")
         async with self.lock_for(session_key):
             row = self._row(session_key)
-            await self.recover_pending_commits(row.session_id)
+            blocked = await self._drain_commits(session_key)
             stats = await self.store.stats(row.session_id)
             first_seq = stats.last_seq + 1
-            durable = self.slot.durable_engine()
+            durable = self.slot.durable_engine() if blocked is None else None
             engine_id = self.slot.selected_id if durable is not None else None
             turn_id = f"{row.session_id}:turn:{first_seq}"
             _, turn = await self.store.record_admitted(
@@ -205,14 +206,21 @@ class TurnRunner:
                 turn_id=turn_id,
                 advancement_key=advancement_key_for(row.session_id, first_seq),
                 engine_id=engine_id,
+                lifecycle_revision=row.lifecycle_revision,
             )
             if engine_id is None and self.slot.selected_id != "legacy":
+                if blocked is not None:
+                    reason = f"turn {blocked.turn_id} of this session is queued for a commit retry"
+                elif self.slot.is_quarantined():
+                    reason = "engine is quarantined"
+                else:
+                    reason = "engine does not declare the durable admitted-turn contract"
                 self.host.events.emit(
                     "turn.legacy_path",
                     session_key,
                     turn_id=turn_id,
                     engine_id=self.slot.selected_id,
-                    reason="engine does not declare the durable admitted-turn contract",
+                    reason=reason,
                 )
             self.host.events.emit("turn.admitted", session_key, turn_id=turn_id)
             return await self._execute_or_close(
@@ -237,7 +245,7 @@ class TurnRunner:
         turn = await self.store.get_turn(turn_id)
         async with self.lock_for(turn.session_key):
             row = self._row(turn.session_key)
-            if row.session_id != turn.session_id:
+            if _stale_reason(turn, row) is not None:
                 raise ContractError(
                     f"turn {turn_id} belongs to an earlier incarnation of {turn.session_key!r}"
                 )
@@ -307,12 +315,31 @@ class TurnRunner:
         self._report_closed(closed)
 
     async def recover_pending_commits(self, session_id: str | None = None) -> int:
-        """Commit every ended-but-uncommitted turn with its own key; returns how many."""
+        """Commit every ended-but-uncommitted turn with its own key; returns how many.
+
+        Turns of one session are committed in order; after a failed commit, that
+        session's later turns wait (the failed one stays queued, with a warning).
+        """
         count = 0
+        blocked: set[str] = set()
         for turn in await self.store.pending_commits(session_id):
-            await self._commit(turn)
-            count += 1
+            if turn.session_key in blocked:
+                continue
+            status = await self._commit(turn)
+            if status in ("committed", "duplicate"):
+                count += 1
+            elif status == "failed":
+                blocked.add(turn.session_key)
         return count
+
+    async def _drain_commits(self, session_key: str) -> AdmittedTurn | None:
+        """Retry the session's queued commits in order; the first still queued, if any."""
+        for turn in await self.store.pending_commits():
+            if turn.session_key != session_key:
+                continue
+            if await self._commit(turn) == "failed":
+                return turn
+        return None
 
     async def compact(self, session_key: str, *, reason: str = "manual") -> CompactResult:
         """Compact a session now, through its engine (or the runtime)."""
@@ -336,6 +363,10 @@ class TurnRunner:
         if row is None:
             raise SessionNotFoundError(session_key)
         return row
+
+    def _engine_id(self, engine: Any) -> str:
+        """The id an engine is known by: its registered id (``info.id`` may differ)."""
+        return "legacy" if engine is self.slot.legacy else self.slot.selected_id
 
     def _model_refs(self, model: str | None) -> tuple[str, tuple[str, ...], bool]:
         defaults = self.host.config.agents.defaults
@@ -410,6 +441,9 @@ class TurnRunner:
             model=model_ref,
         )
         legacy = self.slot.legacy
+        if engine is not legacy and self.slot.is_quarantined():
+            # Quarantined this turn (a failed bootstrap, say): it does not assemble.
+            engine = legacy
 
         async def legacy_assemble() -> AssembleResult:
             return await legacy.assemble(params)
@@ -420,7 +454,8 @@ class TurnRunner:
             )
             if not isinstance(result, AssembleResult):
                 raise ContractError(
-                    f'context engine "{engine.info.id}" returned a {type(result).__name__} from '
+                    f'context engine "{self._engine_id(engine)}" returned a '
+                    f"{type(result).__name__} from "
                     "assemble(), not an AssembleResult"
                 )
             if engine is legacy or self.slot.is_quarantined():
@@ -475,7 +510,7 @@ class TurnRunner:
         # configured engine serves the turn either way, unless it is quarantined.
         engine = self.slot.engine()
         durable = engine if turn.engine_id is not None and engine is not self.slot.legacy else None
-        engine_name = engine.info.id
+        engine_name = self._engine_id(engine)
         primary, fallbacks, pinned = self._model_refs(model)
         context_window = self._context_window(primary)
         tools = self._tools(tool_policy)
@@ -490,7 +525,9 @@ class TurnRunner:
         ) as run:
             if engine is not self.slot.legacy:
                 await self._bootstrap(engine, row, turn, run.agent_id)
-                if durable is None:
+                if self.slot.is_quarantined():  # a failed bootstrap: legacy serves the turn
+                    engine, engine_name = self.slot.legacy, "legacy"
+                elif durable is None:
                     await self._ingest(engine, row, turn, run.agent_id, first_only=True)
             # The visible history already holds the admitted user message: the flush
             # timing counts the incoming turn.
@@ -640,7 +677,7 @@ class TurnRunner:
         rebuilds earlier history from the cursor API, here through its optional
         ``bootstrap``.
         """
-        key = (engine.info.id, row.session_id)
+        key = (self._engine_id(engine), row.session_id)
         if key in self._bootstrapped or not callable(getattr(engine, "bootstrap", None)):
             return
         self._bootstrapped.add(key)
@@ -743,7 +780,7 @@ class TurnRunner:
                 with trio.CancelScope(shield=True):
                     await dispose()
             except Exception:
-                logger.exception('context engine "%s" failed to dispose', engine.info.id)
+                logger.exception('context engine "%s" failed to dispose', self.slot.selected_id)
 
     async def _turn_messages(self, turn: AdmittedTurn) -> tuple[Message, ...]:
         through = turn.terminal_seq
@@ -753,15 +790,34 @@ class TurnRunner:
         return tuple(e.message for e in entries if e.message is not None)
 
     async def _commit(self, turn: AdmittedTurn) -> str:
-        """Commit an ended turn to its engine with its own key; record the outcome."""
-        engine = self.slot.durable_engine()
-        if engine is None or self.slot.selected_id != turn.engine_id:
-            await self.store.mark_committed(turn.turn_id, outcome="engine-unavailable")
-            self.host.events.emit(
-                "turn.commit_abandoned",
-                turn.session_key,
-                turn_id=turn.turn_id,
-                engine_id=turn.engine_id,
+        """Commit an ended turn to its engine with its own key; record the outcome.
+
+        Returns ``committed`` or ``duplicate`` (recorded), ``failed`` (the turn stays
+        queued for a retry, or was closed as abandoned), or ``stale`` (closed: the
+        session was reset since the turn was admitted).
+        """
+        stale = _stale_reason(turn, self.host.sessions.get_nowait(turn.session_key))
+        if stale is not None:
+            self._report_closed(await self.store.close_turn(turn.turn_id, TurnStatus.STALE, stale))
+            return "stale"
+        if self.slot.selected_id != turn.engine_id:
+            reason = (
+                f'engine "{turn.engine_id}" is no longer the configured context engine '
+                f'("{self.slot.selected_id}")'
+            )
+            self._report_closed(
+                await self.store.close_turn(turn.turn_id, TurnStatus.ABANDONED, reason)
+            )
+            return "failed"
+        engine = self.slot.engine()
+        if engine is self.slot.legacy:
+            record = self.slot.quarantined.get(self.slot.selected_id)
+            why = record.reason if record is not None else "unavailable"
+            return self._commit_failed(turn, f"the engine is quarantined ({why})")
+        if not participates_in_durable_turns(engine):
+            reason = f'engine "{turn.engine_id}" no longer declares the durable turn contract'
+            self._report_closed(
+                await self.store.close_turn(turn.turn_id, TurnStatus.ABANDONED, reason)
             )
             return "failed"
         assert turn.terminal_seq is not None
@@ -777,28 +833,49 @@ class TurnRunner:
             session_key=turn.session_key,
             session_id=turn.session_id,
         )
+        # Not through the slot's isolation: a failed commit concerns this turn of this
+        # session, not the engine for everyone.
         try:
-            result: object = await self.slot.call(engine, "commit_turn", params)
-        except ContractError as exc:
-            await self.store.mark_committed(turn.turn_id, outcome="engine-failed")
-            self.host.events.emit(
-                "engine.quarantined", turn.session_key, engine_id=turn.engine_id, error=str(exc)
+            result: object = await self.slot.call_unisolated(engine, "commit_turn", params)
+        except Exception as exc:
+            return self._commit_failed(turn, f"commit_turn raised {type(exc).__name__}: {exc}")
+        status = getattr(result, "status", None)
+        if not isinstance(result, CommitTurnResult) or status not in ("committed", "duplicate"):
+            return self._commit_failed(
+                turn,
+                f"commit_turn returned {result!r}, not a CommitTurnResult with status "
+                '"committed" or "duplicate"',
             )
-            return "failed"
-        if not isinstance(result, CommitTurnResult):
-            raise ContractError(
-                f'context engine "{turn.engine_id}" returned {type(result).__name__} from '
-                "commit_turn(), not a CommitTurnResult"
-            )
-        await self.store.mark_committed(turn.turn_id, outcome=result.status)
+        assert isinstance(status, str)
+        await self.store.mark_committed(turn.turn_id, outcome=status)
         self.host.events.emit(
             "turn.committed",
             turn.session_key,
             turn_id=turn.turn_id,
             advancement_key=turn.advancement_key,
-            status=result.status,
+            status=status,
         )
-        return result.status
+        return status
+
+    def _commit_failed(self, turn: AdmittedTurn, reason: str) -> str:
+        reason = reason[:500]
+        logger.warning(
+            'commit of turn %s of %s to context engine "%s" failed; it stays queued and the '
+            "session's next turns take the legacy path until it commits: %s",
+            turn.turn_id,
+            turn.session_key,
+            turn.engine_id,
+            reason,
+        )
+        self.host.events.emit(
+            "turn.commit_failed",
+            turn.session_key,
+            turn_id=turn.turn_id,
+            engine_id=turn.engine_id,
+            plugin_id=self.slot.registered.plugin_id if self.slot.registered else None,
+            reason=reason,
+        )
+        return "failed"
 
     async def _summarise(self, messages: Sequence[Message], system_prompt: str) -> AssistantMessage:
         primary, fallbacks, pinned = self._model_refs(None)
@@ -847,7 +924,31 @@ class TurnRunner:
             return await legacy.compact(params)
 
         entries_before = (await self.store.stats(row.session_id)).compaction_count
-        result: CompactResult = await self.slot.call(engine, "compact", params, fallback=fallback)
+        engine_id = self._engine_id(engine)
+        if engine is not legacy and engine.info.owns_compaction:
+            # The engine owns compaction: its failure is reported, not papered over with
+            # the runtime's compaction of a context the engine manages.
+            try:
+                result: CompactResult = await self.slot.call(engine, "compact", params)
+            except EngineFailedError as exc:
+                cause = exc.__cause__
+                error = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+                logger.warning(
+                    'context engine "%s" failed to compact %s: %s',
+                    engine_id,
+                    row.session_key,
+                    error,
+                )
+                self.host.events.emit(
+                    "compaction.failed",
+                    row.session_key,
+                    reason=reason,
+                    engine_id=engine_id,
+                    error=error,
+                )
+                return CompactResult(ok=False, compacted=False, reason=f"engine failed: {error}")
+        else:
+            result = await self.slot.call(engine, "compact", params, fallback=fallback)
         if result.compacted:
             if (await self.store.stats(row.session_id)).compaction_count == entries_before:
                 count = self._engine_compactions.get(row.session_id, 0)
@@ -856,7 +957,7 @@ class TurnRunner:
                 "compaction.completed",
                 row.session_key,
                 reason=reason,
-                engine_id=engine.info.id,
+                engine_id=engine_id,
                 tokens_before=result.tokens_before,
                 tokens_after=result.tokens_after,
             )
@@ -905,6 +1006,21 @@ class TurnRunner:
             tool_policy=turn.tool_policy,
             model_refs=turn.model_refs,
         )
+
+
+def _stale_reason(turn: AdmittedTurn, row: SessionRow | None) -> str | None:
+    """Why ``turn`` belongs to an earlier incarnation of its session, or ``None``."""
+    if row is None:
+        return f"session {turn.session_key!r} was deleted after the turn was admitted"
+    if row.session_id != turn.session_id or (
+        turn.lifecycle_revision is not None and row.lifecycle_revision != turn.lifecycle_revision
+    ):
+        return (
+            f"session {turn.session_key!r} was reset after the turn was admitted "
+            f"(revision {turn.lifecycle_revision} -> {row.lifecycle_revision}); "
+            "an earlier incarnation's turn is not committed into the new one"
+        )
+    return None
 
 
 async def _noop() -> None:

@@ -475,12 +475,14 @@ class TranscriptStore:
         turn_id: str,
         advancement_key: str,
         engine_id: str | None = None,
+        lifecycle_revision: int | None = None,
     ) -> tuple[TranscriptEntry, AdmittedTurn]:
         """Admit a turn: append its user entry and its ledger row in one transaction.
 
         ``engine_id`` names the engine whose ``commit_turn`` must see this turn
-        (``None`` for the legacy path, which needs no commit). A turn id or
-        advancement key that is already recorded is refused.
+        (``None`` for the legacy path, which needs no commit). ``lifecycle_revision``
+        records the session's incarnation, so a commit after a reset is refused as
+        stale. A turn id or advancement key that is already recorded is refused.
         """
         if not isinstance(user_message, UserMessage):
             raise TranscriptError(f"a turn is admitted by a UserMessage, not {user_message!r}")
@@ -492,6 +494,7 @@ class TranscriptStore:
             turn_id=turn_id,
             advancement_key=advancement_key,
             engine_id=engine_id,
+            lifecycle_revision=lifecycle_revision,
             now=self._clock(),
         )
 
@@ -642,6 +645,7 @@ def _admit_sync(
     turn_id: str,
     advancement_key: str,
     engine_id: str | None,
+    lifecycle_revision: int | None,
     now: float,
 ) -> tuple[TranscriptEntry, AdmittedTurn]:
     for name, value in (("turn_id", turn_id), ("advancement_key", advancement_key)):
@@ -664,6 +668,7 @@ def _admit_sync(
             engine_id=engine_id,
             first_seq=seq,
             now=now,
+            lifecycle_revision=lifecycle_revision,
         )
     entry = TranscriptEntry(
         session_key=session_key,

@@ -302,7 +302,20 @@ async def test_a_failing_engine_is_quarantined_and_the_legacy_engine_takes_over(
     async with _env(config, model, [engine_plugin(exploding, "boom")]) as env:
         result = await env.host.run_turn("dm:alice", UserMessage("hi"), sender_is_owner=True)
         assert result.reply.text == "answer one"
-        assert env.host.turns.slot.quarantined["boom"].startswith("RuntimeError")
+        record = env.host.turns.slot.quarantined["boom"]
+        assert (record.engine_id, record.plugin_id, record.operation) == (
+            "boom",
+            "boom-plugin",
+            "assemble",
+        )
+        assert record.reason == "RuntimeError: engine bug"
+        (event,) = env.host.events.events("engine.quarantined")
+        assert event.data == {
+            "engine_id": "boom",
+            "plugin_id": "boom-plugin",
+            "operation": "assemble",
+            "reason": "RuntimeError: engine bug",
+        }
         again = await env.host.run_turn("dm:alice", UserMessage("hi again"), sender_is_owner=True)
         assert again.engine_id == "legacy"
         assert exploding.calls == ["assemble"]
@@ -328,7 +341,7 @@ async def test_accepted_host_params_filters_host_fields(
     (params,) = inner.assembled
     assert params.session_key == "dm:alice"
     assert params.available_tools == frozenset({"echo"})
-    assert params.session_id is None
+    assert params.session_id is not None  # the session's identity is never filtered
     assert params.agent_id is None
     assert params.context_window is None
 

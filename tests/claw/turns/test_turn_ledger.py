@@ -228,7 +228,7 @@ async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
     async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
         await run_turn(store, "t1")
     with sqlite3.connect(path) as conn:  # turn it back into what version 1 wrote
-        for column in ("close_reason", "close_status", "closed_at"):
+        for column in ("lifecycle_revision", "close_reason", "close_status", "closed_at"):
             conn.execute(f"ALTER TABLE turn_ledger DROP COLUMN {column}")
         conn.execute("PRAGMA user_version = 1")
     async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
