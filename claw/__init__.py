@@ -43,6 +43,9 @@ from ._host import Host as Host
 from ._host import HostScope as HostScope
 from ._host import SlotSelection as SlotSelection
 from ._host import open_host as open_host
+from ._local import LocalMemory as LocalMemory
+from ._local import load_workspace_config as load_workspace_config
+from ._local import open_memory as open_memory
 from ._plugins import ContextEngineFactoryContext as ContextEngineFactoryContext
 from ._plugins import Plugin as Plugin
 from ._plugins import PluginApi as PluginApi

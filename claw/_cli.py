@@ -28,9 +28,11 @@ from ._config import HostConfig
 from ._demo import run_demo
 from ._errors import ClawError
 from ._host import Host, open_host
+from ._local import parse_reference
 from .gateway import Gateway, run_gateway_until_signal
 from .gateway._errors import GatewayError
 from .gateway._memory import memory_get, memory_search, memory_status
+from .memory import MemoryAddResult, MemoryForgetResult, MemoryReference
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -84,7 +86,22 @@ def build_parser() -> argparse.ArgumentParser:
     status = msub.add_parser("status", parents=[common], help="provider health")
     status.add_argument("--agent", default=None)
     status.add_argument("--json", action="store_true")
-    forget = msub.add_parser("forget", parents=[common], help="forget derived chunks")
+    add = msub.add_parser("add", parents=[common], help="write a memory")
+    add.add_argument("text", help="the memory to keep")
+    add.add_argument(
+        "--file",
+        dest="target",
+        metavar="PATH",
+        default=None,
+        help="memory file to write (default: today's memory/YYYY-MM-DD.md)",
+    )
+    add.add_argument("--section", default=None, help="heading to file it under")
+    add.add_argument("--agent", default=None)
+    add.add_argument("--json", action="store_true")
+    forget = msub.add_parser("forget", parents=[common], help="forget a memory or derived chunks")
+    forget.add_argument(
+        "reference", nargs="?", default=None, help="path or path#L<a>-L<b>, as search prints"
+    )
     forget.add_argument("--path", default=None)
     forget.add_argument("--session", default=None, help="a session id")
     forget.add_argument("--source", choices=("memory", "sessions"), default=None)
@@ -118,7 +135,9 @@ def load_config(args: argparse.Namespace) -> HostConfig:
 async def _with_operator(config: HostConfig, fn: Callable[[Host, MemoryCallerContext], Any]) -> Any:
     async with open_host(config) as host, host.open_scope("cli") as scope:
         caller = scope.mint_caller_context(
-            scope.mint_operator_authority({"operator.read", "operator.admin"}, connection_id="cli")
+            scope.mint_operator_authority(
+                {"operator.read", "operator.write", "operator.admin"}, connection_id="cli"
+            )
         )
         return await fn(host, caller)
 
@@ -235,9 +254,36 @@ async def _memory_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
                 for skipped in report["skipped"]:
                     out.write(f"  skipped {skipped['path']}: {skipped['reason']}\n")
             return EXIT_OK
+        if command == "add":
+            added = await host.memory.add(
+                caller, args.text, path=args.target, section=args.section, agent_id=args.agent
+            )
+            if args.json:
+                _emit_json(out, _wire_add(added))
+            else:
+                c = added.citation
+                out.write(f"added to {c.path}#L{c.start_line}-L{c.end_line}\n")
+            return EXIT_OK
+        if command == "forget" and args.reference is not None:
+            if args.path or args.session or args.source:
+                raise CliError("give a REFERENCE or --path/--session/--source, not both")
+            target = parse_reference(host.slots.memory_plugin or "", args.reference)
+            forgot = await host.memory.forget(
+                caller, target, dry_run=args.dry_run, agent_id=args.agent
+            )
+            if args.json:
+                _emit_json(out, _wire_forget(forgot))
+            else:
+                verb = "would forget" if forgot.dry_run else "forgot"
+                if forgot.removed_text is not None:
+                    out.write(f"{verb} {args.reference}:\n")
+                    out.writelines(f"  {line}\n" for line in forgot.removed_text.splitlines())
+                else:
+                    out.write(f"{verb} {forgot.chunks} chunk(s) of {args.reference}\n")
+            return EXIT_OK
         if command == "forget":
             if not (args.path or args.session or args.source):
-                raise CliError("forget needs --path, --session or --source")
+                raise CliError("forget needs a REFERENCE, --path, --session or --source")
             result = await maintenance.forget(
                 agent_id=agent,
                 context=caller,
@@ -260,6 +306,41 @@ async def _memory_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
 
     result: int = await _with_operator(config, run)
     return result
+
+
+def _wire_reference(ref: MemoryReference) -> dict[str, Any]:
+    wire: dict[str, Any] = {"providerId": ref.provider_id, "id": ref.id}
+    if ref.revision is not None:
+        wire["revision"] = ref.revision
+    if ref.fragment is not None:
+        wire["fragment"] = ref.fragment
+    return wire
+
+
+def _wire_add(result: MemoryAddResult) -> dict[str, Any]:
+    c = result.citation
+    return {
+        "reference": _wire_reference(result.reference),
+        "citation": {
+            "path": c.path,
+            "startLine": c.start_line,
+            "endLine": c.end_line,
+            "source": c.source,
+        },
+        "timestamp": result.timestamp,
+    }
+
+
+def _wire_forget(result: MemoryForgetResult) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "reference": _wire_reference(result.reference),
+        "dryRun": result.dry_run,
+        "paths": list(result.paths),
+        "chunks": result.chunks,
+    }
+    if result.removed_text is not None:
+        payload["removedText"] = result.removed_text
+    return payload
 
 
 def _print_hits(out: TextIO, payload: dict[str, Any]) -> None:

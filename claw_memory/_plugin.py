@@ -8,7 +8,8 @@ entry point and selected into the memory slot by default. It registers:
 * its memory capability: the provider-neutral ``provider_runtime``, the legacy
   file-shaped ``runtime``, ``authorize_search_hits`` on both, ``public_artifacts``,
   ``recall_tool_names`` and the async memory prompt preparation;
-* the agent tools ``memory_search`` and ``memory_get``;
+* the agent tools ``memory_search``, ``memory_get`` and ``memory_add`` (the write
+  path, through the same operation as ``host.memory.add``);
 * a service that owns one index per agent (opened on first use under
   ``<state_dir>/memory/<agent_id>``) and closes them when the host closes.
 
@@ -53,7 +54,7 @@ from ._transcripts import TranscriptSession, TranscriptTurn
 
 PLUGIN_ID = "memory-core"
 EMBEDDERS = ("claw-hash", "openai-compatible", "sentence-transformers")
-TOOLS = ("memory_search", "memory_get")
+TOOLS = ("memory_search", "memory_get", "memory_add")
 _EXTRA_KEYS = frozenset(
     {"embedder", "embedding", "deny_sandboxed", "watch", "watch_interval", "max_open_indexes"}
 )
@@ -264,6 +265,10 @@ class MemoryCoreService:
                 value=self.config.embedder,
             )
         return provider
+
+    def write_lock_path(self) -> Path:
+        """The lock file every Memory Core writer of this state directory takes."""
+        return self.api.state_dir / "memory" / "writes.lock"
 
     def index_dir(self, agent_id: str) -> Path:
         return self.api.state_dir / "memory" / agent_dir_name(agent_id)

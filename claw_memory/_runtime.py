@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +33,12 @@ from claw.plugin_sdk import (
     HostAuthority,
     LegacyReadResult,
     LegacySearchResult,
+    MemoryAddRequest,
+    MemoryAddResult,
     MemoryCallerContext,
     MemoryFlushPlan,
     MemoryFlushPlanRequest,
+    MemoryForgetResult,
     MemoryGetRequest,
     MemoryGetResult,
     MemoryHealth,
@@ -58,11 +60,11 @@ from claw.plugin_sdk import (
 
 from ._errors import MemoryCoreError, SourcePathError
 from ._types import SearchFilter, SearchHit
+from ._writes import PROVIDER_ID, add_memory, daily_note_path, forget_reference
 
 if TYPE_CHECKING:
     from ._plugin import MemoryCoreService
 
-PROVIDER_ID = "memory-core"
 RECALL_TOOLS = ("memory_search", "memory_get")
 _PROJECT_RE = re.compile(r"^memory/projects/([^/]+)/")
 _EXCERPT_CHARS = 700
@@ -572,6 +574,23 @@ class MemoryCoreMaintenance:
                 "paths": list(result.paths),
             }
 
+    async def add(
+        self, *, agent_id: str, context: MemoryCallerContext, request: MemoryAddRequest
+    ) -> MemoryAddResult:
+        """Append a stamped memory to a memory file (see :mod:`claw_memory._writes`)."""
+        return await add_memory(self.service, context, request)
+
+    async def forget_reference(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        reference: MemoryReference,
+        dry_run: bool = False,
+    ) -> MemoryForgetResult:
+        """Remove referenced lines of a memory file, or a whole source's chunks."""
+        return await forget_reference(self.service, agent_id, context, reference, dry_run=dry_run)
+
     async def describe(self, *, agent_id: str, context: MemoryCallerContext) -> dict[str, Any]:
         _require_operator(context)
         async with self.service.use(agent_id) as index:
@@ -608,11 +627,6 @@ FLUSH_SYSTEM_PROMPT = (
     "you are done, or if there is nothing worth saving, reply exactly NO_REPLY."
 )
 FLUSH_PROMPT = "Pre-compaction memory flush: store durable memories in {path} now."
-
-
-def daily_note_path(now: float) -> str:
-    """The dated memory file of ``now`` (local date): ``memory/YYYY-MM-DD.md``."""
-    return time.strftime("memory/%Y-%m-%d.md", time.localtime(now))
 
 
 def flush_plan(request: MemoryFlushPlanRequest) -> MemoryFlushPlan:

@@ -1,9 +1,11 @@
-"""Memory Core's agent tools: ``memory_search`` and ``memory_get``.
+"""Memory Core's agent tools: ``memory_search``, ``memory_get`` and ``memory_add``.
 
-Both run with the calling run's :class:`~claw.plugin_sdk.MemoryCallerContext` (its
+All three run with the calling run's :class:`~claw.plugin_sdk.MemoryCallerContext` (its
 authority and audience), through the same provider handle and visibility policy as
 every other caller: a group chat's agent sees what that group may see, no more.
-Results are plain text with ``Source: <path>#L<a>-L<b>`` citations.
+Results are plain text with ``Source: <path>#L<a>-L<b>`` citations. ``memory_add``
+writes through Memory Core's own write operation (:mod:`claw_memory._writes`): only a
+run with the owner's audience may write, a conversation audience is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from claw.plugin_sdk import (
     AuthorizeSearchHitsRequest,
     ClawError,
+    MemoryAddRequest,
     MemoryGetRequest,
     MemoryReference,
     MemorySearchRequest,
@@ -23,7 +26,8 @@ from claw.plugin_sdk import (
     ToolContext,
 )
 
-from ._runtime import PROVIDER_ID, MemoryCoreHandle, MemoryCoreProviderRuntime, authorize_hits
+from ._runtime import MemoryCoreHandle, MemoryCoreProviderRuntime, authorize_hits
+from ._writes import PROVIDER_ID, add_memory
 
 if TYPE_CHECKING:
     from ._plugin import MemoryCoreService
@@ -44,6 +48,19 @@ GET_PARAMETERS = {
         "lines": {"type": "integer", "minimum": 1, "maximum": 400},
     },
     "required": ["path"],
+}
+
+ADD_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "The memory to keep, self-contained."},
+        "section": {"type": "string", "description": "A heading to file it under (optional)."},
+        "path": {
+            "type": "string",
+            "description": "A memory file (default: today's memory/YYYY-MM-DD.md).",
+        },
+    },
+    "required": ["text"],
 }
 
 
@@ -127,6 +144,24 @@ def memory_tools(service: MemoryCoreService) -> list[Tool]:
         more = " (truncated)" if result.truncated else ""
         return f"{path} lines {first}-{last}{more}:\n{result.text}"
 
+    async def memory_add(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        text = arguments.get("text")
+        if not isinstance(text, str) or not text.strip():
+            return "memory_add needs a non-empty 'text' string."
+        options: dict[str, str | None] = {}
+        for name in ("section", "path"):
+            value = arguments.get(name)
+            if value is not None and not isinstance(value, str):
+                return f"memory_add: '{name}' must be a string."
+            options[name] = value or None
+        try:
+            request = MemoryAddRequest(text=text, path=options["path"], section=options["section"])
+            result = await add_memory(service, context.caller, request)
+        except ClawError as exc:
+            return f"memory_add refused: {exc}"
+        c = result.citation
+        return f"Remembered. Source: {c.path}#L{c.start_line}-L{c.end_line}"
+
     return [
         Tool(
             name="memory_search",
@@ -144,5 +179,14 @@ def memory_tools(service: MemoryCoreService) -> list[Tool]:
             handler=memory_get,
             parameters=GET_PARAMETERS,
             read_only=True,
+        ),
+        Tool(
+            name="memory_add",
+            description=(
+                "Write a durable memory (a fact, decision or preference worth keeping) to "
+                "long-term memory. Only the owner's conversations may write."
+            ),
+            handler=memory_add,
+            parameters=ADD_PARAMETERS,
         ),
     ]

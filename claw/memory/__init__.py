@@ -35,9 +35,12 @@ from ._types import AuthorizeSearchHitsRequest as AuthorizeSearchHitsRequest
 from ._types import CandidateKind as CandidateKind
 from ._types import Citation as Citation
 from ._types import HealthStatus as HealthStatus
+from ._types import MemoryAddRequest as MemoryAddRequest
+from ._types import MemoryAddResult as MemoryAddResult
 from ._types import MemoryCandidate as MemoryCandidate
 from ._types import MemoryCandidatesRequest as MemoryCandidatesRequest
 from ._types import MemoryCandidatesResult as MemoryCandidatesResult
+from ._types import MemoryForgetResult as MemoryForgetResult
 from ._types import MemoryGetRequest as MemoryGetRequest
 from ._types import MemoryGetResult as MemoryGetResult
 from ._types import MemoryHealth as MemoryHealth
@@ -48,6 +51,8 @@ from ._types import MemorySearchResult as MemorySearchResult
 from ._types import ProviderCapabilities as ProviderCapabilities
 from ._types import SearchCoverage as SearchCoverage
 from ._types import Source as Source
+from ._writes import WRITE_SCOPES as WRITE_SCOPES
+from ._writes import writer_refusal as writer_refusal
 
 _fixup_module_metadata(__name__, globals())
 del _fixup_module_metadata

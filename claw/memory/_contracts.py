@@ -25,9 +25,13 @@ import attrs
 
 from ._types import (
     AuthorizeSearchHitsRequest,
+    MemoryAddRequest,
+    MemoryAddResult,
+    MemoryForgetResult,
     MemoryGetRequest,
     MemoryGetResult,
     MemoryHealth,
+    MemoryReference,
     MemorySearchHit,
     MemorySearchRequest,
     MemorySearchResult,
@@ -157,11 +161,19 @@ class PublicArtifacts(Protocol):
 
 @runtime_checkable
 class MemoryMaintenance(Protocol):
-    """Provider-owned maintenance for local operators (the CLI): reindex, forget, describe.
+    """Provider-owned maintenance: reindex, forget, describe, and the memory write path.
 
-    Not part of the neutral read runtime: it is the provider's own, invoked only with
-    an operator's caller context. ``describe`` may include local paths (it is for the
-    operator's own terminal, never for the gateway).
+    Not part of the neutral read runtime: it is the provider's own. ``reindex``,
+    ``forget`` and ``describe`` are invoked only with an operator's caller context;
+    ``describe`` may include local paths (it is for the operator's own terminal, never
+    for the gateway).
+
+    The write path is optional (the host reports a provider without it neutrally):
+    ``add`` appends a memory and ``forget_reference`` removes what a reference names.
+    The host routes both (``host.memory.add`` / ``host.memory.forget``) only for a
+    writer: an operator with ``operator.write`` (or ``operator.admin``), or a session
+    whose audience is the owner's (``owner-private``). The provider checks again: its
+    memory is the owner's, so a conversation audience never writes it.
     """
 
     async def reindex(
@@ -187,6 +199,19 @@ class MemoryMaintenance(Protocol):
     async def describe(
         self, *, agent_id: str, context: MemoryCallerContext
     ) -> Mapping[str, Any]: ...
+
+    async def add(
+        self, *, agent_id: str, context: MemoryCallerContext, request: MemoryAddRequest
+    ) -> MemoryAddResult: ...
+
+    async def forget_reference(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        reference: MemoryReference,
+        dry_run: bool = False,
+    ) -> MemoryForgetResult: ...
 
 
 def _names(value: Iterable[str]) -> tuple[str, ...]:

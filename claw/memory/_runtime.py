@@ -51,16 +51,21 @@ from ._contracts import (
 from ._legacy import LegacyProviderHandle, strip_host_paths
 from ._types import (
     AuthorizeSearchHitsRequest,
+    MemoryAddRequest,
+    MemoryAddResult,
     MemoryCandidatesRequest,
     MemoryCandidatesResult,
+    MemoryForgetResult,
     MemoryGetRequest,
     MemoryGetResult,
     MemoryHealth,
+    MemoryReference,
     MemorySearchHit,
     MemorySearchRequest,
     MemorySearchResult,
     ProviderCapabilities,
 )
+from ._writes import add_memory, forget_memory
 
 if TYPE_CHECKING:
     from .._host import Host
@@ -332,6 +337,73 @@ class MemoryRuntime:
         if not isinstance(authority, OperatorAuthority | HostAuthority):  # pragma: no cover
             raise CapabilityDeniedError("unknown caller authority")
         return agent_id if agent_id is not None else self._host.config.default_agent_id
+
+    def check_caller(self, context: MemoryCallerContext, agent_id: str | None) -> str:
+        """Verify ``context`` (current, minted here) and return the agent it addresses."""
+        self._host._check_open()
+        self._host.verify(context)
+        agent = self._agent_for(context, agent_id)
+        context.assert_current()
+        return agent
+
+    def check_reference(self, reference: MemoryReference) -> None:
+        """Reject a reference that is not the selected provider's."""
+        plugin_id = self._host.slots.memory_plugin
+        if not isinstance(reference, MemoryReference):
+            raise ContractError(f"expected a MemoryReference, got {type(reference).__name__}")
+        if reference.provider_id != plugin_id:
+            raise ForeignReferenceError(
+                f'reference belongs to provider "{reference.provider_id}", not the selected '
+                f'memory provider "{plugin_id}"'
+            )
+
+    def maintenance_for_writes(self, operation: str) -> tuple[str, Any]:
+        """The selected plugin id and its maintenance, which must offer ``operation``."""
+        plugin_id, cap = self.selection()
+        if plugin_id is None or cap is None:
+            raise MemoryUnavailableError("no memory plugin is selected (plugins.slots.memory)")
+        maintenance = cap.maintenance
+        if maintenance is None or not callable(getattr(maintenance, operation, None)):
+            raise UnsupportedRequestError(
+                f'memory plugin "{plugin_id}" offers no way to write memory ({operation})'
+            )
+        return plugin_id, maintenance
+
+    async def add(
+        self,
+        context: MemoryCallerContext,
+        text: str,
+        *,
+        path: str | None = None,
+        section: str | None = None,
+        agent_id: str | None = None,
+    ) -> MemoryAddResult:
+        """Write one memory through the selected provider (see :mod:`claw.memory._writes`).
+
+        ``context`` must be a writer's: an operator with ``operator.write`` (or
+        ``operator.admin``) or a non-sandboxed session with the owner's audience.
+        ``path`` and ``section`` choose where the provider files it (its default:
+        Memory Core appends to today's ``memory/YYYY-MM-DD.md``). The result's
+        reference can be passed to :meth:`forget`; the next search sees the entry.
+        """
+        request = MemoryAddRequest(text=text, path=path, section=section)
+        return await add_memory(self, context, request, agent_id=agent_id)
+
+    async def forget(
+        self,
+        context: MemoryCallerContext,
+        reference: MemoryReference,
+        *,
+        dry_run: bool = False,
+        agent_id: str | None = None,
+    ) -> MemoryForgetResult:
+        """Forget what ``reference`` names, through the selected provider (a writer only).
+
+        Memory Core removes the referenced lines of a memory file (a reference with a
+        line fragment, such as one from :meth:`add` or a search hit), or drops the
+        derived index entries of a whole source; ``dry_run`` reports without changing.
+        """
+        return await forget_memory(self, context, reference, agent_id=agent_id, dry_run=dry_run)
 
     @asynccontextmanager
     async def open(

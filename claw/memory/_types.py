@@ -278,3 +278,57 @@ class AuthorizeSearchHitsRequest:
     trusted_agent_scope: str | None = None
     audience: Any = None
     conversation_recall: Any = None
+
+
+@attrs.frozen
+class MemoryAddRequest:
+    """Write one memory: ``text`` appended, with a timestamp, to a provider memory file.
+
+    ``path`` (a provider path such as ``memory/notes.md``) and ``section`` (a heading
+    to file the entry under) are optional; a provider picks its own default target
+    (Memory Core: today's ``memory/YYYY-MM-DD.md``). ``now`` is the wall-clock time the
+    entry is stamped with (seconds since the epoch; ``None``: the current time).
+    """
+
+    text: str
+    path: str | None = None
+    section: str | None = None
+    now: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise ContractError("text must be non-empty text to remember")
+        for name in ("path", "section"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ContractError(f"{name} must be non-empty text when given")
+        if self.now is not None and (
+            isinstance(self.now, bool)
+            or not isinstance(self.now, int | float)
+            or not math.isfinite(self.now)
+        ):
+            raise ContractError(f"now must be a finite number of seconds, got {self.now!r}")
+
+
+@attrs.frozen
+class MemoryAddResult:
+    """Where an added memory landed: a reference (with line fragment) and its citation."""
+
+    reference: MemoryReference
+    citation: Citation
+    timestamp: str
+
+
+@attrs.frozen
+class MemoryForgetResult:
+    """What forgetting a reference removed (or, with ``dry_run``, would remove).
+
+    ``removed_text`` is the text taken out of the source when the reference named lines
+    of it; ``chunks`` counts derived index entries dropped when it named a whole source.
+    """
+
+    reference: MemoryReference
+    dry_run: bool
+    paths: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    chunks: int = 0
+    removed_text: str | None = None

@@ -61,14 +61,18 @@ from ..flush import MemoryFlushPlanRequest as MemoryFlushPlanRequest
 from ..flush import MemoryFlushTiming as MemoryFlushTiming
 from ..flush import MemoryFlushToolsPlan as MemoryFlushToolsPlan
 from ..flush import ProviderFlushPlanResolver as ProviderFlushPlanResolver
+from ..memory import WRITE_SCOPES as WRITE_SCOPES
 from ..memory import AuthorizeSearchHitsRequest as AuthorizeSearchHitsRequest
 from ..memory import Citation as Citation
 from ..memory import HealthStatus as HealthStatus
 from ..memory import LegacyReadResult as LegacyReadResult
 from ..memory import LegacySearchResult as LegacySearchResult
+from ..memory import MemoryAddRequest as MemoryAddRequest
+from ..memory import MemoryAddResult as MemoryAddResult
 from ..memory import MemoryCandidate as MemoryCandidate
 from ..memory import MemoryCandidatesRequest as MemoryCandidatesRequest
 from ..memory import MemoryCandidatesResult as MemoryCandidatesResult
+from ..memory import MemoryForgetResult as MemoryForgetResult
 from ..memory import MemoryGetRequest as MemoryGetRequest
 from ..memory import MemoryGetResult as MemoryGetResult
 from ..memory import MemoryHealth as MemoryHealth
@@ -84,5 +88,6 @@ from ..memory import PublicArtifact as PublicArtifact
 from ..memory import SearchCoverage as SearchCoverage
 from ..memory import line_fragment as line_fragment
 from ..memory import parse_line_fragment as parse_line_fragment
+from ..memory import writer_refusal as writer_refusal
 from ..turns._tools import FlushToolContext as FlushToolContext
 from ..turns._tools import ToolContext as ToolContext

@@ -186,3 +186,48 @@ def test_python_dash_m_and_console_script_agree() -> None:
     result = subprocess.run([exe, "--help"], capture_output=True, text=True, check=False)
     assert result.returncode == 0
     assert "serve" in result.stdout and "memory" in result.stdout and "doctor" in result.stdout
+
+
+def test_memory_add_writes_todays_note_search_finds_it_and_forget_takes_it_out(
+    workspace: Path,
+) -> None:
+    added = claw("memory", "add", "The boiler is serviced in March", "--workspace", str(workspace))
+    assert added.returncode == 0, added.stderr
+    match = re.match(r"added to (memory/\d{4}-\d\d-\d\d\.md#L(\d+)-L(\d+))$", added.stdout.strip())
+    assert match, added.stdout
+    reference = match.group(1)
+    found = claw("memory", "search", "boiler serviced", "--json", "--workspace", str(workspace))
+    top = json.loads(found.stdout)["hits"][0]
+    assert f"{top['citation']['path']}#L{match.group(2)}" in reference
+    gone = claw("memory", "forget", reference, "--json", "--workspace", str(workspace))
+    assert gone.returncode == 0, gone.stderr
+    assert "boiler is serviced" in json.loads(gone.stdout)["removedText"]
+    after = claw("memory", "search", "boiler serviced", "--json", "--workspace", str(workspace))
+    assert all("boiler" not in h["excerpt"] for h in json.loads(after.stdout)["hits"])
+
+
+def test_memory_add_to_a_file_and_section_prints_json(workspace: Path) -> None:
+    result = claw(
+        "memory",
+        "add",
+        "Carol likes rooibos",
+        "--file",
+        "MEMORY.md",
+        "--section",
+        "Tea",
+        "--json",
+        "--workspace",
+        str(workspace),
+    )
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["citation"]["path"] == "MEMORY.md"
+    assert payload["reference"]["providerId"] == "memory-core"
+    assert "## Tea" in (workspace / "MEMORY.md").read_text(encoding="utf-8")
+
+
+def test_memory_add_outside_the_memory_files_is_refused(workspace: Path) -> None:
+    result = claw("memory", "add", "x", "--file", "../evil.md", "--workspace", str(workspace))
+    assert result.returncode == 2
+    assert "not a path inside the workspace" in result.stderr
+    assert not (workspace.parent / "evil.md").exists()

@@ -67,6 +67,7 @@ async def test_memory_core_is_selected_by_default_and_native(host: claw.Host) ->
     assert {t.name for t in host.plugin_registry.tools_of("memory-core")} == {
         "memory_search",
         "memory_get",
+        "memory_add",
     }
 
 

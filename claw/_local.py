@@ -1,0 +1,181 @@
+"""One-call local access to a workspace's memory: ``claw.open_memory(workspace)``.
+
+The host route to memory takes four steps (open a host, open a scope, mint an
+operator's authority and caller context, open the provider handle). A program on the
+workspace owner's own machine usually wants one::
+
+    async with claw.open_memory("path/to/workspace") as mem:
+        result = await mem.search("deploy window")
+        added = await mem.add("The deploy window moved to Thursday 14:00 UTC")
+        await mem.forget(added.reference)
+
+:func:`open_memory` opens the host (with ``claw.toml`` of the workspace when present,
+as the ``claw`` command does) and acts as a local operator with ``operator.read`` and
+``operator.write``: the same authority ``claw memory ...`` uses on the same machine.
+Every call still goes through the host's guard and the provider's own policy.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+
+from ._capabilities import MemoryCallerContext
+from ._config import HostConfig
+from ._errors import ConfigError
+from ._host import Host, open_host
+from ._util import final
+from .memory import (
+    MemoryAddResult,
+    MemoryForgetResult,
+    MemoryGetRequest,
+    MemoryGetResult,
+    MemoryHealth,
+    MemoryReference,
+    MemorySearchRequest,
+    MemorySearchResult,
+    Source,
+    parse_line_fragment,
+)
+
+LOCAL_SCOPES = ("operator.read", "operator.write")
+
+
+def load_workspace_config(
+    workspace: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
+) -> HostConfig:
+    """The host config of ``workspace`` (default: the current directory).
+
+    ``config`` is a TOML file (default: ``claw.toml`` in the workspace, when present);
+    an explicit ``workspace`` wins over the file's ``workspace_dir``. Errors name the
+    file or the key that is wrong.
+    """
+    root = Path(workspace).expanduser().resolve() if workspace is not None else Path.cwd()
+    if not root.is_dir():
+        raise ConfigError("workspace_dir", f"{root} is not a directory", value=str(root))
+    path = Path(config).expanduser() if config is not None else root / "claw.toml"
+    if not path.is_file():
+        if config is not None:
+            raise ConfigError(str(path), "config file not found", value=str(path))
+        return HostConfig(workspace_dir=root)
+    loaded = HostConfig.load(path)
+    if workspace is not None or (config is None and "workspace_dir" not in _top_keys(path)):
+        loaded = attrs.evolve(loaded, workspace_dir=root)
+    return loaded
+
+
+def _top_keys(path: Path) -> set[str]:
+    # HostConfig.load parsed (and validated) this file already; this only asks which
+    # keys it sets, so that a missing workspace_dir means the folder it sits in.
+    return set(tomllib.loads(path.read_text(encoding="utf-8")))
+
+
+def parse_reference(provider_id: str, reference: str | MemoryReference) -> MemoryReference:
+    """A reference from its text form, ``path`` or ``path#L<a>-L<b>`` (a citation)."""
+    if isinstance(reference, MemoryReference):
+        return reference
+    path, _, fragment = reference.partition("#")
+    if not path:
+        raise ValueError(f"reference {reference!r} names no path")
+    if fragment:
+        parse_line_fragment(fragment)
+    return MemoryReference(provider_id=provider_id, id=path, fragment=fragment or None)
+
+
+@final
+@attrs.define(eq=False)
+class LocalMemory:
+    """The memory of one workspace, for a local operator (see :func:`open_memory`)."""
+
+    host: Host
+    caller: MemoryCallerContext
+    agent_id: str | None = None
+
+    @property
+    def provider_id(self) -> str:
+        """The selected memory provider (``memory-core`` by default)."""
+        return self.host.slots.memory_plugin or ""
+
+    async def search(
+        self,
+        query: str,
+        *,
+        max_results: int = 6,
+        min_score: float | None = None,
+        sources: Iterable[Source] | None = None,
+        cursor: str | None = None,
+    ) -> MemorySearchResult:
+        """Search memory; hits carry a reference, an excerpt, a score and a citation."""
+        request = MemorySearchRequest(
+            query=query,
+            max_results=max_results,
+            min_score=min_score,
+            sources=None if sources is None else tuple(sources),
+            cursor=cursor,
+        )
+        async with self.host.memory.open(self.caller, agent_id=self.agent_id) as handle:
+            return await handle.search(request)
+
+    async def get(
+        self,
+        reference: str | MemoryReference,
+        *,
+        from_line: int | None = None,
+        lines: int | None = None,
+    ) -> MemoryGetResult:
+        """Read what a reference (or a path, or ``path#L<a>-L<b>``) names."""
+        ref = parse_reference(self.provider_id, reference)
+        request = MemoryGetRequest(reference=ref, from_line=from_line, lines=lines)
+        async with self.host.memory.open(self.caller, agent_id=self.agent_id) as handle:
+            return await handle.get(request)
+
+    async def add(
+        self, text: str, *, path: str | None = None, section: str | None = None
+    ) -> MemoryAddResult:
+        """Write a memory (Memory Core: appended, stamped, to today's note by default)."""
+        return await self.host.memory.add(
+            self.caller, text, path=path, section=section, agent_id=self.agent_id
+        )
+
+    async def forget(
+        self, reference: str | MemoryReference, *, dry_run: bool = False
+    ) -> MemoryForgetResult:
+        """Forget what a reference names (lines of a memory file, or a whole source)."""
+        ref = parse_reference(self.provider_id, reference)
+        return await self.host.memory.forget(
+            self.caller, ref, dry_run=dry_run, agent_id=self.agent_id
+        )
+
+    async def status(self) -> MemoryHealth:
+        """The provider's health (index size, embedder, generation)."""
+        async with self.host.memory.open(self.caller, agent_id=self.agent_id) as handle:
+            return await handle.health()
+
+
+@asynccontextmanager
+async def open_memory(
+    workspace: str | os.PathLike[str] | HostConfig | None = None,
+    *,
+    config: str | os.PathLike[str] | None = None,
+    agent_id: str | None = None,
+    scopes: Iterable[str] = LOCAL_SCOPES,
+) -> AsyncIterator[LocalMemory]:
+    """Open the memory of ``workspace`` (a directory, or a :class:`HostConfig`).
+
+    The host lives for the ``async with`` block; ``scopes`` are the local operator's
+    (pass ``("operator.read",)`` for a read-only handle).
+    """
+    host_config = (
+        workspace if isinstance(workspace, HostConfig) else load_workspace_config(workspace, config)
+    )
+    async with open_host(host_config) as host, host.open_scope("local-memory") as scope:
+        caller = scope.mint_caller_context(
+            scope.mint_operator_authority(scopes, connection_id="local")
+        )
+        yield LocalMemory(host=host, caller=caller, agent_id=agent_id)
