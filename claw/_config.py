@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ._errors import ConfigError
+from .models import InvalidModelRefError, ModelRef
 
 T = TypeVar("T")
 
@@ -34,6 +35,29 @@ def _positive(instance: object, attribute: attrs.Attribute[Any], value: int | fl
 def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: int | float) -> None:
     if value < 0:
         raise ConfigError(attribute.name, f"must not be negative, got {value!r}", value=value)
+
+
+def _trim(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+def _trim_all(values: Any) -> Any:
+    if isinstance(values, list | tuple):
+        return tuple(_trim(v) for v in values)
+    return values
+
+
+def _model_refs(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """Validate ``provider/model`` references at load, so a bad one names its key."""
+    many = isinstance(value, tuple)
+    for i, ref in enumerate(value if many else (value,)):
+        if ref is None:
+            continue
+        try:
+            ModelRef.parse(ref)
+        except InvalidModelRefError as exc:
+            key = f"{attribute.name}[{i}]" if many else attribute.name
+            raise ConfigError(key, str(exc), value=ref) from None
 
 
 @attrs.frozen
@@ -85,7 +109,7 @@ class MemoryFlushConfig:
     soft_threshold_tokens: int = attrs.field(default=4000, validator=_non_negative)
     reserve_tokens_floor: int = attrs.field(default=20000, validator=_non_negative)
     force_flush_transcript_bytes: int = attrs.field(default=2 * 1024 * 1024, validator=_positive)
-    model: str | None = None
+    model: str | None = attrs.field(default=None, converter=_trim, validator=_model_refs)
 
 
 @attrs.frozen
@@ -100,8 +124,10 @@ class CompactionConfig:
 class AgentDefaultsConfig:
     """``[agents.defaults]``: what every agent uses unless it says otherwise."""
 
-    model: str | None = None
-    fallbacks: tuple[str, ...] = ()
+    model: str | None = attrs.field(default=None, converter=_trim, validator=_model_refs)
+    fallbacks: tuple[str, ...] = attrs.field(
+        default=(), converter=_trim_all, validator=_model_refs
+    )
     system_prompt: str | None = None
     context_window: int = attrs.field(default=128_000, validator=_positive)
     max_tool_rounds: int = attrs.field(default=8, validator=_positive)

@@ -145,15 +145,20 @@ class BootstrapParams(HostFields):
     messages: tuple[Message, ...]
 
 
+def _trimmed(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
 @attrs.frozen
 class ContextProjection:
     """How an assembled context is projected into a persistent backend thread.
 
-    ``mode="thread_bootstrap"``: inject once, reuse until ``epoch`` changes.
+    ``mode="thread_bootstrap"``: inject once, reuse until ``epoch`` changes. The
+    epoch is trimmed; an empty one makes the host project per turn (with a warning).
     """
 
     mode: Literal["thread_bootstrap"]
-    epoch: str
+    epoch: str = attrs.field(converter=_trimmed)
 
 
 @attrs.frozen(kw_only=True)

@@ -359,8 +359,10 @@ class FlushCoordinator:
             async with run.open_maintenance_run(flush_key) as flush_run:
                 if flush_run.audience is None:
                     logger.debug(
-                        "memory flush of %s skipped: the source has no valid memory audience",
+                        'memory flush of %s by plugin "%s" skipped: the source has no valid '
+                        "memory audience",
                         run.session_key,
+                        plugin,
                     )
                     return attempt.finish(
                         "skipped",
@@ -423,7 +425,10 @@ class FlushCoordinator:
             attempt.warn(f'the file-arm plan of plugin "{plugin}" is unusable: {exc}')
             return attempt.finish("skipped", reason=str(exc))
         if not policy.allows("write"):
-            attempt.warn("the turn's tool policy removes the file arm's write tool")
+            attempt.warn(
+                f"the turn's tool policy removes the file arm's write tool; file flush to "
+                f"{plan.relative_path} ({target}) skipped"
+            )
             return attempt.finish("skipped", reason="tool policy removes write")
         refusal = await host.workers.run_sync(
             partial(workspace_write_refusal, workspace, target, sandboxed=run.authority.sandboxed)
@@ -434,7 +439,10 @@ class FlushCoordinator:
             except OSError as exc:
                 refusal = f"the host could not create {plan.relative_path}: {exc}"
         if refusal is not None:
-            attempt.warn(f"no writable workspace access ({refusal}); file flush skipped")
+            attempt.warn(
+                f"no writable workspace access ({refusal}); file flush to "
+                f"{plan.relative_path} ({target}) skipped"
+            )
             return attempt.finish("skipped", reason=f"no writable workspace access: {refusal}")
         tools: list[RegisteredTool] = []
         if policy.allows("read"):

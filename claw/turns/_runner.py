@@ -124,6 +124,7 @@ class _ThreadState:
     epoch: str
     projected: tuple[Message, ...]
     count: int
+    tools: frozenset[str]
 
 
 def _shape(value: Any) -> Any:
@@ -471,22 +472,39 @@ class TurnRunner:
         return result, system_prompt
 
     def _project(
-        self, session_id: str, result: AssembleResult
+        self, session_key: str, session_id: str, result: AssembleResult, tools: frozenset[str]
     ) -> tuple[tuple[Message, ...], Projection]:
         projection: ContextProjection | None = result.context_projection
-        if projection is None:
+        raw: object = projection.epoch if projection is not None else ""
+        epoch = raw.strip() if isinstance(raw, str) else ""
+        if projection is not None and not epoch:
+            logger.warning(
+                "context engine %s returned a thread_bootstrap projection with an empty "
+                "(or non-text) epoch for %s; projecting per turn",
+                self.slot.selected_id,
+                session_key,
+            )
+            self.host.events.emit(
+                "turn.projection_invalid",
+                session_key,
+                engine_id=self.slot.selected_id,
+                reason=f"thread_bootstrap epoch {raw!r} is empty",
+            )
+        if not epoch:
             self._threads.pop(session_id, None)
             return result.messages, "per-turn"
         state = self._threads.get(session_id)
-        if state is not None and state.epoch == projection.epoch:
+        # A new epoch, or a changed tool set (the thread was bootstrapped with other
+        # tools), means the backend thread must be injected again.
+        if state is not None and state.epoch == epoch and state.tools == tools:
             new = result.messages[state.count :]
             messages = state.projected + tuple(new)
             self._threads[session_id] = _ThreadState(
-                projection.epoch, state.projected + redact_for_projection(new), len(result.messages)
+                epoch, state.projected + redact_for_projection(new), len(result.messages), tools
             )
             return messages, "reused"
         self._threads[session_id] = _ThreadState(
-            projection.epoch, redact_for_projection(result.messages), len(result.messages)
+            epoch, redact_for_projection(result.messages), len(result.messages), tools
         )
         return result.messages, "bootstrapped"
 
@@ -538,7 +556,9 @@ class TurnRunner:
             assembled, system_prompt = await self._assemble(
                 engine, run, visible, tools, context_window=context_window, model_ref=primary
             )
-            messages, projection = self._project(row.session_id, assembled)
+            messages, projection = self._project(
+                row.session_key, row.session_id, assembled, frozenset(tool_map)
+            )
             rounds = 0
             overflowed = False
             entry_ids: list[str] = [turn.first_entry_id]
@@ -592,7 +612,9 @@ class TurnRunner:
                         context_window=context_window,
                         model_ref=primary,
                     )
-                    messages, projection = self._project(row.session_id, assembled)
+                    messages, projection = self._project(
+                        row.session_key, row.session_id, assembled, frozenset(tool_map)
+                    )
                     continue
                 reply = completion.message
                 model_ref = str(completion.ref)

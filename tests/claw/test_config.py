@@ -98,3 +98,44 @@ def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(claw.ConfigError, match="not found"):
         claw.HostConfig.load(tmp_path / "nope.toml")
+
+
+def test_model_references_are_trimmed_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "claw.toml"
+    path.write_text(
+        """
+[agents.defaults]
+model = " ollama/qwen3:8b "
+fallbacks = [" openai/gpt-4o-mini"]
+[agents.defaults.compaction.memory_flush]
+model = "\\tollama/qwen3:8b \\n"
+"""
+    )
+    defaults = claw.HostConfig.load(path).agents.defaults
+    assert defaults.model == "ollama/qwen3:8b"
+    assert defaults.fallbacks == ("openai/gpt-4o-mini",)
+    assert defaults.compaction.memory_flush.model == "ollama/qwen3:8b"
+
+
+@pytest.mark.parametrize(
+    ("data", "key_path"),
+    [
+        ({"agents": {"defaults": {"model": "qwen3"}}}, "agents.defaults.model"),
+        ({"agents": {"defaults": {"model": "   "}}}, "agents.defaults.model"),
+        (
+            {"agents": {"defaults": {"fallbacks": ["ollama/a", "ollama/b c"]}}},
+            "agents.defaults.fallbacks[1]",
+        ),
+        (
+            {"agents": {"defaults": {"compaction": {"memory_flush": {"model": "ollama/"}}}}},
+            "agents.defaults.compaction.memory_flush.model",
+        ),
+    ],
+)
+def test_an_invalid_model_reference_is_refused_at_load_naming_the_key(
+    data: dict[str, object], key_path: str
+) -> None:
+    with pytest.raises(claw.ConfigError) as info:
+        claw.HostConfig.from_mapping(data)
+    assert info.value.key_path == key_path
+    assert "provider/model" in str(info.value) or "model name" in str(info.value)

@@ -107,6 +107,10 @@ async def test_a_read_only_workspace_skips_the_file_flush_with_a_logged_reason(
         assert "no writable workspace access" in result.flush.reason
         assert "read-only" in result.flush.reason
         assert any("read-only" in r.getMessage() for r in caplog.records)
+        # The warning names the file it could not write (issue 14 §4).
+        assert any(
+            TARGET in r.getMessage() and "read-only" in r.getMessage() for r in caplog.records
+        )
         assert not (env.host.config.workspace_dir / TARGET).exists()
         assert result.compaction is not None and result.compaction.compacted
 

@@ -172,5 +172,10 @@ async def test_no_valid_audience_skips_a_tools_flush_with_a_debug_log(
         assert any(
             r.levelno == logging.DEBUG and "audience" in r.getMessage() for r in caplog.records
         )
+        # The log names the plugin whose flush was skipped (issue 14 §4).
+        assert any(
+            "audience" in r.getMessage() and '"recorder"' in r.getMessage()
+            for r in caplog.records
+        )
         assert recorder.calls == []
         assert len(env.model.calls) == 1

@@ -20,6 +20,7 @@ from claw.context import (
     CompactParams,
     CompactResult,
     ContextEngineInfo,
+    ContextProjection,
     IngestParams,
     IngestResult,
 )
@@ -225,3 +226,56 @@ async def test_an_info_id_that_differs_from_the_registered_id_warns_only(
     assert (result.engine_id, result.commit) == ("reference", "committed")
     assert not env.host.turns.slot.quarantined
     assert 'reports info.id "reference-v2"' in caplog.text
+
+
+@attrs.define
+class EpochEngine(FlakyEngine):
+    """Returns the projection epoch it is told to (untrimmed, empty, ...)."""
+
+    epoch: Any = "e1"
+
+    async def assemble(self, params: AssembleParams) -> AssembleResult:
+        result = await self.inner.assemble(params)
+        projection = ContextProjection(mode="thread_bootstrap", epoch="x")
+        object.__setattr__(projection, "epoch", self.epoch)  # as a careless engine might
+        return attrs.evolve(result, context_projection=projection)
+
+
+async def test_a_thread_bootstrap_epoch_is_trimmed_and_an_empty_one_projects_per_turn(
+    host_config: claw.HostConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = EpochEngine(ReferenceContextEngine(tmp_path / "e.sqlite3"))
+    config = with_engine(make_config(host_config), "reference")
+    async with _env(config, ScriptedModel([]), [engine_plugin(engine)]) as env:
+        engine.epoch = "e1"
+        assert (await _run(env, "dm:alice", "one")).projection == "bootstrapped"
+        engine.epoch = " e1 \n"
+        assert (await _run(env, "dm:alice", "two")).projection == "reused"
+        engine.epoch = "   "
+        with caplog.at_level(logging.WARNING, logger="claw.turns"):
+            empty = await _run(env, "dm:alice", "three")
+        assert empty.projection == "per-turn"
+        assert "empty" in caplog.text
+        assert env.host.events.events("turn.projection_invalid")
+        assert env.host.turns.thread_projection(empty.session_id) is None
+    assert ContextProjection(mode="thread_bootstrap", epoch=" e2 ").epoch == "e2"
+
+
+async def test_a_changed_tool_set_re_projects_the_thread(
+    host_config: claw.HostConfig, tmp_path: Path
+) -> None:
+    from .test_runner import tool_plugin
+
+    engine = EpochEngine(ReferenceContextEngine(tmp_path / "e.sqlite3"))
+    config = with_engine(make_config(host_config), "reference")
+    async with _env(config, ScriptedModel([]), [engine_plugin(engine), tool_plugin()]) as env:
+        assert (await _run(env, "dm:alice", "one")).projection == "bootstrapped"
+        assert (await _run(env, "dm:alice", "two")).projection == "reused"
+        env.model.extend(["no tools now"])
+        fewer = await env.host.run_turn(
+            "dm:alice",
+            UserMessage("three"),
+            sender_is_owner=True,
+            tool_policy=claw.ToolPolicy(deny={"echo"}),
+        )
+        assert fewer.projection == "bootstrapped"
