@@ -23,6 +23,15 @@ class IndexClosedError(MemoryCoreError):
     """The index was used after it was closed."""
 
 
+class IndexStoreError(MemoryCoreError):
+    """The index's SQLite database failed; the message names the file and SQLite's cause."""
+
+
+class IndexCorruptError(IndexStoreError):
+    """The index's SQLite database is corrupt (or not a database). It is derived data:
+    opening the index sets it aside and rebuilds it from the sources."""
+
+
 class LexicalIndexError(MemoryCoreError):
     """tantivy failed while indexing or searching; the message carries its reason."""
 

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import itertools
 import json
+import logging
 import math
 import os
 import shutil
@@ -41,7 +42,14 @@ from claw.plugin_sdk import EmbeddingProvider, WorkerPool
 from ._changes import DirectoryWatch, open_directory_watch, source_directories
 from ._chunking import sha256_hex
 from ._embedding_input import embed_texts
-from ._errors import IndexClosedError, IndexLockedError, InvalidSearchError, SourcePathError
+from ._errors import (
+    IndexClosedError,
+    IndexCorruptError,
+    IndexLockedError,
+    InvalidSearchError,
+    LexicalIndexError,
+    SourcePathError,
+)
 from ._generation import Generation, normalise_rows
 from ._lexical import DOCUMENT_VERSION, LexicalIndex
 from ._ranking import RankedRow, RankParams, rank
@@ -67,6 +75,8 @@ from ._types import (
     SkippedSource,
     SyncReport,
 )
+
+logger = logging.getLogger("claw_memory")
 
 _PRIVATE: Final = object()
 _MAX_PAGE = 1000
@@ -291,8 +301,7 @@ class MemoryIndex:
             lex_dir = await workers.run_sync(
                 _prepare_lexical_dir, idx_dir / "lexical", generation, rebuilt
             )
-            lexical = await workers.run_sync(LexicalIndex, lex_dir)
-            await workers.run_sync(_recover_lexical, store, lexical)
+            lexical = await workers.run_sync(_open_lexical, store, lex_dir)
             records, blobs = await workers.run_sync(store.load_chunks)
             matrix = (
                 None
@@ -739,7 +748,15 @@ class MemoryIndex:
     async def _publish_lexical(
         self, provenances: Sequence[str], documents: Sequence[tuple[ChunkRecord, str]]
     ) -> None:
-        await self._workers.run_sync(self._lexical.replace, provenances, documents)
+        try:
+            await self._workers.run_sync(self._lexical.replace, provenances, documents)
+        except LexicalIndexError as exc:
+            # SQLite holds the change and its journal entry: rebuild rather than fail
+            # every later sync on the same broken directory.
+            self._lexical = await self._workers.run_sync(
+                rebuild_lexical, self._store, self._lexical, self._lexical.path, exc
+            )
+            return
         await self._workers.run_sync(self._store.clear_pending, provenances)
 
     async def _publish(
@@ -1364,6 +1381,25 @@ def read_line_range(
     return _LineSpan(kept, total, truncated, digest.hexdigest(), None)
 
 
+def _set_aside_corrupt_database(index_dir: Path, cause: Exception) -> None:
+    """Move a corrupt index database (and its WAL files) aside, so that it is rebuilt."""
+    db = index_dir.resolve() / "index.sqlite3"
+    aside = db.with_name(f"{db.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+    logger.warning(
+        "%s; the index is derived from the memory files and transcripts: moving the "
+        "database to %s and rebuilding it (chunks removed with forget must be "
+        "forgotten again)",
+        cause,
+        aside,
+    )
+    db.rename(aside)
+    for suffix in ("-wal", "-shm"):
+        extra = db.with_name(db.name + suffix)
+        if extra.exists():
+            extra.rename(aside.with_name(aside.name + suffix))
+    shutil.rmtree(db.parent / "lexical", ignore_errors=True)
+
+
 def _recover_lexical(store: Store, lexical: LexicalIndex) -> None:
     """Replay the lexical journal; rebuild tantivy from SQLite if the two still disagree."""
     pending = store.pending_lexical()
@@ -1372,6 +1408,45 @@ def _recover_lexical(store: Store, lexical: LexicalIndex) -> None:
         store.clear_pending(pending)
     if lexical.num_docs() != store.chunk_count():
         lexical.reset(store.chunks_for(None))
+
+
+def _open_lexical(store: Store, lex_dir: Path) -> LexicalIndex:
+    """Open the tantivy directory and bring it up to SQLite; rebuild it when that fails.
+
+    A kill inside a tantivy commit can leave files ``meta.json`` does not reference
+    (a ``<segment>.<opstamp>.del``): replaying the journal then reaches the same
+    opstamp and fails with ``FileAlreadyExists`` on every open. The lexical index is
+    derived from SQLite, so a directory that cannot be opened or replayed is rebuilt.
+    """
+    lexical: LexicalIndex | None = None
+    try:
+        lexical = LexicalIndex(lex_dir)
+        _recover_lexical(store, lexical)
+    except LexicalIndexError as exc:
+        return rebuild_lexical(store, lexical, lex_dir, exc)
+    return lexical
+
+
+def rebuild_lexical(
+    store: Store, lexical: LexicalIndex | None, lex_dir: Path, cause: Exception
+) -> LexicalIndex:
+    """Replace the tantivy directory with one rebuilt from every chunk in SQLite."""
+    logger.warning(
+        "lexical index %s cannot be opened or updated (%s); rebuilding it from %s",
+        lex_dir,
+        cause,
+        store.path,
+    )
+    if lexical is not None:
+        with contextlib.suppress(Exception):
+            lexical.close()
+    shutil.rmtree(lex_dir, ignore_errors=True)
+    fresh = LexicalIndex(lex_dir)
+    fresh.reset(store.chunks_for(None))
+    pending = store.pending_lexical()
+    if pending:
+        store.clear_pending(pending)
+    return fresh
 
 
 @contextlib.asynccontextmanager
@@ -1386,18 +1461,25 @@ async def open_memory_index(
 ) -> AsyncIterator[MemoryIndex]:
     """Open the index of ``workspace_dir`` stored in ``index_dir`` and close it on exit.
 
-    Raises :class:`IndexLockedError` if another process has the directory open. With
+    Raises :class:`IndexLockedError` if another process has the directory open. A
+    corrupt database is set aside and rebuilt from the sources, with a warning. With
     ``settings.sync_on_open`` (the default) the index is synced before it is yielded.
     ``embedder=None`` means lexical-only retrieval.
     """
-    index = await MemoryIndex._open(
-        workspace_dir=workspace_dir,
-        index_dir=index_dir,
-        settings=settings or MemoryCoreSettings(),
-        embedder=embedder,
-        workers=workers,
-        transcripts=transcripts,
-    )
+    options: dict[str, Any] = {
+        "workspace_dir": workspace_dir,
+        "index_dir": index_dir,
+        "settings": settings or MemoryCoreSettings(),
+        "embedder": embedder,
+        "workers": workers,
+        "transcripts": transcripts,
+    }
+    try:
+        index = await MemoryIndex._open(**options)
+    except IndexCorruptError as exc:
+        # The database is derived data: set it aside and rebuild from the sources.
+        await workers.run_sync(_set_aside_corrupt_database, Path(index_dir), exc)
+        index = await MemoryIndex._open(**options)
     try:
         yield index
     finally:

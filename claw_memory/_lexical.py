@@ -315,6 +315,7 @@ class LexicalIndex:
 
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.schema = _schema()
         try:
             self._index = tantivy.Index(self.schema, path=str(path), reuse=True)

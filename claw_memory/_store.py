@@ -9,17 +9,20 @@ methods block; the index calls them on the worker pool, one at a time.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 
+from ._errors import IndexCorruptError, IndexStoreError
 from ._records import ChunkRecord, PreparedChunk
 from ._settings import SourceKind
 
@@ -125,6 +128,9 @@ def _row_to_record(row: Sequence[Any]) -> ChunkRecord:
     )
 
 
+T = TypeVar("T")
+
+
 class _Txn:
     """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back if the block raises."""
 
@@ -137,14 +143,37 @@ class _Txn:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
             self._db.execute("COMMIT")
-        else:
-            self._db.execute("ROLLBACK")
+        elif self._db.in_transaction:
+            # SQLite may have rolled back already (disk full, I/O error): a second
+            # ROLLBACK would then fail and hide the error that matters.
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+
+
+def store_error(path: Path, exc: sqlite3.Error) -> IndexStoreError:
+    """A SQLite failure as an error naming the database file (corruption recognised)."""
+    name = getattr(exc, "sqlite_errorname", "")
+    corrupt = name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or type(exc) is sqlite3.DatabaseError
+    cls = IndexCorruptError if corrupt else IndexStoreError
+    return cls(f"Memory Core index database {path}: {exc}")
+
+
+def _naming_the_file(fn: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise store_error(self.path, exc) from exc
+
+    return wrapper
 
 
 class Store:
     """The SQLite database of one index directory (not thread-safe: one caller at a time)."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -405,3 +434,9 @@ class Store:
 
     def cache_size(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM embedding_cache").fetchone()[0])
+
+
+# Every operation of the store names its file when SQLite fails.
+for _name, _fn in list(vars(Store).items()):
+    if callable(_fn) and (not _name.startswith("_") or _name == "__init__"):
+        setattr(Store, _name, _naming_the_file(_fn))

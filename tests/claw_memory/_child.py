@@ -1,17 +1,23 @@
 """A child process for the fault tests: opens an index, then dies or holds it.
 
-``python _child.py <workspace> <index_dir> kill <function>``: sync with a worker pool
-that SIGKILLs the process just before it would run ``<function>``.
+``python _child.py <workspace> <index_dir> kill <function> [<n>]``: sync with a worker
+pool that SIGKILLs the process just before it would run ``<function>`` for the ``n``-th
+time (default the first).
 ``python _child.py <workspace> <index_dir> hold``: open, print ``OPEN``, keep the
 index open until stdin closes.
+``python _child.py <workspace> <index_dir> churn``: open, then forever rewrite one of
+five memory files and sync, printing ``SYNCED <i>`` after each publication (the parent
+kills it at a moment of its choosing).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import trio
@@ -25,33 +31,49 @@ T = TypeVar("T")
 
 
 class KillingPool:
-    def __init__(self, victim: str) -> None:
+    def __init__(self, victim: str, nth: int = 1) -> None:
         self.victim = victim
+        self.left = nth
         self.inner = InlineWorkerPool()
 
     async def run_sync(self, fn: Callable[..., T], *args: object) -> T:
         if getattr(getattr(fn, "func", fn), "__name__", "") == self.victim:
-            os.kill(os.getpid(), signal.SIGKILL)
+            self.left -= 1
+            if self.left <= 0:
+                os.kill(os.getpid(), signal.SIGKILL)
         return await self.inner.run_sync(fn, *args)
 
     def statistics(self) -> WorkerPoolStatistics:
         return self.inner.statistics()
 
 
-async def main(workspace: str, index_dir: str, action: str, victim: str) -> None:
-    pool = KillingPool(victim) if action == "kill" else InlineWorkerPool()
+def churn_text(i: int) -> str:
+    """What the churn writes in its ``i``-th round (one small chunk per file)."""
+    return f"churn round {i} note {i * 7919 % 1000}"
+
+
+async def main(workspace: str, index_dir: str, action: str, victim: str, nth: str) -> None:
+    pool = KillingPool(victim, int(nth or 1)) if action == "kill" else InlineWorkerPool()
     async with open_memory_index(
         workspace_dir=workspace,
         index_dir=index_dir,
         workers=pool,
         settings=MemoryCoreSettings(min_score=0.0),
         embedder=HashEmbedder(),
-    ):
+    ) as index:
         if action == "hold":
             print("OPEN", flush=True)
             await trio.to_thread.run_sync(sys.stdin.read)
+        if action in ("churn", "kill"):
+            for i in itertools.count():
+                path = Path(workspace) / "memory" / f"f{i % 5}.md"
+                path.write_text(churn_text(i), encoding="utf-8")
+                await index.sync()
+                print(f"SYNCED {i}", flush=True)
+                if action == "kill" and i >= 40:
+                    return
 
 
 if __name__ == "__main__":
-    args = [*sys.argv[1:], ""]
-    trio.run(main, args[0], args[1], args[2], args[3])
+    args = [*sys.argv[1:], "", ""]
+    trio.run(main, args[0], args[1], args[2], args[3], args[4])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import sys
@@ -102,3 +103,195 @@ async def test_a_second_process_gets_a_clear_lock_error(workspace: Path, index_d
     # Once the other process is gone the index opens normally.
     async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)) as index:
         assert await _excerpts(index, "held", "lexical") == {"held"}
+
+
+def _segment_ids(index_dir: Path) -> list[str]:
+    return sorted(p.stem for p in index_dir.glob("lexical/g*/*.idx"))
+
+
+def _plant_stray_deletes(index_dir: Path) -> None:
+    """What a kill inside a tantivy commit leaves: ``<segment>.<opstamp>.del`` files
+    that ``meta.json`` does not reference (one per opstamp a replay could reach)."""
+    for segment in _segment_ids(index_dir):
+        for opstamp in range(128):
+            (next(index_dir.glob("lexical/g*")) / f"{segment}.{opstamp}.del").touch()
+
+
+async def test_a_killed_index_whose_journal_replay_fails_is_rebuilt_from_sqlite(
+    workspace: Path, index_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (workspace / "MEMORY.md").write_text("alpha original")
+    (workspace / "memory").mkdir()
+    (workspace / "memory" / "b.md").write_text("bravo kept")
+    async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)):
+        pass
+    (workspace / "MEMORY.md").write_text("alpha changed, longer")
+    # A real kill: SQLite committed the change and its journal entry, tantivy did not.
+    done = await trio.run_process(
+        [sys.executable, str(CHILD), str(workspace), str(index_dir), "kill", "replace"],
+        check=False,
+        capture_stderr=True,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    _plant_stray_deletes(index_dir)
+    for _ in range(2):  # the first open repairs; the second finds nothing to repair
+        async with _open(workspace, index_dir, NO_SYNC) as index:
+            expected = {"alpha changed, longer", "bravo kept"}
+            assert await _excerpts(index, "alpha bravo", "lexical") == expected
+            assert await _excerpts(index, "alpha bravo", "vector") == expected
+            assert index.status().chunks == 2
+    rebuilt = [r for r in caplog.records if "rebuilding it from" in r.getMessage()]
+    assert len(rebuilt) == 1
+    assert "index.sqlite3" in rebuilt[0].getMessage()
+    assert str(index_dir) in rebuilt[0].getMessage()
+
+
+async def test_a_stray_tantivy_file_met_by_a_running_sync_is_repaired_in_place(
+    workspace: Path, index_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (workspace / "MEMORY.md").write_text("alpha original")
+    async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)) as index:
+        _plant_stray_deletes(index_dir)
+        (workspace / "MEMORY.md").write_text("alpha changed, longer")
+        await index.sync()
+        assert await _excerpts(index, "alpha", "lexical") == {"alpha changed, longer"}
+        (workspace / "MEMORY.md").write_text("alpha changed again")
+        await index.sync()
+        assert await _excerpts(index, "alpha", "lexical") == {"alpha changed again"}
+    async with _open(workspace, index_dir, NO_SYNC) as index:
+        assert await _excerpts(index, "alpha", "lexical") == {"alpha changed again"}
+    assert any("rebuilding it from" in r.getMessage() for r in caplog.records)
+
+
+def _corrupt_meta(index_dir: Path) -> None:
+    for meta in index_dir.glob("lexical/g*/meta.json"):
+        meta.write_text("{ not json")
+
+
+async def test_an_unopenable_lexical_directory_is_rebuilt_from_sqlite(
+    workspace: Path, index_dir: Path
+) -> None:
+    (workspace / "MEMORY.md").write_text("alpha original")
+    async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)):
+        pass
+    _corrupt_meta(index_dir)
+    async with _open(workspace, index_dir, NO_SYNC) as index:
+        assert await _excerpts(index, "alpha", "lexical") == {"alpha original"}
+
+
+def _set_aside(index_dir: Path) -> list[Path]:
+    return list(index_dir.glob("index.sqlite3.corrupt-*"))
+
+
+async def test_a_corrupt_index_database_is_set_aside_and_rebuilt_from_the_sources(
+    workspace: Path, index_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (workspace / "MEMORY.md").write_text("alpha original")
+    async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)):
+        pass
+    db = index_dir / "index.sqlite3"
+    db.write_bytes(b"this is not a database, it was overwritten" * 100)
+    async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)) as index:
+        assert await _excerpts(index, "alpha", "lexical") == {"alpha original"}
+        assert index.status().chunks == 1
+    (warning,) = [r for r in caplog.records if "rebuilding it" in r.getMessage()]
+    assert warning.levelname == "WARNING"
+    assert str(db) in warning.getMessage()
+    assert len(_set_aside(index_dir)) == 1
+
+
+def _fill_limit(index: object) -> None:
+    db = index._store._db  # type: ignore[attr-defined]
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count = {pages + 2}")
+
+
+async def test_a_full_disk_during_a_sync_is_reported_as_such_naming_the_file(
+    workspace: Path, index_dir: Path
+) -> None:
+    from claw_memory._errors import IndexStoreError
+
+    (workspace / "MEMORY.md").write_text("alpha original")
+    (workspace / "memory").mkdir()
+    async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)) as index:
+        _fill_limit(index)
+        for i in range(40):
+            words = " ".join(f"w{i}x{j}" for j in range(400))
+            (workspace / "memory" / f"f{i}.md").write_text(words)
+        with pytest.raises(IndexStoreError) as failed:
+            await index.sync()
+        assert "database or disk is full" in str(failed.value)
+        assert str(index_dir / "index.sqlite3") in str(failed.value)
+        # Once there is room again, the next sync completes the change.
+        index._store._db.execute("PRAGMA max_page_count = 1073741823")  # type: ignore[attr-defined]
+        assert any("w7x3 " in e for e in await _excerpts(index, "w7x3", "lexical"))
+        assert index.status().chunks > 40
+
+
+# Worker functions of the publication path, in the order a sync calls them.
+PUBLICATION_STEPS = ["apply_changes", "replace", "clear_pending", "searcher", "derive_generation"]
+
+
+async def _assert_index_agrees_with_the_files(workspace: Path, index_dir: Path) -> None:
+    # Without syncing: whatever the killed process left opens, and both retrievers
+    # see one state.
+    async with _open(workspace, index_dir, NO_SYNC) as index:
+        lexical = await _excerpts(index, "churn round note", "lexical")
+        assert lexical == await _excerpts(index, "churn round note", "vector")
+    # Synced: exactly the files' current content.
+    files = _memory_file_texts(workspace)
+    async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)) as index:
+        assert await _excerpts(index, "churn round note", "lexical") == files - {""}
+        assert index.status().chunks == len(files - {""})
+    assert not _set_aside(index_dir)
+
+
+def _memory_file_texts(workspace: Path) -> set[str]:
+    return {p.read_text(encoding="utf-8") for p in (workspace / "memory").glob("*.md")}
+
+
+@pytest.mark.slow
+async def test_kill_9_loop_during_index_publication_always_reopens_in_agreement_with_the_files(
+    workspace: Path, index_dir: Path
+) -> None:
+    """20 SIGKILLs of a process that keeps rewriting memory files and publishing:
+    half at a chosen call of a publication step (seeded), half at an arbitrary moment
+    (inside tantivy's commit, too). After each, the index opens and agrees."""
+    rng = random.Random(1414)
+    (workspace / "memory").mkdir()
+    (workspace / "MEMORY.md").write_text("")
+    kills = 0
+    for round_ in range(20):
+        if round_ % 2 == 0:
+            step = PUBLICATION_STEPS[(round_ // 2) % len(PUBLICATION_STEPS)]
+            args = ["kill", step, str(rng.randint(1, 6))]
+        else:
+            args = ["churn"]
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, str(CHILD), str(workspace), str(index_dir), *args],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            assert proc.stdout is not None
+            if args[0] == "churn":
+                # Let it publish at least once, then kill it wherever it is.
+                seen = b""
+                while b"SYNCED" not in seen:
+                    chunk = await proc.stdout.receive_some(256)
+                    assert chunk, "the churn child died before publishing"
+                    seen += chunk
+                await trio.sleep(rng.uniform(0.0, 0.15))
+                proc.kill()
+            async with proc.stdout:
+                while await proc.stdout.receive_some(4096):
+                    pass
+            code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert code == -signal.SIGKILL, (args, code)
+        kills += 1
+        await _assert_index_agrees_with_the_files(workspace, index_dir)
+    print(f"index publication kill loop: {kills} kills, every reopen consistent")
+    assert kills == 20
