@@ -261,11 +261,8 @@ class MemoryCoreHandle:
 
     async def _transcript_revision(self, path: str) -> str | None:
         """The revision of a transcript path this caller may read; ``None``: no such one."""
-        parts = path.split("/")
-        if len(parts) != 3:
-            raise UnsupportedRequestError(
-                f"reference.id {path[:200]!r} is not a Memory Core transcript path"
-            )
+        if len(path.split("/")) != 3:
+            return None  # no transcript has such a path: a missing reference, as any other
         sessions = await self.service.api.transcripts.list_sessions(agent_id=self.agent_id)
         by_path = {f"sessions/{s.agent_id}/{s.session_id}": s for s in sessions}
         session = by_path.get(path)

@@ -32,6 +32,7 @@ from .._errors import HostClosedError
 from .._host import Host
 from .._util import final
 from ._auth import READ_SCOPE, TokenTable
+from ._errors import ErrorCode
 from ._memory import register_memory_methods
 from ._methods import GatewayHandler, GatewayMethod
 from ._protocol import (
@@ -402,15 +403,33 @@ class Gateway:
                 f"strings, got {shown}",
             )
             return None
-        granted = self._tokens.grant(token, requested)
-        if granted is None:
+        allowed = self._tokens.allowed_scopes(token)
+        if allowed is None:
             await self._refuse(ws, frame.id, "the token is not valid for this gateway")
+            return None
+        granted = allowed & frozenset(requested)
+        if not granted:
+            # A connection with no scopes could do nothing; say what the token allows.
+            asked = ", ".join(repr(s[:64]) for s in sorted(requested)[:8]) or "none"
+            await self._refuse(
+                ws,
+                frame.id,
+                f"the token grants none of the requested scopes ({asked}); it allows: "
+                f"{', '.join(sorted(allowed))}",
+                code="FORBIDDEN",
+            )
             return None
         return frame.id, granted
 
     @staticmethod
-    async def _refuse(ws: WebSocketConnection, request_id: RequestId | None, message: str) -> None:
-        await ws.send_message(encode_error(request_id, "UNAUTHORIZED", message))
+    async def _refuse(
+        ws: WebSocketConnection,
+        request_id: RequestId | None,
+        message: str,
+        *,
+        code: ErrorCode = "UNAUTHORIZED",
+    ) -> None:
+        await ws.send_message(encode_error(request_id, code, message))
 
 
 async def run_gateway_until_signal(

@@ -62,3 +62,27 @@ def test_errors_are_rooted_in_claw_error() -> None:
     assert len(errors) == 3
     for error in errors:
         assert issubclass(error, claw.ClawError), error
+
+
+def test_the_gateway_page_documents_every_method_parameter_limit_and_code() -> None:
+    from pathlib import Path
+
+    from claw.gateway import ERROR_CODES, _memory
+
+    page = (Path(__file__).parents[3] / "docs" / "gateway.md").read_text(encoding="utf-8")
+    fields = (
+        _memory._SEARCH_V2_FIELDS
+        | _memory._GET_FIELDS
+        | _memory._REFERENCE_FIELDS
+        | _memory._STATUS_FIELDS
+    )
+    missing = [f for f in sorted(fields) if f"`{f}`" not in page]
+    missing += [c for c in sorted(ERROR_CODES) if f"`{c}`" not in page]
+    missing += [c for c in ("1001", "1008", "1009", "1013") if c not in page]
+    for key in ("max_message_bytes", "max_in_flight", "idle_timeout", "max_connections"):
+        if f"`gateway.{key}`" not in page:
+            missing.append(key)
+    for result_key in ("nextCursor", "totalLines", "truncated", "searchMode", "not_found"):
+        if result_key not in page:
+            missing.append(result_key)
+    assert missing == []

@@ -145,3 +145,18 @@ async def test_gateway_without_any_token_is_a_config_error(host: claw.Host) -> N
 async def test_empty_token_is_a_config_error(host: claw.Host) -> None:
     with pytest.raises(claw.ConfigError):
         Gateway(host, config=claw.GatewayConfig(tokens={"": ("operator.read",)}))
+
+
+@pytest.mark.parametrize("scopes", [["operator.admin"], ["operator.write", "x"], []])
+async def test_a_scope_request_the_token_cannot_grant_is_refused_not_answered_empty(
+    address: GatewayAddress, scopes: list[str]
+) -> None:
+    async with open_raw(address) as ws:
+        await send_json(ws, connect_frame(READ_TOKEN, scopes, request_id=9))
+        answer = await receive_json(ws)
+        assert (answer["id"], answer["ok"]) == (9, False)
+        assert answer["error"]["code"] == "FORBIDDEN"
+        assert "operator.read" in answer["error"]["message"]  # what the token does allow
+        with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+            await ws.get_message()
+        assert closed.value.reason.code == 1008
