@@ -112,7 +112,46 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", parents=[common], help="check config, slots and memory")
     doctor.add_argument("--json", action="store_true")
     sub.add_parser("demo", parents=[common], help="run the end-to-end demo")
+    _mcp_parser(sub, common)
     return parser
+
+
+def _mcp_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    mcp = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="serve memory to MCP clients (stdio, or --http)",
+        description="Serve the workspace's memory over the Model Context Protocol: on "
+        "stdio for an editor or desktop agent that starts this command, or over "
+        "streamable HTTP with --http. Needs the mcp extra: pip install 'trio-claw[mcp]'.",
+    )
+    mcp.add_argument(
+        "--http", metavar="HOST:PORT", default=None, help="serve streamable HTTP, not stdio"
+    )
+    mcp.add_argument(
+        "--allow-writes", action="store_true", help="offer the write tools (memory_add, ...)"
+    )
+    mcp.add_argument("--agent", default=None, help="the agent served (default: the config's)")
+    mcp.add_argument("--token", default=None, help="HTTP bearer token (or CLAW_GATEWAY_TOKEN)")
+
+
+async def _mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        # Imported here: the MCP SDK is an optional extra.
+        from .mcp._command import run_mcp  # noqa: PLC0415
+    except ImportError as exc:
+        raise CliError(
+            f"claw mcp needs the MCP SDK ({exc.name} is missing): pip install 'trio-claw[mcp]'"
+        ) from exc
+    return await run_mcp(
+        load_config(args),
+        http=args.http,
+        allow_writes=args.allow_writes,
+        agent=args.agent,
+        token=args.token,
+        out=out,
+        err=err,
+    )
 
 
 def load_config(args: argparse.Namespace) -> HostConfig:
@@ -468,6 +507,8 @@ async def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return await _doctor(args, out)
     if args.command == "serve":
         return await _serve(args, out, err)
+    if args.command == "mcp":
+        return await _mcp(args, out, err)
     if args.command == "demo":
         workspace = Path(args.workspace) if args.workspace else None
 

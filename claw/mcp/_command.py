@@ -1,0 +1,88 @@
+"""``claw mcp``: open the host and serve it over stdio or streamable HTTP.
+
+Over stdio nothing but the protocol may reach stdout, so every note goes to stderr.
+Over HTTP the server needs a bearer token: ``--token``, else ``CLAW_GATEWAY_TOKEN``,
+else the ``[gateway]`` tokens of the config; with none, one is generated for the run
+and printed to stderr, as ``claw serve`` does.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import signal
+from typing import TextIO
+
+import attrs
+import trio
+
+from .._config import HostConfig
+from .._errors import ClawError
+from .._host import open_host
+from ..gateway._auth import TokenTable
+from ._server import MemoryMcpServer
+
+MAX_PORT = 65535
+
+
+class BindAddressError(ClawError, ValueError):
+    """``--http`` is not ``HOST:PORT`` with a port from 0 to 65535."""
+
+
+def parse_bind(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; port 0 picks a free one) as a pair."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host:
+        raise BindAddressError(f"--http: expected HOST:PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isdigit() or int(port_text) > MAX_PORT:
+        raise BindAddressError(
+            f"--http: the port must be a number from 0 to {MAX_PORT}, got {port_text!r}"
+        )
+    return host, int(port_text)
+
+
+def http_tokens(config: HostConfig, token: str | None, err: TextIO) -> TokenTable:
+    """The token table for HTTP: the given token, else the environment's, else config's."""
+    gateway = config.gateway
+    token = token or os.environ.get("CLAW_GATEWAY_TOKEN") or gateway.token
+    if token is None and not gateway.tokens:
+        token = secrets.token_urlsafe(24)
+        err.write(f"claw: no token configured; generated one for this run: {token}\n")
+        err.flush()
+    if token is not None:
+        gateway = attrs.evolve(gateway, token=token)
+    return TokenTable.from_config(gateway)
+
+
+async def run_mcp(
+    config: HostConfig,
+    *,
+    http: str | None,
+    allow_writes: bool,
+    agent: str | None,
+    token: str | None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Serve until stdin closes (stdio) or until SIGINT/SIGTERM (HTTP); the exit code."""
+    bind = parse_bind(http) if http is not None else None
+    tokens = http_tokens(config, token, err) if bind is not None else None
+    async with open_host(config) as host:
+        server = MemoryMcpServer(host, agent_id=agent, allow_writes=allow_writes)
+        if bind is None or tokens is None:
+            await server.serve_stdio()
+            return 0
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+            async with trio.open_nursery() as nursery:
+                serve = functools.partial(server.serve_http, tokens=tokens)
+                url = await nursery.start(serve, bind[0], bind[1])
+                out.write(f"claw mcp listening on {url}\n")
+                out.flush()
+                async for signum in received:
+                    err.write(f"claw: stopped by signal {signum}\n")
+                    nursery.cancel_scope.cancel()
+                    break
+    return 0

@@ -1,0 +1,291 @@
+"""The MCP tools: their names, JSON schemas, annotations and the calls they make.
+
+Every read tool is a thin face on the gateway's memory methods
+(:mod:`claw.gateway._memory`): the arguments are the gateway's ``params`` under the
+same camelCase names (``maxResults``, ``minScore``, ``from``), validated and converted
+by the same code, and the structured result is the gateway's v2 payload. One
+vocabulary for every surface of claw means an error names the argument exactly as
+the client spelled it, and a fix to the gateway's validation fixes this server too.
+
+What a tool never takes from its arguments: the agent, the caller's identity, an
+owner flag or an audience. The server fixes the agent in its configuration and
+mints the authority itself (see :mod:`claw.mcp._server`); an ``agentId`` argument is
+refused as unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .._capabilities import MemoryCallerContext
+from ..gateway._auth import READ_SCOPE
+from ..gateway._errors import GatewayError
+from ..gateway._memory import (
+    MAX_CURSOR_CHARS,
+    MAX_LINE_NUMBER,
+    MAX_QUERY_CHARS,
+    MAX_REFERENCE_FIELD_CHARS,
+    MAX_REFERENCE_ID_CHARS,
+    MAX_RESULTS_DEFAULT,
+    MAX_RESULTS_LIMIT,
+    memory_get,
+    memory_search,
+)
+from ..gateway._memory import memory_status as gateway_memory_status
+
+if TYPE_CHECKING:
+    from .._host import Host
+
+Check = Callable[[], None]
+ToolRun = Callable[
+    ["Host", MemoryCallerContext, dict[str, Any], Check, str], Awaitable[dict[str, Any]]
+]
+
+
+@attrs.frozen
+class ToolSpec:
+    """One tool: what ``tools/list`` shows and what ``tools/call`` runs.
+
+    ``run(host, caller, arguments, check, agent_id)`` returns the structured result;
+    ``scope`` is the operator scope the caller's authority must hold.
+    """
+
+    name: str
+    title: str
+    description: str
+    input_schema: Mapping[str, Any]
+    output_schema: Mapping[str, Any]
+    read_only: bool
+    run: ToolRun
+    scope: str = READ_SCOPE
+    destructive: bool = False
+
+    @property
+    def arguments(self) -> frozenset[str]:
+        """The argument names the input schema allows."""
+        return frozenset(self.input_schema.get("properties", {}))
+
+
+def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> None:
+    """Refuse an argument the tool does not take, naming it and the ones it does."""
+    unknown = sorted(set(arguments) - spec.arguments)
+    if not unknown:
+        return
+    valid = ", ".join(sorted(spec.arguments)) or "none"
+    name = unknown[0]
+    if name == "agentId":
+        raise GatewayError(
+            "INVALID_REQUEST",
+            f"{spec.name} does not take agentId: this server serves one agent, fixed by its "
+            "configuration (claw mcp --agent)",
+        )
+    raise GatewayError(
+        "INVALID_REQUEST", f"{spec.name}: unknown argument {name!r} (valid arguments: {valid})"
+    )
+
+
+_REFERENCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A memory reference exactly as a memory_search hit gives it.",
+    "properties": {
+        "providerId": {"type": "string", "maxLength": MAX_REFERENCE_FIELD_CHARS},
+        "id": {"type": "string", "maxLength": MAX_REFERENCE_ID_CHARS},
+        "revision": {"type": "string", "maxLength": MAX_REFERENCE_FIELD_CHARS},
+        "fragment": {"type": "string", "maxLength": MAX_REFERENCE_FIELD_CHARS},
+    },
+    "required": ["providerId", "id"],
+}
+
+_CITATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "startLine": {"type": "integer"},
+        "endLine": {"type": "integer"},
+        "source": {"type": "string"},
+    },
+    "required": ["path", "startLine", "endLine", "source"],
+}
+
+_ENVELOPE: dict[str, Any] = {
+    "version": {"type": "integer", "const": 2},
+    "agentId": {"type": "string"},
+    "providerId": {"type": "string"},
+}
+
+SEARCH_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_QUERY_CHARS,
+            "description": "What to look for, in plain words.",
+        },
+        "maxResults": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_RESULTS_LIMIT,
+            "description": f"At most this many hits (default {MAX_RESULTS_DEFAULT}).",
+        },
+        "minScore": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 1,
+            "description": "Drop hits scoring below this (0 to 1).",
+        },
+        "sources": {
+            "type": "array",
+            "items": {"type": "string", "enum": ["memory", "sessions"]},
+            "minItems": 1,
+            "description": "Search only these sources: memory files and/or past sessions.",
+        },
+        "cursor": {
+            "type": "string",
+            "maxLength": MAX_CURSOR_CHARS,
+            "description": "The nextCursor of an earlier answer, for its next page.",
+        },
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+SEARCH_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **_ENVELOPE,
+        "hits": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "reference": _REFERENCE_SCHEMA,
+                    "excerpt": {"type": "string"},
+                    "score": {"type": "number"},
+                    "citation": _CITATION_SCHEMA,
+                },
+                "required": ["reference", "excerpt"],
+            },
+        },
+        "nextCursor": {"type": "string"},
+        "coverage": {
+            "type": "object",
+            "properties": {
+                "sources": {"type": "array", "items": {"type": "string"}},
+                "complete": {"type": "boolean"},
+            },
+        },
+        "warning": {"type": "string"},
+    },
+    "required": ["version", "agentId", "providerId", "hits"],
+}
+
+GET_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "reference": _REFERENCE_SCHEMA,
+        "from": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LINE_NUMBER,
+            "description": "First line to read (1-based).",
+        },
+        "lines": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LINE_NUMBER,
+            "description": "How many lines to read.",
+        },
+    },
+    "required": ["reference"],
+    "additionalProperties": False,
+}
+
+GET_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **_ENVELOPE,
+        "status": {"type": "string", "enum": ["ok", "not_found"]},
+        "reference": _REFERENCE_SCHEMA,
+        "text": {"type": "string"},
+        "from": {"type": "integer"},
+        "lines": {"type": "integer"},
+        "totalLines": {"type": "integer"},
+        "truncated": {"type": "boolean"},
+    },
+    "required": ["version", "agentId", "providerId", "status", "reference"],
+}
+
+STATUS_INPUT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+STATUS_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **_ENVELOPE,
+        "status": {"type": "string"},
+        "message": {"type": "string"},
+        "details": {"type": "object"},
+    },
+    "required": ["version", "agentId", "providerId", "status"],
+}
+
+
+async def _search(
+    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+) -> dict[str, Any]:
+    return await memory_search(host, caller, {**arguments, "version": 2, "agentId": agent}, check)
+
+
+async def _get(
+    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+) -> dict[str, Any]:
+    return await memory_get(host, caller, {**arguments, "agentId": agent}, check)
+
+
+async def _status(
+    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+) -> dict[str, Any]:
+    return await gateway_memory_status(host, caller, {**arguments, "agentId": agent}, check)
+
+
+READ_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        name="memory_search",
+        title="Search memory",
+        description=(
+            "Search the agent's memory (its memory files and, where allowed, past sessions). "
+            "Each hit has a reference (pass it to memory_get to read more), an excerpt, a "
+            "score and a citation (path and lines). Pass nextCursor back as cursor for more."
+        ),
+        input_schema=SEARCH_INPUT,
+        output_schema=SEARCH_OUTPUT,
+        read_only=True,
+        run=_search,
+    ),
+    ToolSpec(
+        name="memory_get",
+        title="Read a memory",
+        description=(
+            "Read the text behind a reference from memory_search, optionally from a line "
+            "and for a number of lines."
+        ),
+        input_schema=GET_INPUT,
+        output_schema=GET_OUTPUT,
+        read_only=True,
+        run=_get,
+    ),
+    ToolSpec(
+        name="memory_status",
+        title="Memory status",
+        description=(
+            "The memory provider's health (ready, degraded or unavailable) and index details."
+        ),
+        input_schema=STATUS_INPUT,
+        output_schema=STATUS_OUTPUT,
+        read_only=True,
+        run=_status,
+    ),
+)

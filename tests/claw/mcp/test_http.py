@@ -1,0 +1,206 @@
+"""Streamable HTTP: a real hypercorn server on 127.0.0.1 port 0 and the SDK's own client."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+import claw
+from claw.gateway._auth import TokenTable
+from claw.mcp import MemoryMcpServer
+
+from .conftest import (
+    NO_READ_TOKEN,
+    READ_TOKEN,
+    WRITE_TOKEN,
+    claw_mcp_command,
+    structured,
+    subprocess_env,
+    text_of,
+)
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+@asynccontextmanager
+async def serving(
+    host: claw.Host, *, allow_writes: bool = False
+) -> AsyncIterator[tuple[MemoryMcpServer, str]]:
+    server = MemoryMcpServer(host, allow_writes=allow_writes)
+    tokens = TokenTable.from_config(host.config.gateway)
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(server.serve_http, tokens=tokens)
+        url = await nursery.start(serve, "127.0.0.1", 0)
+        try:
+            yield server, url
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def http_client(url: str, token: str | None) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            yield client
+
+
+async def test_the_sdk_client_searches_over_streamable_http(core_host: claw.Host) -> None:
+    async with serving(core_host) as (_, url), http_client(url, READ_TOKEN) as client:
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/mcp", url)
+        listed = await client.list_tools()
+        assert [t.name for t in listed.tools] == ["memory_search", "memory_get", "memory_status"]
+        search = structured(
+            await client.call_tool("memory_search", {"query": "staging database password"})
+        )
+        hit = search["hits"][0]
+        got = structured(await client.call_tool("memory_get", {"reference": hit["reference"]}))
+        assert "rotates monthly" in got["text"]
+        bad = await client.call_tool("memory_get", {"reference": hit["reference"], "lines": -2})
+        assert bad.is_error and "lines" in text_of(bad)
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "Bearer not-a-token",
+        f"Bearer {READ_TOKEN}x",
+        f"Bearer {READ_TOKEN[:-1]}",
+        f"Basic {READ_TOKEN}",
+        READ_TOKEN,
+    ],
+)
+async def test_a_request_without_a_valid_bearer_token_is_401(
+    core_host: claw.Host, authorization: str | None
+) -> None:
+    async with serving(core_host) as (_, url):
+        headers = dict(MCP_HEADERS)
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(url, json=INITIALIZE, headers=headers)
+        assert response.status_code == 401
+        assert "Bearer" in response.headers["www-authenticate"]
+        async with http_client(url, READ_TOKEN) as client:
+            assert not (await client.call_tool("memory_status", {})).is_error
+
+
+async def test_a_token_without_the_read_scope_cannot_read(core_host: claw.Host) -> None:
+    async with serving(core_host) as (_, url), http_client(url, NO_READ_TOKEN) as client:
+        result = await client.call_tool("memory_search", {"query": "lunch"})
+    assert result.is_error
+    assert text_of(result).startswith("FORBIDDEN: ")
+    assert "operator.read" in text_of(result)
+
+
+async def test_a_session_cannot_be_continued_with_another_token(core_host: claw.Host) -> None:
+    async with serving(core_host) as (_, url), httpx2.AsyncClient() as http:
+        opened = await http.post(
+            url, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": f"Bearer {READ_TOKEN}"}
+        )
+        assert opened.status_code == 200
+        session = opened.headers["mcp-session-id"]
+        hijack = await http.post(
+            url,
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers={
+                **MCP_HEADERS,
+                "Authorization": f"Bearer {WRITE_TOKEN}",
+                "Mcp-Session-Id": session,
+                "Mcp-Protocol-Version": "2025-06-18",
+            },
+        )
+        assert hijack.status_code == 404
+
+
+async def test_an_oversize_request_body_is_refused_and_the_server_keeps_serving(
+    core_host: claw.Host,
+) -> None:
+    limit = core_host.config.gateway.max_message_bytes
+    async with serving(core_host) as (_, url):
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(
+                url,
+                content=b'{"jsonrpc": "2.0", "id": 1, "method": "' + b"x" * (limit + 1) + b'"}',
+                headers={
+                    **MCP_HEADERS,
+                    "Authorization": f"Bearer {READ_TOKEN}",
+                    "Content-Type": "application/json",
+                },
+            )
+        assert response.status_code == 413
+        async with http_client(url, READ_TOKEN) as client:
+            assert not (await client.call_tool("memory_status", {})).is_error
+
+
+@pytest.mark.slow
+def test_claw_mcp_http_serves_the_sdk_client_and_stops_on_sigterm(workspace: Path) -> None:
+    token = "cli-http-token-0001"
+    proc = subprocess.Popen(
+        claw_mcp_command(workspace, "--http", "127.0.0.1:0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**subprocess_env(), "CLAW_GATEWAY_TOKEN": token},
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline().rstrip("\n")
+        match = re.fullmatch(r"claw mcp listening on (http://127\.0\.0\.1:\d+/mcp)", first)
+        assert match, first
+        url = match.group(1)
+
+        async def query() -> dict[str, object]:
+            async with http_client(url, token) as client:
+                return structured(await client.call_tool("memory_search", {"query": "lunch"}))
+
+        assert trio.run(query)["providerId"] == "memory-core"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.mark.parametrize("bind", ["8080", "127.0.0.1:70000", "127.0.0.1:http", ":"])
+def test_a_bad_http_address_is_one_line_naming_the_flag(workspace: Path, bind: str) -> None:
+    result = subprocess.run(
+        claw_mcp_command(workspace, "--http", bind),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2
+    assert "--http" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert os.linesep.join(result.stderr.splitlines()).count("\n") == 0
