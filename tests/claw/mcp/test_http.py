@@ -123,16 +123,19 @@ async def test_a_session_cannot_be_continued_with_another_token(core_host: claw.
         )
         assert opened.status_code == 200
         session = opened.headers["mcp-session-id"]
-        hijack = await http.post(
-            url,
-            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-            headers={
+
+        def headers(token: str) -> dict[str, str]:
+            return {
                 **MCP_HEADERS,
-                "Authorization": f"Bearer {WRITE_TOKEN}",
+                "Authorization": f"Bearer {token}",
                 "Mcp-Session-Id": session,
                 "Mcp-Protocol-Version": "2025-06-18",
-            },
-        )
+            }
+
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        hijack = await http.post(url, json=listing, headers=headers(WRITE_TOKEN))
+        owner = await http.post(url, json=listing, headers=headers(READ_TOKEN))
+        assert owner.status_code == 200
         assert hijack.status_code == 404
 
 
