@@ -30,6 +30,10 @@ class BindAddressError(ClawError, ValueError):
     """``--http`` is not ``HOST:PORT`` with a port from 0 to 65535."""
 
 
+class UnknownAgentFlagError(ClawError, LookupError):
+    """``--agent`` names an agent the host does not know."""
+
+
 def parse_bind(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` for IPv6; port 0 picks a free one) as a pair."""
     host, sep, port_text = value.rpartition(":")
@@ -72,6 +76,11 @@ async def run_mcp(
     tokens = http_tokens(config, token, err) if bind is not None else None
     async with open_host(config) as host:
         server = MemoryMcpServer(host, agent_id=agent, allow_writes=allow_writes)
+        if not await host.knows_agent(server.agent):
+            raise UnknownAgentFlagError(
+                f"--agent {server.agent[:64]!r} is not an agent of this host (its agents are "
+                "default_agent_id and the agents that have sessions)"
+            )
         if bind is None or tokens is None:
             await server.serve_stdio()
             return 0

@@ -42,11 +42,20 @@ async def test_the_sdk_client_lists_and_calls_the_read_tools_over_stdio(workspac
         assert structured(await client.call_tool("memory_status", {}))["status"] == "ready"
 
 
-@pytest.mark.slow
-async def test_the_configured_agent_is_served_over_stdio(workspace: Path) -> None:
-    async with Client(_server(workspace, "--agent", "helper")) as client:
-        status = structured(await client.call_tool("memory_status", {}))
-    assert status["agentId"] == "helper"
+def test_an_unknown_agent_flag_is_refused_before_serving(workspace: Path) -> None:
+    proc = subprocess.run(
+        claw_mcp_command(workspace, "--agent", "nobody"),
+        input="",
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    [line] = proc.stderr.splitlines()
+    assert "--agent 'nobody' is not an agent of this host" in line
 
 
 def test_a_stdio_server_exits_cleanly_when_its_client_closes_stdin(workspace: Path) -> None:

@@ -192,10 +192,23 @@ async def test_hostile_arguments_get_an_answer_and_the_server_keeps_serving(
 
 
 async def test_the_agent_is_the_servers_not_the_callers(core_host: claw.Host) -> None:
-    async with in_process_client(core_host, agent_id="nobody-configured") as client:
+    await core_host.sessions.create("dm:bob", agent_id="helper", chat_type="direct")
+    async with in_process_client(core_host, agent_id="helper") as client:
         search = structured(await client.call_tool("memory_search", {"query": "lunch"}))
         status = structured(await client.call_tool("memory_status", {}))
-    assert search["agentId"] == status["agentId"] == "nobody-configured"
+        refused = await client.call_tool("memory_search", {"query": "x", "agentId": "main"})
+    assert search["agentId"] == status["agentId"] == "helper"
+    assert refused.is_error and "agentId" in text_of(refused)
+
+
+async def test_a_server_for_an_unknown_agent_answers_invalid_request_naming_it(
+    core_host: claw.Host,
+) -> None:
+    async with in_process_client(core_host, agent_id="../../nobody") as client:
+        result = await client.call_tool("memory_search", {"query": "lunch"})
+    assert result.is_error
+    assert text_of(result).startswith("INVALID_REQUEST: ")
+    assert "'../../nobody' is not an agent of this host" in text_of(result)
 
 
 async def test_a_client_without_the_read_scope_is_refused(core_host: claw.Host) -> None:
