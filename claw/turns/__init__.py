@@ -13,6 +13,7 @@ from ._transcript import TranscriptEntry as TranscriptEntry
 from ._transcript import TranscriptEntryKind as TranscriptEntryKind
 from ._transcript import TranscriptError as TranscriptError
 from ._transcript import TranscriptStats as TranscriptStats
+from ._transcript import TranscriptStorageError as TranscriptStorageError
 from ._transcript import TranscriptStore as TranscriptStore
 from ._transcript import UnknownEntryError as UnknownEntryError
 from ._transcript import entry_id as entry_id

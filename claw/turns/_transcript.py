@@ -117,6 +117,14 @@ class TranscriptError(ClawError, ValueError):
     """A transcript operation was refused: wrong session key, bad range, foreign cursor."""
 
 
+class TranscriptStorageError(ClawError, OSError):
+    """The transcript database cannot be used: not SQLite, corrupt, or unreadable.
+
+    Raised at open, naming the file. The database is the system of record of every
+    session's history, so claw never deletes or rebuilds it: restore it from a backup.
+    """
+
+
 class UnknownEntryError(ClawError, LookupError):
     """No transcript entry has this id."""
 
@@ -718,9 +726,13 @@ async def open_transcript_store(
 
 
 def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise TranscriptStorageError(f"cannot open the transcript database {path}: {exc}") from exc
     try:
         conn.execute("PRAGMA busy_timeout = 10000")
+        _check_integrity(conn, path)
         _check_wal(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], path)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -733,10 +745,43 @@ def _connect(path: str) -> sqlite3.Connection:
             for statement in (*_SCHEMA, *_ledger.LEDGER_SCHEMA):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise TranscriptStorageError(
+            f"the transcript database {path} cannot be used: {exc}{_KEEP_IT}"
+        ) from exc
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+_KEEP_IT = (
+    "; it is the system of record of the session transcripts, so claw leaves it in place: "
+    "restore it from a backup, or move it aside to start with no history"
+)
+
+
+def _check_integrity(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a corrupt database now, naming it, rather than at some later read.
+
+    ``quick_check`` walks every page of the database (about half a second for
+    200 MB), which finds torn pages and broken b-trees, not only a bad header.
+    """
+    try:
+        problems = [str(row[0]) for row in conn.execute("PRAGMA quick_check(5)")]
+    except sqlite3.DatabaseError as exc:
+        what = (
+            "is not a SQLite database"
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB
+            else f"is corrupt ({exc})"
+        )
+        raise TranscriptStorageError(f"the transcript database {path} {what}{_KEEP_IT}") from exc
+    if problems != ["ok"]:
+        detail = "; ".join(problems)[:400]
+        raise TranscriptStorageError(
+            f"the transcript database {path} is corrupt ({detail}){_KEEP_IT}"
+        )
 
 
 def _check_wal(mode: object, path: str) -> None:
