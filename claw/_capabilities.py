@@ -26,6 +26,12 @@ What the kernel enforces, and how:
 * Validity is identity membership in the registry of the host that minted it, never
   ``isinstance`` or field equality: an instance built with ``object.__new__`` (and
   fields poked in) is refused with :class:`~claw.ForgedCapabilityError`.
+* Unaltered: the registry records each capability's field values at minting and
+  compares them by identity on every verification, so a field rewritten through
+  ``object.__setattr__`` (which ``frozen`` cannot stop) is refused as forged, for good.
+* Nothing leads back: a caller context does not hold the registry (``assert_current``
+  finds it in a module-private table), so no attribute path from what a plugin holds
+  reaches minting power (docs/threat-model.md says exactly what remains).
 * Everything is minted inside a host-owned scope (a run, a gateway connection, a
   detached flush session, a host operation); when the scope closes, what it minted is
   revoked and is refused with :class:`~claw.StaleCapabilityError` from then on.
@@ -33,6 +39,7 @@ What the kernel enforces, and how:
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Literal, NoReturn, TypeVar
@@ -243,11 +250,15 @@ class MemoryCallerContext(Capability):
     authority: CallerAuthority
     cancel_scope: trio.CancelScope
     purpose: str = "read"
-    _registry: CapabilityRegistry = attrs.field(repr=False, alias="registry", kw_only=True)
 
     def assert_current(self) -> None:
         """Raise unless this context, its authority and audience are all still current."""
-        self._registry.verify(self)
+        registry = _CONTEXT_REGISTRIES.get(self)
+        if registry is None:
+            raise ForgedCapabilityError(
+                "this memory caller context was not minted by a host (forged)"
+            )
+        registry.verify(self)
 
     @property
     def session_key(self) -> str | None:
@@ -271,14 +282,46 @@ CAPABILITY_CLASSES: tuple[type[Capability], ...] = (
 )
 
 
+def _field_reader(cls: type[Capability]) -> Callable[[Capability], tuple[object, ...]]:
+    names = [a.name for a in attrs.fields(cls)]  # type: ignore[arg-type]
+    if len(names) == 1:
+        read_one = operator.attrgetter(names[0])
+        return lambda cap: (read_one(cap),)
+    read_all: Callable[[Capability], tuple[object, ...]] = operator.attrgetter(*names)
+    return read_all
+
+
+#: How to read each capability class's fields, for the snapshot taken at minting.
+_FIELD_READERS: dict[type[Capability], Callable[[Capability], tuple[object, ...]]] = {
+    cls: _field_reader(cls) for cls in CAPABILITY_CLASSES
+}
+
+#: Which registry minted each caller context. It lives here, not on the context, so that
+#: no attribute path from a context (which every provider and tool receives) leads to
+#: the registry and its minting power; ``assert_current`` looks it up. See
+#: docs/threat-model.md for what remains reachable.
+_CONTEXT_REGISTRIES: weakref.WeakKeyDictionary[MemoryCallerContext, CapabilityRegistry] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 @attrs.define(eq=False)
 class _Grant:
-    """The host's private record of one minted capability."""
+    """The host's private record of one minted capability.
+
+    ``fields`` is the capability's field values at minting (compared by identity on
+    every verification, so a rewrite through ``object.__setattr__`` is refused).
+    """
 
     scope_name: str
+    fields: tuple[object, ...]
     bound_session_key: str | None = None
     check: Callable[[], bool] | None = None
     stale_message: str | None = None
+
+    def fields_unchanged(self, cap: Capability) -> bool:
+        current = _FIELD_READERS[type(cap)](cap)
+        return all(a is b for a, b in zip(current, self.fields, strict=True))
 
 
 @attrs.define(eq=False)
@@ -297,6 +340,7 @@ class CapabilityRegistry:
         factory=weakref.WeakKeyDictionary, init=False
     )
     _by_session: dict[str, weakref.WeakSet[Capability]] = attrs.field(factory=dict, init=False)
+    _altered: weakref.WeakSet[Capability] = attrs.field(factory=weakref.WeakSet, init=False)
 
     def mint(
         self,
@@ -310,11 +354,12 @@ class CapabilityRegistry:
         **fields: Any,
     ) -> C:
         """Create and record one capability (host-internal)."""
-        if cls is MemoryCallerContext:
-            fields["registry"] = self
         cap: C = cls._create(**fields)
+        if isinstance(cap, MemoryCallerContext):
+            _CONTEXT_REGISTRIES[cap] = self
         self._live[cap] = _Grant(
             scope_name=scope_name,
+            fields=_FIELD_READERS[cls](cap),
             bound_session_key=bound_session_key,
             check=check,
             stale_message=stale_message,
@@ -341,8 +386,19 @@ class CapabilityRegistry:
         return count
 
     def is_live(self, cap: object) -> bool:
-        """Whether ``cap`` is a capability this registry minted and still honours."""
-        return isinstance(cap, Capability) and cap in self._live
+        """Whether ``cap`` is a capability this registry minted, unaltered, and still honours."""
+        if not isinstance(cap, Capability):
+            return False
+        grant = self._live.get(cap)
+        return grant is not None and grant.fields_unchanged(cap)
+
+    def _refuse_altered(self, cap: Capability) -> NoReturn:
+        self._live.pop(cap, None)
+        self._altered.add(cap)
+        raise ForgedCapabilityError(
+            f"this {cap.kind_name} was altered after minting: its fields differ from what "
+            "the host minted"
+        )
 
     def verify(
         self,
@@ -372,12 +428,16 @@ class CapabilityRegistry:
             raise ForgedCapabilityError(f"{type(cap).__name__} is not a claw capability")
         grant = self._live.get(cap)
         if grant is None:
+            if cap in self._altered:
+                self._refuse_altered(cap)
             reason = self._revoked.get(cap)
             if reason is not None:
                 raise StaleCapabilityError(self._stale_text(cap, reason))
             raise ForgedCapabilityError(
                 f"this {cap.kind_name} was not minted by this host (forged or foreign)"
             )
+        if not grant.fields_unchanged(cap):
+            self._refuse_altered(cap)
         if grant.check is not None and not grant.check():
             self.revoke(cap, grant.stale_message or "its incarnation changed")
             raise StaleCapabilityError(self._stale_text(cap, grant.stale_message))

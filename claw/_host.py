@@ -44,6 +44,7 @@ from .flush import FlushCoordinator
 from .memory._runtime import MemoryRuntime
 from .models import ModelRegistry, UserMessage, openai_compatible_provider
 from .sessions import SessionRow, SessionStore
+from .sessions._reader import SessionRowReader
 from .turns import TranscriptStore, open_transcript_store
 from .turns._runner import TurnResult, TurnRunner
 from .turns._tools import ToolPolicy
@@ -55,6 +56,7 @@ C = TypeVar("C", bound=Capability)
 ENTRY_POINT_GROUP = "claw.plugins"
 LEGACY_ENGINE_ID = "legacy"
 MEMORY_CORE_ID = "memory-core"
+SESSIONS_FILE = "sessions.sqlite3"
 
 
 @final
@@ -168,7 +170,7 @@ class Host(metaclass=NoPublicConstructor):
         self.events: EventLog = EventLog()
         self.models: ModelRegistry = ModelRegistry()
         self._sessions: SessionStore | None = None
-        self._session_version = 0
+        self._transcript_readers: list[TranscriptReader] = []
         self._turns: TurnRunner | None = None
         self._flush: Any = None
 
@@ -234,6 +236,23 @@ class Host(metaclass=NoPublicConstructor):
         """Compact a session now (engine-owned or runtime compaction)."""
         self._check_open()
         return await self.turns.compact(session_key)
+
+    def _new_transcript_reader(self) -> TranscriptReader:
+        """A read-only transcript facet for one plugin (``api.transcripts``).
+
+        It is given the stores' read paths, never the host: see the threat model.
+        """
+        reader = TranscriptReader(
+            SessionRowReader(self.config.resolved_state_dir / SESSIONS_FILE, self.workers)
+        )
+        if self._turns is not None and not self._closed:
+            reader._attach(self._turns.store)
+        self._transcript_readers.append(reader)
+        return reader
+
+    async def _close_transcript_readers(self) -> None:
+        for reader in self._transcript_readers:
+            await reader._aclose()
 
     def _engine_slot(self) -> ContextEngineSlot:
         selected = self.slots.context_engine
@@ -359,7 +378,8 @@ class Host(metaclass=NoPublicConstructor):
     def _on_session_change(self, key: str) -> None:
         # Eager revocation: everything bound to this session's incarnation dies now,
         # not only at its next check.
-        self._session_version += 1
+        for reader in self._transcript_readers:
+            reader._session_changed()
         self._capabilities.revoke_session(key, "a session in its lineage changed incarnation")
 
     def verify(self, capability: object, *, session_key: str | None = None) -> None:
@@ -413,7 +433,7 @@ class Host(metaclass=NoPublicConstructor):
                 workers=self.workers,
                 workspace_dir=self.config.workspace_dir,
                 state_dir=self.config.resolved_state_dir,
-                transcripts=TranscriptReader(self),
+                transcripts=self._new_transcript_reader(),
             )
             try:
                 plugin.register(api)
@@ -550,13 +570,16 @@ async def open_host(
             host._register_model_providers()
             state = config.resolved_state_dir
             host._sessions = await SessionStore.open(
-                state / "sessions.sqlite3", workers=workers, clock=clock
+                state / SESSIONS_FILE, workers=workers, clock=clock
             )
             stack.push_async_callback(_shielded_close, host._sessions.aclose)
             host._sessions.add_listener(host._on_session_change)
             transcripts = await stack.enter_async_context(
                 open_transcript_store(state / "transcripts.sqlite3", workers=workers, clock=clock)
             )
+            for reader in host._transcript_readers:
+                reader._attach(transcripts)
+            stack.push_async_callback(_shielded_close, host._close_transcript_readers)
             host._turns = TurnRunner(
                 host=host, store=transcripts, slot=host._engine_slot(), models=host.models
             )

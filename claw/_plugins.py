@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
+import types
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,7 +175,10 @@ class PluginApi(metaclass=NoPublicConstructor):
         transcripts: TranscriptReader,
     ) -> None:
         self._plugin = plugin
-        self._registry = registry
+        self._registry: PluginRegistry | None = registry
+        self._embedding_providers: Mapping[str, RegisteredEmbeddingProvider] = (
+            types.MappingProxyType(registry.embedding_providers)
+        )
         self._open = True
         self.config: Mapping[str, Any] = config
         self.workers: WorkerPool = workers
@@ -190,25 +194,30 @@ class PluginApi(metaclass=NoPublicConstructor):
         return self._plugin.id
 
     def _close(self) -> None:
+        # After loading, the facet keeps only a read-only view of the embedding
+        # providers: a plugin that holds on to its facet cannot rewrite what other
+        # plugins registered.
         self._open = False
+        self._registry = None
 
-    def _check_open(self, what: str) -> None:
-        if not self._open:
+    def _check_open(self, what: str) -> PluginRegistry:
+        if not self._open or self._registry is None:
             raise ContractError(
                 f'plugin "{self.plugin_id}" tried to register {what} after loading finished; '
                 "register everything from the plugin's register function"
             )
+        return self._registry
 
     def register_context_engine(self, engine_id: str, factory: ContextEngineFactory) -> None:
         """Register a context engine under ``engine_id`` (unique across plugins)."""
-        self._check_open(f'context engine "{engine_id}"')
+        registry = self._check_open(f'context engine "{engine_id}"')
         _valid_id("context engine")(None, None, engine_id)  # type: ignore[arg-type]
         if engine_id == "legacy":
             raise SlotConflictError(
                 f'plugin "{self.plugin_id}" cannot register context engine "legacy": '
                 "that id belongs to the built-in legacy engine"
             )
-        existing = self._registry.context_engines.get(engine_id)
+        existing = registry.context_engines.get(engine_id)
         if existing is not None:
             raise SlotConflictError(
                 f'context engine "{engine_id}" is already registered by plugin '
@@ -219,42 +228,42 @@ class PluginApi(metaclass=NoPublicConstructor):
                 f'plugin "{self.plugin_id}": the factory of context engine "{engine_id}" '
                 "is not callable"
             )
-        self._registry.context_engines[engine_id] = RegisteredEngine(
+        registry.context_engines[engine_id] = RegisteredEngine(
             plugin_id=self.plugin_id, engine_id=engine_id, factory=factory
         )
 
     def register_memory_capability(self, capability: Any) -> None:
         """Register this plugin's memory capability (at most one per plugin)."""
-        self._check_open("a memory capability")
-        if self.plugin_id in self._registry.memory_capabilities:
+        registry = self._check_open("a memory capability")
+        if self.plugin_id in registry.memory_capabilities:
             raise SlotConflictError(
                 f'plugin "{self.plugin_id}" already registered a memory capability; '
                 "a plugin registers at most one"
             )
-        self._registry.memory_capabilities[self.plugin_id] = capability
+        registry.memory_capabilities[self.plugin_id] = capability
 
     def register_embedding_provider(self, provider: EmbeddingProvider) -> None:
         """Register an embedding provider the manifest declares."""
         provider_id = getattr(provider, "id", None)
-        self._check_open(f'embedding provider "{provider_id}"')
+        registry = self._check_open(f'embedding provider "{provider_id}"')
         if provider_id not in self._plugin.contracts.embedding_providers:
             raise ContractError(
                 f'plugin "{self.plugin_id}" registered embedding provider "{provider_id}", '
                 "which its manifest does not declare (contracts.embedding_providers)"
             )
-        existing = self._registry.embedding_providers.get(provider_id)
+        existing = registry.embedding_providers.get(provider_id)
         if existing is not None:
             raise SlotConflictError(
                 f'embedding provider "{provider_id}" is already registered by plugin '
                 f'"{existing.plugin_id}"; plugin "{self.plugin_id}" cannot register it too'
             )
-        self._registry.embedding_providers[provider_id] = RegisteredEmbeddingProvider(
+        registry.embedding_providers[provider_id] = RegisteredEmbeddingProvider(
             plugin_id=self.plugin_id, provider=provider
         )
 
     def register_tool(self, tool: Tool) -> None:
         """Register an agent tool the manifest declares; the tool is owned by this plugin."""
-        self._check_open(f'tool "{getattr(tool, "name", tool)}"')
+        registry = self._check_open(f'tool "{getattr(tool, "name", tool)}"')
         if not isinstance(tool, Tool):
             raise ContractError(
                 f'plugin "{self.plugin_id}" registered {type(tool).__name__}, not a claw.Tool'
@@ -264,9 +273,9 @@ class PluginApi(metaclass=NoPublicConstructor):
                 f'plugin "{self.plugin_id}" registered tool "{tool.name}", which its manifest '
                 "does not declare (contracts.tools)"
             )
-        if any(t.tool.name == tool.name for t in self._registry.tools_of(self.plugin_id)):
+        if any(t.tool.name == tool.name for t in registry.tools_of(self.plugin_id)):
             raise ContractError(f'plugin "{self.plugin_id}" registered tool "{tool.name}" twice')
-        self._registry.tools.append(RegisteredTool(plugin_id=self.plugin_id, tool=tool))
+        registry.tools.append(RegisteredTool(plugin_id=self.plugin_id, tool=tool))
 
     def register_service(self, name: str, service: Callable[..., Awaitable[None]]) -> None:
         """Run ``await service(task_status=...)`` in the host's nursery while the host is open.
@@ -274,10 +283,10 @@ class PluginApi(metaclass=NoPublicConstructor):
         The service calls ``task_status.started()`` once ready; it is cancelled when the
         host closes, so it owns its resources with ``try``/``finally``.
         """
-        self._check_open(f'service "{name}"')
-        self._registry.services.append((f"{self.plugin_id}:{name}", service))
+        registry = self._check_open(f'service "{name}"')
+        registry.services.append((f"{self.plugin_id}:{name}", service))
 
     def get_embedding_provider(self, provider_id: str) -> EmbeddingProvider | None:
         """Look up a registered embedding provider by id (any plugin's)."""
-        found = self._registry.embedding_providers.get(provider_id)
+        found = self._embedding_providers.get(provider_id)
         return found.provider if found is not None else None

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._errors import HostClosedError
 from .models import AssistantMessage, UserMessage
+from .sessions._reader import SessionRowReader
 
 if TYPE_CHECKING:
-    from ._host import Host
-    from .turns import TranscriptCursor, TranscriptDelta
+    from .turns import TranscriptCursor, TranscriptDelta, TranscriptStore
 
 
 @attrs.frozen
@@ -45,12 +46,46 @@ class TranscriptTurnInfo:
 
 @attrs.define(eq=False)
 class TranscriptReader:
-    """Read-only access to session transcripts, handed to plugins as ``api.transcripts``."""
+    """Read-only access to session transcripts, handed to plugins as ``api.transcripts``.
 
-    _host: Host
+    It holds only what reading needs: the transcript store (once the host is open), a
+    read-only view of the session rows (its own read-only connection) and a change
+    counter the host bumps. It holds neither the host nor the session store, so no
+    attribute path from it leads to the capability registry (see
+    docs/threat-model.md).
+    """
+
+    _sessions: SessionRowReader
+    _transcripts: TranscriptStore | None = attrs.field(default=None, init=False)
+    _session_version: int = attrs.field(default=0, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
     _cache: dict[str | None, tuple[tuple[int, int], list[TranscriptSessionInfo]]] = attrs.field(
         factory=dict, init=False
     )
+
+    # -- host side ---------------------------------------------------------------
+
+    def _attach(self, transcripts: TranscriptStore) -> None:
+        """Called by the host once its stores are open."""
+        self._transcripts = transcripts
+
+    def _session_changed(self) -> None:
+        """Called by the host after every committed session change."""
+        self._session_version += 1
+
+    async def _aclose(self) -> None:
+        self._closed = True
+        self._transcripts = None
+        await self._sessions.aclose()
+
+    def _store(self) -> TranscriptStore:
+        if self._closed:
+            raise HostClosedError("the host is closed")
+        if self._transcripts is None:
+            raise HostClosedError("the host is not open yet")
+        return self._transcripts
+
+    # -- plugin side -------------------------------------------------------------
 
     async def list_sessions(self, *, agent_id: str | None = None) -> list[TranscriptSessionInfo]:
         """Every session incarnation with a transcript (of ``agent_id``, when given).
@@ -58,16 +93,15 @@ class TranscriptReader:
         Answered from a cache while neither the transcripts nor the sessions changed, so
         a memory provider can check for changes before every search at no I/O cost.
         """
-        host = self._host
-        host._check_open()
-        version = (host.transcripts.version, host._session_version)
+        store = self._store()
+        version = (store.version, self._session_version)
         cached = self._cache.get(agent_id)
         if cached is not None and cached[0] == version:
             return list(cached[1])
         out: list[TranscriptSessionInfo] = []
-        for row in await host.sessions.list(agent_id):
-            for session_id in await host.transcripts.session_ids(row.session_key):
-                stats = await host.transcripts.stats(session_id)
+        for row in await self._sessions.list(agent_id):
+            for session_id in await store.session_ids(row.session_key):
+                stats = await store.stats(session_id)
                 if stats.entry_count == 0:
                     continue
                 # Closing or reopening a turn changes what read_turns shows, so the
@@ -94,11 +128,10 @@ class TranscriptReader:
         Everything else is shown, including turns closed as failed or aborted and
         every turn after them.
         """
-        host = self._host
-        host._check_open()
-        in_flight = {t.turn_id for t in await host.transcripts.turns(session_id) if t.open}
+        store = self._store()
+        in_flight = {t.turn_id for t in await store.turns(session_id) if t.open}
         turns: list[TranscriptTurnInfo] = []
-        for entry in await host.transcripts.read_entries(session_id):
+        for entry in await store.read_entries(session_id):
             # Skip (never stop at) a turn in flight: what follows it must stay visible.
             if entry.turn_id is not None and entry.turn_id in in_flight:
                 continue
@@ -125,7 +158,4 @@ class TranscriptReader:
         self, session_id: str, cursor: TranscriptCursor | None = None
     ) -> TranscriptDelta:
         """The cursor API engines use to bootstrap or rebuild history (see claw.turns)."""
-        self._host._check_open()
-        return await self._host.transcripts.read_session_transcript_visible_message_delta(
-            session_id, cursor
-        )
+        return await self._store().read_session_transcript_visible_message_delta(session_id, cursor)

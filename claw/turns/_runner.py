@@ -75,6 +75,7 @@ from ._tools import ToolContext, ToolPolicy, run_tool_call, select_tools, tool_s
 from ._transcript import TranscriptStore, parse_entry_id
 
 if TYPE_CHECKING:
+    from .._config import AgentDefaultsConfig
     from .._host import Host
     from .._runs import Run
 
@@ -155,6 +156,20 @@ def redact_for_projection(messages: Sequence[Message]) -> tuple[Message, ...]:
         else:
             out.append(message)
     return tuple(out)
+
+
+def _model_refs(
+    defaults: AgentDefaultsConfig, model: str | None
+) -> tuple[str, tuple[str, ...], bool]:
+    """The primary model ref, its fallbacks and whether it is pinned (an explicit ``model``)."""
+    if model is not None:
+        return model, (), True
+    if defaults.model is None:
+        raise ConfigError(
+            "agents.defaults.model",
+            'no model is configured; set it (for example "ollama/qwen3:8b") or pass model=',
+        )
+    return defaults.model, tuple(defaults.fallbacks), False
 
 
 @attrs.define(eq=False)
@@ -370,15 +385,7 @@ class TurnRunner:
         return "legacy" if engine is self.slot.legacy else self.slot.selected_id
 
     def _model_refs(self, model: str | None) -> tuple[str, tuple[str, ...], bool]:
-        defaults = self.host.config.agents.defaults
-        if model is not None:
-            return model, (), True
-        if defaults.model is None:
-            raise ConfigError(
-                "agents.defaults.model",
-                'no model is configured; set it (for example "ollama/qwen3:8b") or pass model=',
-            )
-        return defaults.model, tuple(defaults.fallbacks), False
+        return _model_refs(self.host.config.agents.defaults, model)
 
     def _context_window(self, primary: str) -> int:
         try:
@@ -899,18 +906,6 @@ class TurnRunner:
         )
         return "failed"
 
-    async def _summarise(self, messages: Sequence[Message], system_prompt: str) -> AssistantMessage:
-        primary, fallbacks, pinned = self._model_refs(None)
-        completion = await self.models.complete_with_fallback(
-            primary,
-            fallbacks,
-            messages=messages,
-            system_prompt=system_prompt,
-            tools=(),
-            pinned=pinned,
-        )
-        return completion.message
-
     async def _compact(
         self, row: SessionRow, *, reason: Literal["threshold", "overflow", "manual"]
     ) -> CompactResult:
@@ -918,13 +913,29 @@ class TurnRunner:
         defaults = self.host.config.agents.defaults
         primary = defaults.model
 
+        # The delegation travels to the engine inside its params: it holds the transcript
+        # store and the models, never the runner (whose host holds minting power).
+        store, models = self.store, self.models
+
+        async def summarise(messages: Sequence[Message], system_prompt: str) -> AssistantMessage:
+            primary, fallbacks, pinned = _model_refs(defaults, None)
+            completion = await models.complete_with_fallback(
+                primary,
+                fallbacks,
+                messages=messages,
+                system_prompt=system_prompt,
+                tools=(),
+                pinned=pinned,
+            )
+            return completion.message
+
         async def runtime(params: CompactParams) -> CompactResult:
             return await runtime_compaction(
                 params,
-                store=self.store,
+                store=store,
                 session_key=row.session_key,
                 session_id=row.session_id,
-                summarise=self._summarise,
+                summarise=summarise,
                 keep_recent_tokens=defaults.compaction.keep_recent_tokens,
             )
 

@@ -252,3 +252,100 @@ def test_errors_subclass_the_nearest_builtin() -> None:
         claw.ConfigError,
     ):
         assert issubclass(err, claw.ClawError)
+
+
+# -- field rewrites through object.__setattr__ ------------------------------------------
+
+
+def _other_value(value: object) -> object:
+    """A value of the same shape that differs from ``value`` (an escalation, where one exists)."""
+    if isinstance(value, bool):
+        return not value
+    if value == "conversation":
+        return "owner-private"
+    if isinstance(value, str):
+        return value + "-rewritten"
+    if isinstance(value, frozenset):
+        return value | {"operator.read", "operator.admin"}
+    if value is None:
+        return "rewritten"
+    return object()
+
+
+async def _one_of_each(host: claw.Host, scope: claw.HostScope) -> dict[str, claw.Capability]:
+    run = await scope.nursery.start(_open_group_run, host)
+    flush = scope._mint(
+        claw.FlushIdentity, flush_id="f1", source_session_key="grp:1", bound_session_key="x"
+    )
+    op = scope.mint_operator_authority({"operator.status"}, connection_id="c1")
+    return {
+        "MemoryAudience": run.audience,
+        "ConversationRecallPass": run.authority.conversation_recall,
+        "FlushIdentity": flush,
+        "OperatorAuthority": op,
+        "SessionAuthority": run.authority,
+        "HostAuthority": scope.mint_host_authority("status"),
+        "MemoryCallerContext": scope.mint_caller_context(op),
+    }
+
+
+async def _open_group_run(host: claw.Host, task_status: trio.TaskStatus[claw.Run]) -> None:
+    async with host.open_run("grp:1", sender_is_owner=False, conversation_recall=["grp:1"]) as run:
+        task_status.started(run)
+        await trio.sleep_forever()
+
+
+def _field_cases() -> list[tuple[str, str]]:
+    return [
+        (cls.__name__, field.name)
+        for cls in CAPABILITY_CLASSES
+        for field in attrs.fields(cls)  # type: ignore[arg-type]
+    ]
+
+
+@pytest.mark.parametrize(("cls_name", "field"), _field_cases())
+async def test_a_field_rewritten_with_object_setattr_is_refused(
+    host: claw.Host, cls_name: str, field: str
+) -> None:
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    async with host.open_scope("t") as scope:
+        caps = await _one_of_each(host, scope)
+        cap = caps[cls_name]
+        host.verify(cap)
+        old = getattr(cap, field)
+        new = _other_value(old)
+        if field == "authority":
+            new = scope.mint_host_authority("status")  # another live capability
+        elif field in {"audience", "conversation_recall"}:
+            new = None  # dropping a nested capability also changes what was minted
+        elif field == "cancel_scope":
+            new = trio.CancelScope()
+        object.__setattr__(cap, field, new)
+        with pytest.raises(claw.ForgedCapabilityError, match="altered after minting"):
+            host.verify(cap)
+        # Putting the minted value back does not revive it.
+        object.__setattr__(cap, field, old)
+        with pytest.raises(claw.ForgedCapabilityError, match="altered after minting"):
+            host.verify(cap)
+        scope.nursery.cancel_scope.cancel()
+
+
+async def test_a_rewritten_audience_fails_the_context_check_of_its_run(host: claw.Host) -> None:
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    async with host.open_run("grp:1", sender_is_owner=False) as run:
+        assert run.audience is not None
+        object.__setattr__(run.audience, "kind", "owner-private")
+        with pytest.raises(claw.ForgedCapabilityError):
+            run.caller.assert_current()
+        with pytest.raises(claw.ForgedCapabilityError):
+            host.verify(run.authority)
+
+
+async def test_widened_operator_scopes_fail_the_context_check(host: claw.Host) -> None:
+    async with host.open_scope("gw") as scope:
+        op = scope.mint_operator_authority({"operator.status"})
+        ctx = scope.mint_caller_context(op)
+        object.__setattr__(op, "scopes", frozenset({"operator.status", "operator.read"}))
+        assert op.has_scope("operator.read")  # the rewrite took effect on the object...
+        with pytest.raises(claw.ForgedCapabilityError):
+            ctx.assert_current()  # ...and the host refuses it

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from claw import UserMessage
-from claw._transcript_reader import TranscriptReader
 from claw_testing import (
     MemoryWorkspace,
     ScriptedModel,
@@ -23,7 +22,7 @@ async def test_plugins_read_sessions_turns_and_message_deltas(tmp_path: Path) ->
     ) as host:
         row = await SessionBuilder(host).owner_direct("dm:alice")
         await host.run_turn("dm:alice", UserMessage("hello"), sender_is_owner=True)
-        reader = TranscriptReader(host)
+        reader = host._new_transcript_reader()
         (info,) = await reader.list_sessions(agent_id=row.agent_id)
         assert (info.session_key, info.session_id) == ("dm:alice", row.session_id)
         assert await reader.list_sessions(agent_id="someone-else") == []
