@@ -149,9 +149,13 @@ class PluginRegistry:
         """Every registered tool called ``name``, whoever owns it."""
         return [t for t in self.tools if t.tool.name == name]
 
-    def tools_of(self, plugin_id: str) -> list[RegisteredTool]:
-        """Every tool ``plugin_id`` registered."""
-        return [t for t in self.tools if t.plugin_id == plugin_id]
+    def tools_of(self, plugin_id: str, name: str | None = None) -> list[RegisteredTool]:
+        """Every tool ``plugin_id`` registered (called ``name``, when given)."""
+        return [
+            t
+            for t in self.tools
+            if t.plugin_id == plugin_id and (name is None or t.tool.name == name)
+        ]
 
 
 @final

@@ -532,7 +532,14 @@ class FlushCoordinator:
             if reply.tool_calls and rounds < max_rounds:
                 rounds += 1
                 results = [
-                    await run_tool_call(call, tool_map, context_for) for call in reply.tool_calls
+                    await run_tool_call(
+                        call,
+                        tool_map,
+                        context_for,
+                        memory_owner=host.slots.memory_plugin,
+                        verify=host.verify,
+                    )
+                    for call in reply.tool_calls
                 ]
                 tracker.record_results(results)
                 await store.append(key, flush_id, [reply, *results])

@@ -29,6 +29,7 @@ from ._legacy import parse_line_fragment as parse_line_fragment
 from ._legacy import strip_host_paths as strip_host_paths
 from ._runtime import ForeignReferenceError as ForeignReferenceError
 from ._runtime import GuardedMemoryHandle as GuardedMemoryHandle
+from ._runtime import MemoryHandleClosedError as MemoryHandleClosedError
 from ._runtime import MemoryRuntime as MemoryRuntime
 from ._runtime import MemoryUnavailableError as MemoryUnavailableError
 from ._types import AuthorizeSearchHitsRequest as AuthorizeSearchHitsRequest

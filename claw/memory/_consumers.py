@@ -48,6 +48,9 @@ logger = logging.getLogger("claw.memory.consumers")
 
 BUILTIN_RECALL_TOOLS: tuple[str, ...] = ("memory_search", "memory_get")
 
+#: The tool whose lookup legacy trigger recall performs on the turn's behalf.
+LEGACY_TRIGGER_TOOL = "memory_search"
+
 
 @attrs.frozen
 class RecallItem:
@@ -181,7 +184,12 @@ async def trigger_recall(
     A native provider is used only when it declares the ``memory`` source, ``trigger``
     candidates, non-empty ``recall_tool_names`` that ``tool_policy`` allows in full, and
     project filtering when ``project_keys`` are given; otherwise nothing is injected.
+    With a legacy runtime the lookup stands in for the owner's ``memory_search`` tool, so
+    it runs only when the owner registers that tool and ``tool_policy`` allows it. A
+    message with no text (only whitespace) recalls nothing.
     """
+    if not message.strip():
+        return _skip("the message has no text to recall for")
     if host.memory.uses_provider_runtime():
         recall_tools = _owner_recall_tools(host)
         if not recall_tools:
@@ -218,6 +226,11 @@ async def trigger_recall(
                 triggers.candidates, "trigger"
             )
             return RecallResult(items=items)
+    owner, _ = host.memory.selection()
+    if owner is None or not host.plugin_registry.tools_of(owner, LEGACY_TRIGGER_TOOL):
+        return _skip(f'the memory plugin "{owner}" registers no {LEGACY_TRIGGER_TOOL} tool')
+    if not tool_policy.allows(LEGACY_TRIGGER_TOOL):
+        return _skip(f"the turn's tool policy does not allow {LEGACY_TRIGGER_TOOL}")
     async with host.memory.open(caller) as handle:
         found = await handle.search(
             MemorySearchRequest(

@@ -9,6 +9,7 @@ never include host paths (database or workspace locations).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -37,23 +38,30 @@ LEGACY_CAPABILITIES = ProviderCapabilities(
 
 # ASCII digits only (``\d`` also matches other scripts' digits), at most nine of them.
 _FRAGMENT_RE = re.compile(r"\AL([0-9]{1,9})-L([0-9]{1,9})\Z")
-_PATH_KEYS = frozenset(
+#: Last words of a detail key that names a location (``db_path``, ``indexDir``, ``workspace``).
+_PATH_WORDS = frozenset(
     {
         "db",
-        "db_path",
         "database",
-        "database_path",
         "path",
+        "paths",
         "workspace",
-        "workspace_dir",
-        "state_dir",
-        "index_dir",
         "dir",
+        "dirs",
         "directory",
+        "folder",
         "file",
+        "filename",
         "root",
+        "location",
+        "uri",
+        "url",
     }
 )
+_KEY_WORD_RE = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+#: A path anywhere in a string: POSIX absolute or home-relative, a drive letter, a UNC share
+#: (also inside a URI such as ``sqlite:////var/lib/x`` or a sentence "index at /srv/x").
+_EMBEDDED_PATH_RE = re.compile(r"(?:^|[\s\"'=:(,\[{<@])(?:~?/[^\s]|[A-Za-z]:[\\/]|\\\\)")
 
 
 def line_fragment(start_line: int, end_line: int) -> str:
@@ -80,28 +88,54 @@ def parse_line_fragment(fragment: str) -> tuple[int, int]:
     return start, end
 
 
-def _looks_like_host_path(value: str) -> bool:
-    return value.startswith(("/", "~", "\\\\")) or bool(re.match(r"^[A-Za-z]:[\\/]", value))
+def _derives_from_a_host_path(value: object) -> bool:
+    if isinstance(value, os.PathLike):
+        return True
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return isinstance(value, str) and bool(_EMBEDDED_PATH_RE.search(value))
+
+
+def _is_location_key(key: object) -> bool:
+    words = _KEY_WORD_RE.findall(str(key))
+    return bool(words) and words[-1].lower() in _PATH_WORDS
+
+
+def _clean_value(value: Any) -> tuple[bool, Any]:
+    """``(keep, cleaned)`` for one detail value."""
+    if _derives_from_a_host_path(value):
+        return False, None
+    if isinstance(value, Mapping):
+        return True, strip_host_paths(value)
+    if isinstance(value, list | tuple | set | frozenset):
+        kept = [cleaned for keep, cleaned in map(_clean_value, value) if keep]
+        return True, kept
+    return True, value
+
+
+_PATH_TOKEN_RE = re.compile(r"(?<![\w.])(?:~?/(?=\S)|[A-Za-z]:[\\/]|\\\\)[^\s\"'<>,;)\]}]*")
+
+
+def redact_host_paths(text: str) -> str:
+    """``text`` with every path in it replaced by ``<path>`` (for health messages)."""
+    return _PATH_TOKEN_RE.sub("<path>", text)
 
 
 def strip_host_paths(details: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``details`` without host paths: path-like keys and absolute path values."""
+    """A copy of ``details`` without anything derived from a host path.
+
+    Dropped: entries whose key names a location (``db_path``, ``workspaceDir``, ``root``,
+    ...) or is itself a path, and values that are path objects or strings with a path in
+    them (absolute, ``~/``, a drive letter, a UNC share, also inside URIs and sentences),
+    at any depth of nested mappings and sequences.
+    """
     clean: dict[str, Any] = {}
     for key, value in details.items():
-        if str(key).lower() in _PATH_KEYS or str(key).lower().endswith(("_path", "_dir")):
+        if _is_location_key(key) or _derives_from_a_host_path(key):
             continue
-        if isinstance(value, str) and _looks_like_host_path(value):
-            continue
-        if isinstance(value, Mapping):
-            clean[key] = strip_host_paths(value)
-        elif isinstance(value, list | tuple):
-            clean[key] = [
-                strip_host_paths(v) if isinstance(v, Mapping) else v
-                for v in value
-                if not (isinstance(v, str) and _looks_like_host_path(v))
-            ]
-        else:
-            clean[key] = value
+        keep, cleaned = _clean_value(value)
+        if keep:
+            clean[key] = cleaned
     return clean
 
 
@@ -189,7 +223,7 @@ class LegacyProviderHandle:
         message = status.pop("message", None)
         return MemoryHealth(
             status=state,
-            message=message if isinstance(message, str) else None,
+            message=redact_host_paths(message) if isinstance(message, str) else None,
             details=strip_host_paths(status),
         )
 

@@ -38,6 +38,7 @@ from .._errors import (
     CapabilityDeniedError,
     ClawError,
     ContractError,
+    HostClosedError,
     ProviderError,
     StaleCapabilityError,
     UnknownAgentError,
@@ -83,6 +84,10 @@ class ForeignReferenceError(UnsupportedRequestError):
     """A reference names another provider than the selected one."""
 
 
+class MemoryHandleClosedError(HostClosedError):
+    """A memory handle was used after the ``async with`` block that opened it closed."""
+
+
 @attrs.define(eq=False)
 class GuardedMemoryHandle:
     """A provider handle wrapped by the host's checks; see the module docstring.
@@ -98,6 +103,14 @@ class GuardedMemoryHandle:
     _context: MemoryCallerContext
     _check_selected: Callable[[], None]
     _authorize: Callable[[AuthorizeSearchHitsRequest], Awaitable[Any]] | None
+    _closed: bool = attrs.field(default=False, init=False)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MemoryHandleClosedError(
+                f'this handle on memory provider "{self.provider_id}" was used after the '
+                "async with block that opened it closed; open a new one"
+            )
 
     @property
     def capabilities(self) -> ProviderCapabilities:
@@ -109,6 +122,7 @@ class GuardedMemoryHandle:
         return callable(getattr(self._handle, "refresh", None))
 
     def _check(self) -> None:
+        self._check_open()
         self._check_selected()
         self._context.assert_current()
 
@@ -132,6 +146,7 @@ class GuardedMemoryHandle:
 
     async def search(self, request: MemorySearchRequest) -> MemorySearchResult:
         """Search, after enforcing the declared capabilities; session hits are authorized."""
+        self._check_open()
         caps = self.capabilities
         sources = request.sources if request.sources is not None else caps.sources
         undeclared = [s for s in sources if s not in caps.sources]
@@ -208,6 +223,7 @@ class GuardedMemoryHandle:
 
     async def get(self, request: MemoryGetRequest) -> MemoryGetResult:
         """Resolve a reference of this provider; another provider's is rejected first."""
+        self._check_open()
         ref = request.reference
         if ref.provider_id != self.provider_id:
             raise ForeignReferenceError(
@@ -248,6 +264,7 @@ class GuardedMemoryHandle:
 
     async def candidates(self, request: MemoryCandidatesRequest) -> MemoryCandidatesResult:
         """Automatic-recall candidates of a declared kind."""
+        self._check_open()
         caps = self.capabilities
         if request.kind not in caps.candidates:
             raise self._unsupported(f"{request.kind!r} candidates", "candidates kind requested")
@@ -270,6 +287,7 @@ class GuardedMemoryHandle:
 
     async def refresh(self) -> bool:
         """Run the provider's optional refresh; ``False`` when it offers none."""
+        self._check_open()
         fn = getattr(self._handle, "refresh", None)
         if not callable(fn):
             return False
@@ -479,6 +497,7 @@ class MemoryRuntime:
             raise MemoryUnavailableError(
                 f'memory plugin "{plugin_id}" does not offer host search support'
             )
+        guarded: GuardedMemoryHandle | None = None
         try:
             validated = _validate_handle(plugin_id, handle)
             guarded = GuardedMemoryHandle(
@@ -493,6 +512,8 @@ class MemoryRuntime:
             guarded._check()
             yield guarded
         finally:
+            if guarded is not None:
+                guarded._closed = True
             with trio.CancelScope(shield=True):
                 try:
                     await handle.close()

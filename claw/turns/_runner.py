@@ -632,7 +632,13 @@ class TurnRunner:
                     )
                     entry_ids.extend(e.entry_id for e in entries)
                     results = [
-                        await run_tool_call(call, tool_map, context_for)
+                        await run_tool_call(
+                            call,
+                            tool_map,
+                            context_for,
+                            memory_owner=self.host.slots.memory_plugin,
+                            verify=self.host.verify,
+                        )
                         for call in reply.tool_calls
                     ]
                     entries = await self.store.append(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,12 +123,21 @@ def select_tools(
 
 
 async def run_tool_call(
-    call: ToolCall, tools: Mapping[str, RegisteredTool], context_for: Any
+    call: ToolCall,
+    tools: Mapping[str, RegisteredTool],
+    context_for: Any,
+    *,
+    memory_owner: str | None = None,
+    verify: Callable[[MemoryCallerContext], None] | None = None,
 ) -> ToolResult:
     """Run one tool call; unknown tools and tool errors become error results for the model.
 
-    Cancellation propagates. A handler's claw error (a stale capability, say) is
-    reported to the model by type and message; any other exception by type only.
+    A tool of the memory slot owner (``memory_owner``) is dispatched only while the
+    run's caller context passes ``verify`` (the host's check, not the context's own):
+    once the caller is stale (its audience revoked, the request aborted) the tool is
+    not run and the model gets the reason. Cancellation propagates. A handler's claw
+    error (a stale capability, say) is reported to the model by type and message; any
+    other exception by type only.
     """
     tool = tools.get(call.name)
     if tool is None:
@@ -136,6 +145,22 @@ async def run_tool_call(
             call_id=call.id, name=call.name, content=f"unknown tool {call.name!r}", is_error=True
         )
     context: ToolContext = context_for(tool)
+    if verify is not None and memory_owner is not None and tool.plugin_id == memory_owner:
+        try:
+            verify(context.caller)
+        except ClawError as exc:
+            logger.info(
+                'memory tool "%s" of plugin "%s" was not dispatched: %s',
+                call.name,
+                tool.plugin_id,
+                exc,
+            )
+            return ToolResult(
+                call_id=call.id,
+                name=call.name,
+                content=f"{type(exc).__name__}: {exc} (the tool was not run)",
+                is_error=True,
+            )
     try:
         arguments = call.arguments.thaw()
         content: object = await tool.tool.handler(context, arguments)

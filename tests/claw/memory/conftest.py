@@ -164,6 +164,10 @@ LEGACY_FILES = {
 }
 
 
+async def _no_tool(context: Any, arguments: Mapping[str, Any]) -> str:
+    raise AssertionError("the legacy test tool is never dispatched")  # pragma: no cover
+
+
 @pytest.fixture
 def legacy_manager() -> FileManager:
     return FileManager(files=dict(LEGACY_FILES), calls=[])
@@ -174,7 +178,16 @@ async def legacy_host(
     host_config: claw.HostConfig, legacy_manager: FileManager
 ) -> AsyncIterator[claw.Host]:
     cap = MemoryPluginCapability(runtime=LegacyRuntime(legacy_manager))
-    plugin = claw.Plugin(id="legacy-mem", register=lambda api: api.register_memory_capability(cap))
+
+    def register(api: claw.PluginApi) -> None:
+        api.register_memory_capability(cap)
+        api.register_tool(claw.Tool(name="memory_search", description="d", handler=_no_tool))
+
+    plugin = claw.Plugin(
+        id="legacy-mem",
+        register=register,
+        contracts=claw.PluginContracts(tools=("memory_search",)),
+    )
     async with claw.open_host(memory_config(host_config, "legacy-mem"), plugins=[plugin]) as host:
         await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
         yield host

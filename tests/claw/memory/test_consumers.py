@@ -262,3 +262,65 @@ async def test_post_compaction_refresh_is_called_or_its_omission_logged(
         await host._post_compaction_refresh(row)
         assert "memory.refreshed" in host.events.kinds()
         assert "refresh" in provider.call_names()
+
+
+@pytest.mark.parametrize("message", ["", "   ", "\n\t "])
+async def test_trigger_recall_does_nothing_for_a_message_without_text(
+    host_config: claw.HostConfig, message: str
+) -> None:
+    async with native(host_config, capabilities=FULL) as (host, provider):
+        async with operator(host) as ctx:
+            result = await trigger_recall(host, ctx, message=message, tool_policy=claw.ToolPolicy())
+    assert result.items == ()
+    assert result.skipped_reason is not None and "no text" in result.skipped_reason
+    assert provider.call_names() == []
+
+
+async def test_legacy_trigger_recall_does_nothing_for_a_message_without_text(
+    legacy_host: claw.Host, legacy_manager: Any
+) -> None:
+    async with operator(legacy_host) as ctx:
+        result = await trigger_recall(legacy_host, ctx, message="  ", tool_policy=claw.ToolPolicy())
+    assert result.items == () and result.skipped_reason is not None
+    assert "search" not in legacy_manager.calls
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [claw.ToolPolicy(deny={"memory_search"}), claw.ToolPolicy(allow={"memory_get"})],
+    ids=["denied", "not-allowed"],
+)
+async def test_legacy_trigger_recall_honours_the_turns_tool_policy(
+    legacy_host: claw.Host, legacy_manager: Any, policy: claw.ToolPolicy
+) -> None:
+    async with operator(legacy_host) as ctx:
+        result = await trigger_recall(legacy_host, ctx, message="deploy", tool_policy=policy)
+    assert result.items == ()
+    assert result.skipped_reason is not None and "memory_search" in result.skipped_reason
+    assert "search" not in legacy_manager.calls
+
+
+async def test_legacy_trigger_recall_needs_the_owners_memory_search_tool(
+    host_config: claw.HostConfig, legacy_manager: Any
+) -> None:
+    from .conftest import LegacyRuntime
+
+    cap = MemoryPluginCapability(runtime=LegacyRuntime(legacy_manager))
+    plugin = claw.Plugin(id="bare", register=lambda api: api.register_memory_capability(cap))
+    sidecar = claw.Plugin(
+        id="other",
+        register=lambda api: api.register_tool(
+            claw.Tool(name="memory_search", description="d", handler=_echo)
+        ),
+        contracts=claw.PluginContracts(tools=("memory_search",)),
+    )
+    async with (
+        claw.open_host(memory_config(host_config, "bare"), plugins=[plugin, sidecar]) as host,
+        operator(host) as ctx,
+    ):
+        result = await trigger_recall(host, ctx, message="deploy", tool_policy=claw.ToolPolicy())
+    assert result.items == ()
+    assert (
+        result.skipped_reason is not None and "registers no memory_search" in result.skipped_reason
+    )
+    assert "search" not in legacy_manager.calls

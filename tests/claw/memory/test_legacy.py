@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import claw
@@ -77,3 +79,33 @@ async def test_legacy_health_omits_host_paths(legacy_host: claw.Host) -> None:
     assert health.status == "ready"
     assert health.details == {"files": 2, "model": "hash-384"}
     assert "/" not in repr(health.details)
+
+
+async def test_legacy_health_drops_every_entry_derived_from_a_host_path(
+    legacy_host: claw.Host, legacy_manager: FileManager
+) -> None:
+    legacy_manager.status_extra = {
+        "index": Path("/var/lib/claw/index"),
+        "store": "sqlite:////var/lib/claw/index.sqlite",
+        "note": "index kept at /srv/claw/state",
+        "dbPath": "index.sqlite",
+        "workspaceDir": "ws",
+        "/home/alice/workspace/MEMORY.md": 3,
+        "windows": "C:\\Users\\alice\\claw",
+        "nested": {"stateRoot": "x", "sizes": [1, "~/claw/db", {"cache_dir": "c", "k": "v"}]},
+        "ratio": "1 / 2",
+        "message": "cannot open /var/lib/claw/index.sqlite",
+        "status": "degraded",
+    }
+    async with legacy_host.open_scope("status") as scope:
+        ctx = scope.mint_caller_context(scope.mint_host_authority("status"))
+        async with legacy_host.memory.open(ctx) as handle:
+            health = await handle.health()
+    assert health.status == "degraded"
+    assert health.details == {
+        "files": 2,
+        "model": "hash-384",
+        "nested": {"sizes": [1, {"k": "v"}]},
+        "ratio": "1 / 2",
+    }
+    assert health.message == "cannot open <path>"

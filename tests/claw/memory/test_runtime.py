@@ -432,3 +432,25 @@ async def test_refresh_reports_omission(native_host: claw.Host) -> None:
     async with operator_context(native_host) as ctx, native_host.memory.open(ctx) as handle:
         assert handle.has_refresh is False
         assert await handle.refresh() is False
+
+
+@pytest.mark.parametrize("operation", ["search", "get", "health", "candidates", "refresh"])
+async def test_a_handle_used_after_its_block_closed_raises_without_reaching_the_provider(
+    native_host: claw.Host, provider: RecordingMemoryProvider, operation: str
+) -> None:
+    async with operator_context(native_host) as ctx:
+        async with native_host.memory.open(ctx) as handle:
+            pass
+        calls = provider.call_names()
+        reference = MemoryReference(provider_id="recording-memory", id="shared-1")
+        attempts = {
+            "search": lambda: handle.search(MemorySearchRequest(query="friday")),
+            "get": lambda: handle.get(MemoryGetRequest(reference=reference)),
+            "health": handle.health,
+            "candidates": lambda: handle.candidates(MemoryCandidatesRequest(kind="trigger")),
+            "refresh": handle.refresh,
+        }
+        with pytest.raises(claw.memory.MemoryHandleClosedError, match="after the async with"):
+            await attempts[operation]()
+        assert isinstance(claw.memory.MemoryHandleClosedError("x"), claw.HostClosedError)
+        assert provider.call_names() == calls
