@@ -50,7 +50,7 @@ async def test_a_failed_turn_does_not_hide_later_turns_from_memory(tmp_path: Pat
         harness_config(workspace.root, tmp_path / "state"), model=model
     ) as host:
         row = await SessionBuilder(host).owner_direct("dm:alice")
-        reader = TranscriptReader(host)
+        reader = host._new_transcript_reader()
         await host.run_turn("dm:alice", UserMessage("one"), sender_is_owner=True)
         before = (await reader.list_sessions(agent_id=row.agent_id))[0].change_token
         try:
@@ -85,7 +85,7 @@ async def test_a_turn_left_open_by_a_dead_process_is_aborted_at_the_next_open(
             turn_id="open-turn",
             advancement_key=advancement_key_for(row.session_id, 3),
         )
-        reader = TranscriptReader(host)
+        reader = host._new_transcript_reader()
         assert [t.text for t in await reader.read_turns(row.session_id)] == ["one", "A."]
     async with open_harness_host(config, model=ScriptedModel(["B."])) as host:
         turn = await host.transcripts.get_turn("open-turn")
@@ -93,5 +93,5 @@ async def test_a_turn_left_open_by_a_dead_process_is_aborted_at_the_next_open(
         assert turn.close_reason is not None
         assert [e.data["turn_id"] for e in host.events.events("turn.aborted")] == ["open-turn"]
         await host.run_turn("dm:alice", UserMessage("two"), sender_is_owner=True)
-        texts = [t.text for t in await TranscriptReader(host).read_turns(row.session_id)]
+        texts = [t.text for t in await host._new_transcript_reader().read_turns(row.session_id)]
         assert texts == ["one", "A.", "interrupted", "two", "B."]
