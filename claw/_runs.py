@@ -18,10 +18,12 @@ current"). Audience revocation does not cancel the run: providers must call
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 
 from ._capabilities import (
@@ -34,16 +36,21 @@ from ._capabilities import (
 from ._errors import CapabilityDeniedError
 from ._util import NoPublicConstructor, final
 from .sessions import (
+    ChatType,
+    NoAudience,
     ResolvedAudience,
     SessionNotFoundError,
     SessionRow,
+    explain_audience,
+    explain_detached_child,
     is_lineage_current,
     resolve_audience,
-    resolve_detached_child,
 )
 
 if TYPE_CHECKING:
     from ._host import Host, HostScope
+
+logger = logging.getLogger("claw.runs")
 
 
 @final
@@ -66,9 +73,15 @@ class Run(metaclass=NoPublicConstructor):
         authority: SessionAuthority,
         caller: MemoryCallerContext,
         sender_is_owner: bool,
+        no_audience_reason: str | None,
     ) -> None:
         self._host = host
         self._scope = scope
+        #: Why the run has no memory audience (``None`` when it has one): stale
+        #: lineage, an ineligible chat type, an unverified session id, a lineage too
+        #: deep, a child that predates spawn receipts, ... so a user can tell why
+        #: memory is silent.
+        self.no_audience_reason: str | None = no_audience_reason
         self.session_key: str = session_key
         self.agent_id: str = agent_id
         self.session: SessionRow | None = session
@@ -96,6 +109,22 @@ class Run(metaclass=NoPublicConstructor):
         """The host scope that minted the run's capabilities (host-internal use)."""
         return self._scope
 
+    async def spawn_child(self, child_key: str, *, chat_type: ChatType | None = None) -> SessionRow:
+        """Spawn ``child_key`` under this run's session, recording this turn's spawn receipt.
+
+        The receipt is this run's ``sender_is_owner`` (the channel layer's fact for the
+        spawning turn); the child's audience comes from it and the root's chat type.
+        """
+        return await self._host.sessions.spawn_child(
+            self.session_key, child_key, sender_is_owner=self.sender_is_owner, chat_type=chat_type
+        )
+
+    def _check_delegable(self) -> None:
+        audience = self.audience
+        if audience is not None:
+            # Delegating from a stale audience is an error, never a silent "no audience".
+            self._host.verify(audience, session_key=self.session_key)
+
     def open_child_run(
         self, child_key: str, *, sandboxed: bool | None = None
     ) -> AbstractAsyncContextManager[Run]:
@@ -104,9 +133,18 @@ class Run(metaclass=NoPublicConstructor):
         The child gets a new audience bound to the child session's current incarnation
         (or, when ``child_key`` has no row, to the absence of one: a detached child),
         sharing this run's lineage and revocation: it is stale once this run's audience
-        is, and a reset or reassignment of the child rejects it too.
+        is, and a reset or reassignment of the child rejects it too. It is never wider
+        than this run's audience. A child session of another agent is refused
+        (:class:`~claw.CapabilityDeniedError`), and so is delegating from an audience that
+        is no longer current (:class:`~claw.StaleCapabilityError`).
         """
+        self._check_delegable()
         row = self._host.sessions.get_nowait(child_key)
+        if row is not None and row.agent_id != self.agent_id:
+            raise CapabilityDeniedError(
+                f"session {child_key!r} belongs to agent {row.agent_id!r}; a run of agent "
+                f"{self.agent_id!r} cannot open a child run for it"
+            )
         return open_run(
             self._host,
             child_key,
@@ -126,6 +164,7 @@ class Run(metaclass=NoPublicConstructor):
         The maintenance copy itself has ``sender_is_owner = False``: providers authorize
         through the supplied audience, never through that flag.
         """
+        self._check_delegable()
         if self._host.sessions.get_nowait(detached_key) is not None:
             raise CapabilityDeniedError(
                 f"{detached_key!r} is a stored session; a maintenance run needs a detached key"
@@ -227,26 +266,31 @@ async def open_run(
         raise TypeError(f"sandboxed must be True or False, got {sandboxed!r}")
     store = host.sessions
     row = store.get_nowait(session_key)
+    found: ResolvedAudience | NoAudience
     if _detached_parent_key is not None:
         parent_row = store.get_nowait(_detached_parent_key)
         if parent_row is None:
             raise SessionNotFoundError(_detached_parent_key)
         agent_id = parent_row.agent_id
-        resolved = (
-            resolve_detached_child(
+        found = (
+            explain_detached_child(
                 store, session_key, _detached_parent_key, sender_is_owner=sender_is_owner
             )
             if row is None
-            else resolve_audience(store, session_key, sender_is_owner=sender_is_owner)
+            else explain_audience(store, session_key, sender_is_owner=sender_is_owner)
         )
     else:
         if row is None:
             raise SessionNotFoundError(session_key)
         agent_id = row.agent_id
-        resolved = resolve_audience(store, session_key, sender_is_owner=sender_is_owner)
+        found = explain_audience(store, session_key, sender_is_owner=sender_is_owner)
     parent_audience = _parent.audience if _parent is not None else None
-    if _parent is not None and not _child_may_inherit(host, _parent, agent_id, resolved):
-        resolved = None
+    if _parent is not None and isinstance(found, ResolvedAudience):
+        found = _inherit(host, _parent, found)
+    resolved = found if isinstance(found, ResolvedAudience) else None
+    reason = found.reason if isinstance(found, NoAudience) else None
+    if reason is not None:
+        logger.debug("run of %s has no memory audience: %s", session_key, reason)
     async with host.open_scope(f"run:{session_key}") as scope:
         audience = _mint_audience(
             host, scope, resolved, session_key=session_key, parent=parent_audience
@@ -285,14 +329,27 @@ async def open_run(
             authority=authority,
             caller=caller,
             sender_is_owner=False if _maintenance else sender_is_owner,
+            no_audience_reason=reason,
         )
 
 
-def _child_may_inherit(
-    host: Host, parent: Run, agent_id: str, resolved: ResolvedAudience | None
-) -> bool:
-    """A child inherits only within its parent's agent, audience and root conversation."""
-    if resolved is None or parent.audience is None or parent.agent_id != agent_id:
-        return False
+def _inherit(
+    host: Host, parent: Run, resolved: ResolvedAudience
+) -> ResolvedAudience | NoAudience:
+    """A child inherits only within its parent's audience and root conversation, never wider."""
+    key = resolved.invocation_key
+    parent_audience = parent.audience
+    if parent_audience is None:
+        reason = parent.no_audience_reason or "no audience"
+        return NoAudience(key, f"its parent run of {parent.session_key!r} has none ({reason})")
     parent_resolved = resolve_audience(host.sessions, parent.session_key, sender_is_owner=False)
-    return parent_resolved is not None and parent_resolved.root.key == resolved.root.key
+    if parent_resolved is None or parent_resolved.root.key != resolved.root.key:
+        return NoAudience(
+            key, f"{key!r} is not in the conversation of its parent run {parent.session_key!r}"
+        )
+    if parent_audience.kind == "conversation" and resolved.kind == "owner-private":
+        root = parent_resolved.root
+        return attrs.evolve(
+            resolved, kind="conversation", session_key=root.key, session_id=root.session_id
+        )
+    return resolved

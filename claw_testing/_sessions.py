@@ -52,18 +52,35 @@ class SessionBuilder:
         return await self._root(key, "thread", agent_id)
 
     async def child(
-        self, parent_key: str, child_key: str, *, chat_type: ChatType | None = None
+        self,
+        parent_key: str,
+        child_key: str,
+        *,
+        sender_is_owner: bool = True,
+        chat_type: ChatType | None = None,
     ) -> SessionRow:
-        """Spawn ``child_key`` under ``parent_key``'s current incarnation."""
-        return await self.host.sessions.spawn_child(parent_key, child_key, chat_type=chat_type)
+        """Spawn ``child_key`` under ``parent_key``'s current incarnation.
+
+        ``sender_is_owner`` is the spawn receipt: whether the spawning turn's sender was
+        the owner (a child of an owner's direct chat is owner-private only if so).
+        """
+        return await self.host.sessions.spawn_child(
+            parent_key, child_key, sender_is_owner=sender_is_owner, chat_type=chat_type
+        )
 
     async def child_chain(
-        self, root_key: str, depth: int, *, prefix: str | None = None
+        self,
+        root_key: str,
+        depth: int,
+        *,
+        prefix: str | None = None,
+        sender_is_owner: bool = True,
     ) -> list[SessionRow]:
         """Spawn ``depth`` children hop by hop under the existing ``root_key``.
 
         Children are named ``<prefix>1``, ``<prefix>2``, ... (``prefix`` defaults to
-        ``"<root_key>/child"``); returns them from the first child to the deepest.
+        ``"<root_key>/child"``); returns them from the first child to the deepest. Every
+        spawn records ``sender_is_owner`` as its receipt.
         """
         if depth < 1:
             raise ValueError(f"a child chain has at least one child, got depth {depth}")
@@ -71,7 +88,7 @@ class SessionBuilder:
         chain: list[SessionRow] = []
         parent = root_key
         for hop in range(1, depth + 1):
-            row = await self.child(parent, f"{name}{hop}")
+            row = await self.child(parent, f"{name}{hop}", sender_is_owner=sender_is_owner)
             chain.append(row)
             parent = row.session_key
         return chain

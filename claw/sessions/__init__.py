@@ -15,7 +15,10 @@ from ._errors import SessionStorageError as SessionStorageError
 from ._lineage import MAX_LINEAGE_HOPS as MAX_LINEAGE_HOPS
 from ._lineage import AudienceKind as AudienceKind
 from ._lineage import LineageLink as LineageLink
+from ._lineage import NoAudience as NoAudience
 from ._lineage import ResolvedAudience as ResolvedAudience
+from ._lineage import explain_audience as explain_audience
+from ._lineage import explain_detached_child as explain_detached_child
 from ._lineage import is_lineage_current as is_lineage_current
 from ._lineage import resolve_audience as resolve_audience
 from ._lineage import resolve_detached_child as resolve_detached_child

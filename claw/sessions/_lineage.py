@@ -17,12 +17,18 @@ The rules, from the seed's "Memory audience" section:
 * missing, malformed, cross-agent, cyclic or stale lineage, and an unknown or
   missing chat type anywhere in it, give no audience (``None``).
 
-Whose ownership counts for a child run: ``sender_is_owner`` is always the
-fact asserted for the *invocation being admitted*. A host-mediated child run
-is admitted on behalf of the turn that spawned it, so the host passes that
-turn's ownership; nothing stored in the child row can raise it. Only the root's
-chat type decides whether owner-private is possible at all, because the root
-is the conversation a child's work belongs to.
+Whose ownership counts: for a run on a *root*, ``sender_is_owner`` is the
+fact asserted for the invocation being admitted. For a run on a spawned
+*child*, the partition comes from the root's durable chat type and the spawn
+receipts recorded on the way down (``SessionRow.spawned_by_owner``: whether
+the sender of the turn that spawned each child was the owner), never from the
+sender flag of a later run admitted on the child: owner-private needs a direct
+root and an owner receipt on every child of the lineage. A child written
+before receipts existed resolves to no audience until it is respawned.
+
+When there is no audience, :func:`explain_audience` and
+:func:`explain_detached_child` say why (a :class:`NoAudience` reason), so a
+user can tell why memory is silent.
 """
 
 from __future__ import annotations
@@ -32,18 +38,23 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
+from ._errors import InvalidSessionError
 from ._rows import (
     SessionRow,
     SessionRows,
     SessionView,
     as_view,
     row_is_well_formed,
+    validate_row,
 )
 
 AudienceKind: TypeAlias = Literal["owner-private", "conversation"]
 
-#: The most parent links a lineage may have: 65 sessions, invocation to root.
+#: The most sessions a lineage may have, invocation to root inclusive (so a root and at
+#: most 63 chained children; a root with 64 chained children is too deep).
 MAX_LINEAGE_HOPS: Final[int] = 64
+
+RESPAWN_HINT: Final[str] = "respawn it from its parent session"
 
 
 @attrs.frozen
@@ -94,35 +105,73 @@ class ResolvedAudience:
         return self.lineage[-1]
 
 
+@attrs.frozen
+class NoAudience:
+    """Why a session resolved to no audience (for the run's reason and the debug log)."""
+
+    session_key: str
+    reason: str
+
+
 def _link(row: SessionRow) -> LineageLink:
     return LineageLink(row.session_key, row.session_id, row.lifecycle_revision)
 
 
-def _walk(view: SessionView, start: SessionRow, max_hops: int) -> list[SessionRow] | None:
-    """The rows from ``start`` up to its root, or ``None`` if any hop is invalid."""
+def _malformed(row: SessionRow) -> str | None:
+    """Why ``row`` cannot carry an audience, or ``None`` if it is well-formed."""
+    try:
+        validate_row(row)
+    except InvalidSessionError as exc:
+        if exc.field == "chat_type":
+            return (
+                f"session {row.session_key!r} has an ineligible chat type {row.chat_type!r} "
+                "(only direct, group, channel and thread chats get an audience)"
+            )
+        if exc.field in ("session_id", "parent_session_id"):
+            return f"session {row.session_key!r} has an unverified session id ({exc})"
+        return f"session {row.session_key!r} is malformed ({exc})"
+    return None
+
+
+def _walk(view: SessionView, start: SessionRow, max_sessions: int) -> list[SessionRow] | str:
+    """The rows from ``start`` up to its root, or why the lineage gives no audience."""
     chain = [start]
     seen = {start.session_key}
     row = start
     while True:
-        if not row_is_well_formed(row):
-            return None  # malformed, or unknown / missing chat type
+        malformed = _malformed(row)
+        if malformed is not None:
+            return malformed
         if row.is_root:
             return chain
-        if len(chain) > max_hops:
-            return None  # one more hop would exceed the limit
+        if row.spawned_by_owner is None:
+            return (
+                f"session {row.session_key!r} predates spawn receipts (it records no "
+                f"owner fact for the turn that spawned it); {RESPAWN_HINT}"
+            )
+        if len(chain) >= max_sessions:
+            return (
+                f"the lineage of {start.session_key!r} is too deep: more than "
+                f"{MAX_LINEAGE_HOPS} sessions from it to its root"
+            )
         assert row.parent_key is not None  # a well-formed non-root has all three
         if row.parent_key in seen:
-            return None  # cycle
+            return f"the lineage of {start.session_key!r} has a cycle at {row.parent_key!r}"
         parent = view.get_nowait(row.parent_key)
         if parent is None or parent.session_key != row.parent_key:
-            return None  # missing parent (or a view filing a row under the wrong key)
+            return f"stale lineage: the parent {row.parent_key!r} of {row.session_key!r} is gone"
         if parent.agent_id != row.agent_id:
-            return None  # cross-agent
+            return (
+                f"the parent {row.parent_key!r} of {row.session_key!r} belongs to another agent"
+            )
         if (
             parent.session_id != row.parent_session_id
             or parent.lifecycle_revision != row.parent_revision
         ):
-            return None  # stale: the parent changed incarnation since the spawn
+            return (
+                f"stale lineage: the parent {row.parent_key!r} of {row.session_key!r} changed "
+                f"incarnation since the spawn; {RESPAWN_HINT}"
+            )
         seen.add(parent.session_key)
         chain.append(parent)
         row = parent
@@ -132,9 +181,40 @@ def _audience(
     chain: Sequence[SessionRow], links: tuple[LineageLink, ...], *, sender_is_owner: bool
 ) -> ResolvedAudience:
     root = chain[-1]
-    if sender_is_owner and root.chat_type == "direct":
+    if len(chain) == 1:
+        owner = sender_is_owner
+    else:
+        # A child's partition: the receipts recorded at each spawn, never a later sender.
+        owner = all(row.spawned_by_owner is True for row in chain[:-1])
+    if owner and root.chat_type == "direct":
         return ResolvedAudience("owner-private", root.agent_id, None, None, links)
     return ResolvedAudience("conversation", root.agent_id, root.session_key, root.session_id, links)
+
+
+def _check_flag(sender_is_owner: object) -> bool:
+    if not isinstance(sender_is_owner, bool):
+        raise TypeError(f"sender_is_owner must be True or False, got {sender_is_owner!r}")
+    return sender_is_owner
+
+
+def explain_audience(
+    rows: SessionRows, session_key: str, *, sender_is_owner: bool
+) -> ResolvedAudience | NoAudience:
+    """Resolve the memory audience of a turn in ``session_key``, or say why there is none.
+
+    ``sender_is_owner`` is the trusted fact the embedding application asserted
+    when it admitted the invocation; it must be a real ``bool``. It decides the
+    partition only for a root session (see the module docstring).
+    """
+    _check_flag(sender_is_owner)
+    view = as_view(rows)
+    start = view.get_nowait(session_key)
+    if start is None or start.session_key != session_key:
+        return NoAudience(session_key, f"session {session_key!r} has no row")
+    chain = _walk(view, start, MAX_LINEAGE_HOPS)
+    if isinstance(chain, str):
+        return NoAudience(session_key, chain)
+    return _audience(chain, tuple(_link(r) for r in chain), sender_is_owner=sender_is_owner)
 
 
 def resolve_audience(
@@ -142,50 +222,47 @@ def resolve_audience(
 ) -> ResolvedAudience | None:
     """Resolve the memory audience of a turn in ``session_key``, or ``None``.
 
-    ``sender_is_owner`` is the trusted fact the embedding application asserted
-    when it admitted the invocation; it must be a real ``bool``.
+    See :func:`explain_audience` for the reason when there is none.
     """
-    if not isinstance(sender_is_owner, bool):
-        raise TypeError(f"sender_is_owner must be True or False, got {sender_is_owner!r}")
+    found = explain_audience(rows, session_key, sender_is_owner=sender_is_owner)
+    return found if isinstance(found, ResolvedAudience) else None
+
+
+def explain_detached_child(
+    rows: SessionRows, child_key: str, parent_key: str, *, sender_is_owner: bool
+) -> ResolvedAudience | NoAudience:
+    """Resolve the audience of a detached child run, or say why there is none.
+
+    ``child_key`` has no row, ``parent_key`` does. The result is the parent's
+    audience with the lineage extended by a detached link for ``child_key``
+    (see :class:`LineageLink`), so it stops being current when a row for
+    ``child_key`` appears, when the parent's lineage changes, or when the run
+    ends (the capability layer's part). The child link counts as a session of
+    the lineage.
+    """
+    _check_flag(sender_is_owner)
+    if not child_key or child_key == parent_key:
+        return NoAudience(child_key, "a detached child needs its own non-empty key")
     view = as_view(rows)
-    start = view.get_nowait(session_key)
-    if start is None or start.session_key != session_key:
-        return None
-    chain = _walk(view, start, MAX_LINEAGE_HOPS)
-    if chain is None:
-        return None
-    return _audience(chain, tuple(_link(r) for r in chain), sender_is_owner=sender_is_owner)
+    if view.get_nowait(child_key) is not None:
+        return NoAudience(child_key, f"{child_key!r} has a row: it is not a detached child")
+    parent = view.get_nowait(parent_key)
+    if parent is None or parent.session_key != parent_key:
+        return NoAudience(child_key, f"the parent session {parent_key!r} has no row")
+    chain = _walk(view, parent, MAX_LINEAGE_HOPS - 1)
+    if isinstance(chain, str):
+        return NoAudience(child_key, chain)
+    detached = LineageLink(child_key, None, view.last_revision_nowait(child_key))
+    links = (detached, *(_link(r) for r in chain))
+    return _audience(chain, links, sender_is_owner=sender_is_owner)
 
 
 def resolve_detached_child(
     rows: SessionRows, child_key: str, parent_key: str, *, sender_is_owner: bool
 ) -> ResolvedAudience | None:
-    """Resolve the audience of a detached child run: ``child_key`` has no row, ``parent_key`` does.
-
-    The result is the parent's audience with the lineage extended by a
-    detached link for ``child_key`` (see :class:`LineageLink`), so it stops
-    being current when a row for ``child_key`` appears, when the parent's
-    lineage changes, or when the run ends (the capability layer's part). The
-    child link counts as a hop. ``None`` if ``child_key`` has a row (resolve
-    it with :func:`resolve_audience` instead), if the keys are equal or empty,
-    or if the parent has no audience.
-    """
-    if not isinstance(sender_is_owner, bool):
-        raise TypeError(f"sender_is_owner must be True or False, got {sender_is_owner!r}")
-    if not child_key or child_key == parent_key:
-        return None
-    view = as_view(rows)
-    if view.get_nowait(child_key) is not None:
-        return None
-    parent = view.get_nowait(parent_key)
-    if parent is None or parent.session_key != parent_key:
-        return None
-    chain = _walk(view, parent, MAX_LINEAGE_HOPS - 1)
-    if chain is None:
-        return None
-    detached = LineageLink(child_key, None, view.last_revision_nowait(child_key))
-    links = (detached, *(_link(r) for r in chain))
-    return _audience(chain, links, sender_is_owner=sender_is_owner)
+    """The audience of a detached child run, or ``None``; see :func:`explain_detached_child`."""
+    found = explain_detached_child(rows, child_key, parent_key, sender_is_owner=sender_is_owner)
+    return found if isinstance(found, ResolvedAudience) else None
 
 
 def is_lineage_current(rows: SessionRows, lineage: Sequence[LineageLink]) -> bool:
@@ -198,7 +275,7 @@ def is_lineage_current(rows: SessionRows, lineage: Sequence[LineageLink]) -> boo
     link is current while its key has no row and its last revision is
     unchanged. An empty lineage is never current.
     """
-    if not lineage or len(lineage) > MAX_LINEAGE_HOPS + 1:
+    if not lineage or len(lineage) > MAX_LINEAGE_HOPS:
         return False
     view = as_view(rows)
     agent_id: str | None = None

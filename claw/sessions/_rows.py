@@ -60,8 +60,11 @@ class SessionRow:
     session is the agent's trusted owner; it is a fact about the session, kept
     for the host, and is not what decides owner-private audience (the turn's
     asserted ``sender_is_owner`` is). The three ``parent_*`` fields are all
-    set for a spawned child and all ``None`` for a root. Times are Unix
-    seconds.
+    set for a spawned child and all ``None`` for a root. ``spawned_by_owner``
+    is a child's *spawn receipt*: whether the sender of the turn that spawned
+    it was the agent's owner, recorded at spawn time (``None`` for a root, and
+    for a child written before receipts existed, which then resolves to no
+    audience until it is respawned). Times are Unix seconds.
     """
 
     agent_id: str
@@ -75,6 +78,7 @@ class SessionRow:
     parent_revision: int | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    spawned_by_owner: bool | None = None
 
     @property
     def incarnation(self) -> Incarnation:
@@ -173,6 +177,12 @@ def validate_row(row: SessionRow, *, allow_missing_chat_type: bool = False) -> S
             raise InvalidSessionError(
                 "parent_key", f"a session cannot be its own parent, got {row.parent_key!r}"
             )
+        if row.spawned_by_owner is not None:
+            validate_flag("spawned_by_owner", row.spawned_by_owner)
+    elif row.spawned_by_owner is not None:
+        raise InvalidSessionError(
+            "spawned_by_owner", f"a root session has no spawn receipt, got {row.spawned_by_owner!r}"
+        )
     for field in ("created_at", "updated_at"):
         value = getattr(row, field)
         if isinstance(value, bool) or not isinstance(value, int | float):

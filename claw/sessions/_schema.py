@@ -13,11 +13,16 @@ Schema history:
 * **v1**: ``sessions`` without ``peer_is_owner``; ``chat_type`` nullable and
   unchecked (rows from before chat types were recorded); no constraints; no
   memory of deleted keys.
-* **v2** (current): a ``STRICT`` table with ``CHECK`` constraints mirroring
+* **v2**: a ``STRICT`` table with ``CHECK`` constraints mirroring
   write validation, ``peer_is_owner``, an index by agent, and
   ``session_key_watermarks``, which keeps the last lifecycle revision of each
   deleted key so that a re-created key continues its revision sequence and an
   old incarnation can never come back.
+* **v3** (current): ``spawned_by_owner``, a child's spawn receipt (whether the
+  spawning turn's sender was the owner; ``NULL`` for roots). Migrated children
+  keep ``NULL``: their receipt was never recorded, so they resolve to no
+  audience (reason: respawn them from their parent session) rather than
+  guessing one.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Final
 from ._errors import InvalidSessionError, SessionSchemaError
 from ._rows import SessionRow, validate_row
 
-SCHEMA_VERSION: Final[int] = 2
+SCHEMA_VERSION: Final[int] = 3
 
 #: The v1 table, kept here as the documented shape the v1 -> v2 migration reads.
 V1_DDL: Final[str] = """
@@ -59,11 +64,25 @@ CREATE TABLE {name} (
     parent_revision INTEGER,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
+    {receipt}
     CHECK ((parent_key IS NULL) = (parent_session_id IS NULL)),
     CHECK ((parent_key IS NULL) = (parent_revision IS NULL)),
-    CHECK (parent_key IS NULL OR parent_key <> session_key)
+    CHECK (parent_key IS NULL OR parent_key <> session_key){receipt_check}
 ) STRICT
 """
+
+_RECEIPT_COLUMN: Final[str] = (
+    "spawned_by_owner INTEGER CHECK (spawned_by_owner IS NULL OR spawned_by_owner IN (0, 1)),"
+)
+_RECEIPT_CHECK: Final[str] = ",\n    CHECK (parent_key IS NOT NULL OR spawned_by_owner IS NULL)"
+
+
+def _sessions_ddl(name: str, *, receipts: bool = True) -> str:
+    return _SESSIONS_V2_DDL.format(
+        name=name,
+        receipt=_RECEIPT_COLUMN if receipts else "",
+        receipt_check=_RECEIPT_CHECK if receipts else "",
+    )
 
 _WATERMARKS_DDL: Final[str] = """
 CREATE TABLE session_key_watermarks (
@@ -75,15 +94,20 @@ CREATE TABLE session_key_watermarks (
 _INDEX_DDL: Final[str] = "CREATE INDEX sessions_by_agent ON sessions (agent_id, session_key)"
 
 #: Columns in the order :func:`row_from_sql` expects.
-COLUMNS: Final[str] = (
+_V2_COLUMNS: Final[str] = (
     "agent_id, session_key, session_id, lifecycle_revision, chat_type, peer_is_owner, "
     "parent_key, parent_session_id, parent_revision, created_at, updated_at"
 )
+COLUMNS: Final[str] = _V2_COLUMNS + ", spawned_by_owner"
+#: One ``?`` per column of :data:`COLUMNS`.
+PLACEHOLDERS: Final[str] = ", ".join("?" * len(COLUMNS.split(", ")))
 
 
 def row_from_sql(values: tuple[object, ...]) -> SessionRow:
     """Build a :class:`SessionRow` from a ``SELECT {COLUMNS}`` tuple."""
-    (agent_id, key, session_id, revision, chat_type, peer, pkey, psid, prev, cat, uat) = values
+    (agent_id, key, session_id, revision, chat_type, peer, pkey, psid, prev, cat, uat, spawned) = (
+        values
+    )
     return SessionRow(
         agent_id=agent_id,  # type: ignore[arg-type]  # STRICT columns guarantee the types
         session_key=key,  # type: ignore[arg-type]
@@ -96,6 +120,7 @@ def row_from_sql(values: tuple[object, ...]) -> SessionRow:
         parent_revision=prev,  # type: ignore[arg-type]
         created_at=float(cat),  # type: ignore[arg-type]
         updated_at=float(uat),  # type: ignore[arg-type]
+        spawned_by_owner=None if spawned is None else bool(spawned),
     )
 
 
@@ -113,6 +138,7 @@ def row_to_sql(row: SessionRow) -> tuple[object, ...]:
         row.parent_revision,
         row.created_at,
         row.updated_at,
+        None if row.spawned_by_owner is None else int(row.spawned_by_owner),
     )
 
 
@@ -122,7 +148,7 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
 
 
 def _create_current(conn: sqlite3.Connection) -> None:
-    conn.execute(_SESSIONS_V2_DDL.format(name="sessions"))
+    conn.execute(_sessions_ddl("sessions"))
     conn.execute(_INDEX_DDL)
     conn.execute(_WATERMARKS_DDL)
 
@@ -161,15 +187,27 @@ def _migrate_v1_to_v2(conn: sqlite3.Connection, where: str) -> None:
                 f"row {key!r} is invalid ({exc}); fix or delete that row and reopen"
             ) from exc
         rows.append(row)
-    conn.execute(_SESSIONS_V2_DDL.format(name="sessions_v2"))
+    conn.execute(_sessions_ddl("sessions_v2", receipts=False))
     conn.executemany(
-        f"INSERT INTO sessions_v2 ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [row_to_sql(r) for r in rows],
+        f"INSERT INTO sessions_v2 ({_V2_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [row_to_sql(r)[:-1] for r in rows],
     )
     conn.execute("DROP TABLE sessions")
     conn.execute("ALTER TABLE sessions_v2 RENAME TO sessions")
     conn.execute(_INDEX_DDL)
     conn.execute(_WATERMARKS_DDL)
+
+
+def _migrate_v2_to_v3(conn: sqlite3.Connection) -> None:
+    """Add spawn receipts; every existing child keeps ``NULL`` (never recorded)."""
+    conn.execute(_sessions_ddl("sessions_v3"))
+    conn.execute(
+        f"INSERT INTO sessions_v3 ({_V2_COLUMNS}, spawned_by_owner) "
+        f"SELECT {_V2_COLUMNS}, NULL FROM sessions"
+    )
+    conn.execute("DROP TABLE sessions")
+    conn.execute("ALTER TABLE sessions_v3 RENAME TO sessions")
+    conn.execute(_INDEX_DDL)
 
 
 def ensure_schema(conn: sqlite3.Connection, where: str) -> int:
@@ -194,6 +232,15 @@ def ensure_schema(conn: sqlite3.Connection, where: str) -> int:
                 "table; it is damaged"
             )
         _migrate_v1_to_v2(conn, where)
+        _migrate_v2_to_v3(conn)
+    elif version == 2:
+        missing = {"sessions", "session_key_watermarks"} - tables
+        if missing:
+            raise SessionSchemaError(
+                f"the session store at {where} (schema version 2) lacks tables "
+                f"{sorted(missing)!r}; it is damaged"
+            )
+        _migrate_v2_to_v3(conn)
     elif version == SCHEMA_VERSION:
         missing = {"sessions", "session_key_watermarks"} - tables
         if missing:

@@ -46,14 +46,14 @@ from ._rows import (
     validate_row,
     validate_session_id,
 )
-from ._schema import COLUMNS, ensure_schema, row_from_sql, row_to_sql
+from ._schema import COLUMNS, PLACEHOLDERS, ensure_schema, row_from_sql, row_to_sql
 
 T = TypeVar("T")
 
 #: Listener signature: called with the session key whose incarnation changed.
 SessionListener = Callable[[str], None]
 
-_INSERT: Final[str] = f"INSERT INTO sessions ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT: Final[str] = f"INSERT INTO sessions ({COLUMNS}) VALUES ({PLACEHOLDERS})"
 _SELECT_ONE: Final[str] = f"SELECT {COLUMNS} FROM sessions WHERE session_key = ?"
 
 
@@ -167,6 +167,7 @@ def _op_spawn_child(
     child_key: str,
     chat_type: str | None,
     session_id: str,
+    sender_is_owner: bool,
     now: float,
 ) -> _Change:
     parent = _require(conn, parent_key)
@@ -189,6 +190,7 @@ def _op_spawn_child(
         parent_revision=parent.lifecycle_revision,
         created_at=now,
         updated_at=now,
+        spawned_by_owner=sender_is_owner,
     )
     return _insert_new(conn, row=child)
 
@@ -458,6 +460,7 @@ class SessionStore:
         parent_key: str,
         child_key: str,
         *,
+        sender_is_owner: bool,
         chat_type: ChatType | None = None,
         session_id: str | None = None,
     ) -> SessionRow:
@@ -465,7 +468,12 @@ class SessionStore:
 
         The child records the parent's key, session id and lifecycle revision,
         takes the parent's agent id and owner flag, and by default its chat type.
+        ``sender_is_owner`` is the spawn receipt: whether the sender of the turn
+        that spawns the child is the agent's owner (the channel layer's trusted
+        fact for that turn). It is stored with the child, and it, not the
+        sender of any later run on the child, decides the child's audience.
         """
+        validate_flag("sender_is_owner", sender_is_owner)
         validate_key("parent_key", parent_key)
         validate_key("session_key", child_key)
         if parent_key == child_key:
@@ -486,6 +494,7 @@ class SessionStore:
                 child_key=child_key,
                 chat_type=chat_type,
                 session_id=sid,
+                sender_is_owner=sender_is_owner,
                 now=self._clock(),
             )
         )

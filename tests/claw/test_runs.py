@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import trio
 
 import claw
 from claw._capabilities import AUDIENCE_STALE_MESSAGE
+from claw.sessions import MAX_LINEAGE_HOPS
+from claw_testing import SessionBuilder
 
 
 async def test_owner_direct_run_gets_owner_private_audience(host: claw.Host) -> None:
@@ -43,8 +47,8 @@ async def test_shared_chat_runs_get_conversation_audience_even_for_the_owner(
 
 async def test_child_of_owner_direct_inherits_root_audience(host: claw.Host) -> None:
     await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
-    await host.sessions.spawn_child("dm:alice", "dm:alice/task-1")
-    await host.sessions.spawn_child("dm:alice/task-1", "dm:alice/task-1/sub")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/task-1", sender_is_owner=True)
+    await host.sessions.spawn_child("dm:alice/task-1", "dm:alice/task-1/sub", sender_is_owner=True)
     async with host.open_run("dm:alice/task-1/sub", sender_is_owner=True) as run:
         assert run.audience is not None
         assert run.audience.kind == "owner-private"
@@ -52,7 +56,7 @@ async def test_child_of_owner_direct_inherits_root_audience(host: claw.Host) -> 
 
 async def test_child_of_group_gets_the_root_conversation(host: claw.Host) -> None:
     root = await host.sessions.create("grp:1", agent_id="main", chat_type="group")
-    await host.sessions.spawn_child("grp:1", "grp:1/task")
+    await host.sessions.spawn_child("grp:1", "grp:1/task", sender_is_owner=True)
     async with host.open_run("grp:1/task", sender_is_owner=False) as run:
         assert run.audience is not None
         assert (run.audience.session_key, run.audience.session_id) == ("grp:1", root.session_id)
@@ -60,7 +64,7 @@ async def test_child_of_group_gets_the_root_conversation(host: claw.Host) -> Non
 
 async def test_stale_parent_revision_gives_no_audience(host: claw.Host) -> None:
     await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
-    await host.sessions.spawn_child("dm:alice", "dm:alice/task-1")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/task-1", sender_is_owner=True)
     await host.sessions.reset("dm:alice")
     async with host.open_run("dm:alice/task-1", sender_is_owner=True) as run:
         assert run.audience is None
@@ -92,7 +96,7 @@ async def test_reset_keeping_the_id_makes_the_audience_stale(host: claw.Host) ->
 
 async def test_parent_reset_after_minting_makes_the_child_audience_stale(host: claw.Host) -> None:
     await host.sessions.create("grp:1", agent_id="main", chat_type="group")
-    await host.sessions.spawn_child("grp:1", "grp:1/task")
+    await host.sessions.spawn_child("grp:1", "grp:1/task", sender_is_owner=True)
     async with host.open_run("grp:1/task", sender_is_owner=False) as run:
         run.caller.assert_current()
         await host.sessions.reset("grp:1", keep_session_id=False)
@@ -174,7 +178,7 @@ async def test_child_run_gets_a_new_audience_sharing_the_parents_revocation(
     host: claw.Host,
 ) -> None:
     await host.sessions.create("grp:1", agent_id="main", chat_type="group")
-    await host.sessions.spawn_child("grp:1", "grp:1/task")
+    await host.sessions.spawn_child("grp:1", "grp:1/task", sender_is_owner=True)
     async with host.open_run("grp:1", sender_is_owner=False) as parent:
         async with parent.open_child_run("grp:1/task") as child:
             assert child.audience is not None
@@ -189,7 +193,7 @@ async def test_child_run_gets_a_new_audience_sharing_the_parents_revocation(
 
 async def test_child_run_audience_dies_with_the_parent_audience(host: claw.Host) -> None:
     await host.sessions.create("grp:1", agent_id="main", chat_type="group")
-    await host.sessions.spawn_child("grp:1", "grp:1/task")
+    await host.sessions.spawn_child("grp:1", "grp:1/task", sender_is_owner=True)
     async with host.open_run("grp:1", sender_is_owner=False) as parent:
         async with parent.open_child_run("grp:1/task") as child:
             await host.sessions.reset("grp:1")
@@ -205,14 +209,14 @@ async def test_detached_child_run_is_stale_once_its_row_appears(host: claw.Host)
             assert child.audience.kind == "owner-private"
             assert child.session is None
             child.caller.assert_current()
-            await host.sessions.spawn_child("dm:alice", "dm:alice/detached")
+            await host.sessions.spawn_child("dm:alice", "dm:alice/detached", sender_is_owner=True)
             with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
                 child.caller.assert_current()
 
 
 async def test_child_run_of_a_parent_without_audience_gets_none(host: claw.Host) -> None:
     await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
-    await host.sessions.spawn_child("dm:alice", "dm:alice/task")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/task", sender_is_owner=True)
     await host.sessions.reassign("dm:alice", chat_type="group")  # child's parent link is stale now
     async with host.open_run("dm:alice/task", sender_is_owner=True) as run:
         assert run.audience is None
@@ -259,3 +263,107 @@ async def test_the_host_clock_stamps_sessions_and_transcripts(
             "dm:alice", row.session_id, [claw.UserMessage("hi")]
         )
         assert 1_000.0 < entry.created_at < 2_000.0
+
+
+# -- audience lineage: spawn receipts, delegation, depth, reasons -------------------------
+
+
+async def test_a_lineage_started_by_a_non_owner_never_turns_owner_private(
+    host: claw.Host,
+) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=False) as turn:
+        kid = await turn.spawn_child("dm:alice/task")
+    assert kid.spawned_by_owner is False
+    # A later run admitted on the child with an owner sender does not widen it.
+    async with host.open_run("dm:alice/task", sender_is_owner=True) as run:
+        assert run.audience is not None
+        assert (run.audience.kind, run.audience.session_key) == ("conversation", "dm:alice")
+
+
+async def test_an_owner_spawned_child_keeps_its_partition_whoever_runs_it_later(
+    host: claw.Host,
+) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=True) as turn:
+        kid = await turn.spawn_child("dm:alice/task")
+    assert kid.spawned_by_owner is True
+    async with host.open_run("dm:alice/task", sender_is_owner=False) as run:
+        assert run.audience is not None and run.audience.kind == "owner-private"
+
+
+async def test_one_non_owner_receipt_anywhere_in_the_lineage_means_conversation(
+    host: claw.Host,
+) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/a", sender_is_owner=True)
+    await host.sessions.spawn_child("dm:alice/a", "dm:alice/a/b", sender_is_owner=False)
+    await host.sessions.spawn_child("dm:alice/a/b", "dm:alice/a/b/c", sender_is_owner=True)
+    async with host.open_run("dm:alice/a/b/c", sender_is_owner=True) as run:
+        assert run.audience is not None and run.audience.kind == "conversation"
+
+
+async def test_a_child_run_never_gets_a_wider_audience_than_its_parent(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/task", sender_is_owner=True)
+    async with host.open_run("dm:alice", sender_is_owner=False) as parent:
+        assert parent.audience is not None and parent.audience.kind == "conversation"
+        async with parent.open_child_run("dm:alice/task") as child:
+            assert child.audience is not None
+            assert (child.audience.kind, child.audience.session_key) == (
+                "conversation",
+                "dm:alice",
+            )
+
+
+async def test_a_child_run_for_a_session_of_another_agent_is_refused(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.create("other:1", agent_id="other", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=True) as parent:
+        with pytest.raises(claw.CapabilityDeniedError, match="belongs to agent 'other'"):
+            parent.open_child_run("other:1")
+
+
+async def test_delegating_from_a_stale_audience_raises(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/task", sender_is_owner=True)
+    async with host.open_run("dm:alice", sender_is_owner=True) as parent:
+        await host.sessions.reset("dm:alice")
+        with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+            parent.open_child_run("dm:alice/task")
+        with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+            parent.open_child_run("dm:alice/detached")
+        with pytest.raises(claw.StaleCapabilityError, match=AUDIENCE_STALE_MESSAGE):
+            parent.open_maintenance_run("flush:dm:alice")
+
+
+async def test_a_root_and_sixty_four_chained_children_exceed_the_hop_bound(
+    host: claw.Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    chain = await SessionBuilder(host).child_chain("grp:1", MAX_LINEAGE_HOPS)
+    async with host.open_run(chain[-2].session_key, sender_is_owner=False) as run:
+        assert run.audience is not None  # a root and 63 children are within the bound
+    with caplog.at_level(logging.DEBUG, logger="claw.runs"):
+        async with host.open_run(chain[-1].session_key, sender_is_owner=False) as run:
+            assert run.audience is None
+            assert run.no_audience_reason is not None
+            assert "too deep" in run.no_audience_reason
+    assert any("too deep" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_run_without_audience_says_why(host: claw.Host) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.spawn_child("dm:alice", "dm:alice/task", sender_is_owner=True)
+    async with host.open_run("dm:alice", sender_is_owner=True) as run:
+        assert run.audience is not None and run.no_audience_reason is None
+    await host.sessions.reset("dm:alice", keep_session_id=False)
+    async with host.open_run("dm:alice/task", sender_is_owner=True) as run:
+        assert run.audience is None
+        assert run.no_audience_reason is not None
+        assert "stale lineage" in run.no_audience_reason
+        assert "respawn it from its parent session" in run.no_audience_reason
+        async with run.open_child_run("dm:alice/task/sub") as child:
+            assert child.audience is None
+            assert child.no_audience_reason is not None
+            assert "stale lineage" in child.no_audience_reason

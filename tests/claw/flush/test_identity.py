@@ -162,7 +162,7 @@ async def test_no_valid_audience_skips_a_tools_flush_with_a_debug_log(
     """A child whose parent changed incarnation since the spawn resolves to no audience."""
     recorder = RecordingProvider()
     async with open_env([recorder.plugin()]) as env:
-        await env.host.sessions.spawn_child("dm:alice", "dm:alice:task")
+        await env.host.sessions.spawn_child("dm:alice", "dm:alice:task", sender_is_owner=True)
         await env.host.sessions.reset("dm:alice")
         env.model.extend(["answered"])
         with caplog.at_level(logging.DEBUG, logger="claw.flush"):

@@ -19,7 +19,7 @@ CHILD = Path(__file__).with_name("crash_child.py")
 async def seed(path: Path) -> tuple[SessionRow, SessionRow]:
     async with open_session_store(path, workers=InlineWorkerPool()) as store:
         root = await store.create("dm:alice", agent_id="main", chat_type="direct")
-        kid = await store.spawn_child("dm:alice", "dm:alice/t")
+        kid = await store.spawn_child("dm:alice", "dm:alice/t", sender_is_owner=True)
         return root, kid
 
 

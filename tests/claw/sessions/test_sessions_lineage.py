@@ -12,8 +12,10 @@ from claw import InlineWorkerPool
 from claw.sessions import (
     MAX_LINEAGE_HOPS,
     LineageLink,
+    NoAudience,
     SessionRow,
     SessionSnapshot,
+    explain_audience,
     is_lineage_current,
     open_session_store,
     resolve_audience,
@@ -29,7 +31,14 @@ def root(key: str, n: int, *, chat_type: str | None = "direct", agent: str = "ma
     return SessionRow(agent, key, sid(n), 1, chat_type)
 
 
-def child(key: str, n: int, parent: SessionRow, *, agent: str | None = None) -> SessionRow:
+def child(
+    key: str,
+    n: int,
+    parent: SessionRow,
+    *,
+    agent: str | None = None,
+    spawned_by_owner: bool | None = True,
+) -> SessionRow:
     return SessionRow(
         agent or parent.agent_id,
         key,
@@ -39,6 +48,7 @@ def child(key: str, n: int, parent: SessionRow, *, agent: str | None = None) -> 
         parent_key=parent.session_key,
         parent_session_id=parent.session_id,
         parent_revision=parent.lifecycle_revision,
+        spawned_by_owner=spawned_by_owner,
     )
 
 
@@ -214,17 +224,23 @@ def test_row_filed_under_another_key_has_no_audience() -> None:
     assert resolve_audience({"dm:mallory": dm}, "dm:mallory", sender_is_owner=True) is None
 
 
-def test_sixty_four_hops_resolve() -> None:
-    view, leaf = chain(MAX_LINEAGE_HOPS)
+def test_a_root_and_sixty_three_chained_children_resolve() -> None:
+    view, leaf = chain(MAX_LINEAGE_HOPS - 1)
     audience = resolve_audience(view, leaf, sender_is_owner=False)
     assert audience is not None
-    assert len(audience.lineage) == MAX_LINEAGE_HOPS + 1
+    assert len(audience.lineage) == MAX_LINEAGE_HOPS
     assert is_lineage_current(view, audience.lineage)
 
 
-def test_sixty_five_hops_have_no_audience() -> None:
-    view, leaf = chain(MAX_LINEAGE_HOPS + 1)
+def test_a_root_and_sixty_four_chained_children_exceed_the_bound() -> None:
+    view, leaf = chain(MAX_LINEAGE_HOPS)
     assert resolve_audience(view, leaf, sender_is_owner=False) is None
+    found = explain_audience(view, leaf, sender_is_owner=False)
+    assert isinstance(found, NoAudience) and "too deep" in found.reason
+    # A lineage that long is never current either, even if resolved by hand.
+    links = tuple(LineageLink(r.session_key, r.session_id, r.lifecycle_revision) for r in
+                  reversed(list(view.values())))
+    assert not is_lineage_current(view, links)
 
 
 def test_sender_is_owner_must_be_a_real_bool() -> None:
@@ -273,7 +289,7 @@ def test_empty_or_overlong_lineage_is_never_current() -> None:
 async def test_parent_reset_after_resolution_makes_the_child_lineage_not_current() -> None:
     async with open_session_store(":memory:", workers=InlineWorkerPool()) as store:
         await store.create("dm:alice", agent_id="main", chat_type="direct")
-        await store.spawn_child("dm:alice", "dm:alice/task-1")
+        await store.spawn_child("dm:alice", "dm:alice/task-1", sender_is_owner=True)
         audience = resolve_audience(store, "dm:alice/task-1", sender_is_owner=True)
         assert audience is not None
         assert is_lineage_current(store, audience.lineage)
@@ -285,7 +301,7 @@ async def test_parent_reset_after_resolution_makes_the_child_lineage_not_current
 async def test_child_reset_makes_its_lineage_not_current_but_it_still_resolves() -> None:
     async with open_session_store(":memory:", workers=InlineWorkerPool()) as store:
         await store.create("grp:1", agent_id="main", chat_type="group")
-        await store.spawn_child("grp:1", "grp:1/t")
+        await store.spawn_child("grp:1", "grp:1/t", sender_is_owner=True)
         before = resolve_audience(store, "grp:1/t", sender_is_owner=False)
         assert before is not None
         await store.reset("grp:1/t", keep_session_id=False)
@@ -299,7 +315,7 @@ async def test_child_reset_makes_its_lineage_not_current_but_it_still_resolves()
 async def test_child_reassign_makes_its_lineage_not_current() -> None:
     async with open_session_store(":memory:", workers=InlineWorkerPool()) as store:
         await store.create("dm:alice", agent_id="main", chat_type="direct")
-        await store.spawn_child("dm:alice", "dm:alice/t")
+        await store.spawn_child("dm:alice", "dm:alice/t", sender_is_owner=True)
         audience = resolve_audience(store, "dm:alice/t", sender_is_owner=True)
         assert audience is not None
         await store.reassign("dm:alice/t", peer_is_owner=True)
@@ -309,7 +325,7 @@ async def test_child_reassign_makes_its_lineage_not_current() -> None:
 async def test_cross_agent_after_parent_reassign_has_no_audience() -> None:
     async with open_session_store(":memory:", workers=InlineWorkerPool()) as store:
         await store.create("dm:alice", agent_id="main", chat_type="direct")
-        await store.spawn_child("dm:alice", "dm:alice/t")
+        await store.spawn_child("dm:alice", "dm:alice/t", sender_is_owner=True)
         await store.reassign("dm:alice", agent_id="other")
         assert resolve_audience(store, "dm:alice/t", sender_is_owner=True) is None
 
@@ -334,7 +350,7 @@ async def test_detached_child_whose_row_appears_later_is_not_current() -> None:
         await store.create("grp:1", agent_id="main", chat_type="group")
         audience = resolve_detached_child(store, "grp:1/d", "grp:1", sender_is_owner=False)
         assert audience is not None
-        await store.spawn_child("grp:1", "grp:1/d")
+        await store.spawn_child("grp:1", "grp:1/d", sender_is_owner=True)
         assert not is_lineage_current(store, audience.lineage)
 
 
@@ -343,7 +359,7 @@ async def test_detached_child_stays_stale_after_its_row_comes_and_goes() -> None
         await store.create("grp:1", agent_id="main", chat_type="group")
         audience = resolve_detached_child(store, "grp:1/d", "grp:1", sender_is_owner=False)
         assert audience is not None
-        await store.spawn_child("grp:1", "grp:1/d")
+        await store.spawn_child("grp:1", "grp:1/d", sender_is_owner=True)
         await store.delete("grp:1/d")
         assert store.get_nowait("grp:1/d") is None
         assert not is_lineage_current(store, audience.lineage)
@@ -370,12 +386,12 @@ def test_detached_child_with_an_existing_row_or_bad_parent_has_no_audience() -> 
 
 
 def test_detached_child_counts_as_a_hop() -> None:
-    view, deepest = chain(MAX_LINEAGE_HOPS - 1)
+    view, deepest = chain(MAX_LINEAGE_HOPS - 2)
     ok = resolve_detached_child(view, "detached", deepest, sender_is_owner=False)
     assert ok is not None
-    assert len(ok.lineage) == MAX_LINEAGE_HOPS + 1
+    assert len(ok.lineage) == MAX_LINEAGE_HOPS
     assert is_lineage_current(view, ok.lineage)
-    view, deepest = chain(MAX_LINEAGE_HOPS)
+    view, deepest = chain(MAX_LINEAGE_HOPS - 1)
     assert resolve_detached_child(view, "detached", deepest, sender_is_owner=False) is None
 
 

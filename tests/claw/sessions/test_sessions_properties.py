@@ -38,7 +38,7 @@ KEYS = [f"s{n}" for n in range(6)]
 GOOD_CHAT = ("direct", "group", "channel", "thread")
 
 
-def oracle_valid(rows: Mapping[str, SessionRow], key: str, hops_left: int = 64) -> bool:
+def oracle_valid(rows: Mapping[str, SessionRow], key: str, hops_left: int = 63) -> bool:
     row = rows.get(key)
     if row is None or row.session_key != key:
         return False
@@ -58,6 +58,8 @@ def oracle_valid(rows: Mapping[str, SessionRow], key: str, hops_left: int = 64) 
         return True
     if any(f is None for f in parent_fields) or hops_left == 0:
         return False
+    if type(row.spawned_by_owner) is not bool:
+        return False  # a child without a spawn receipt
     if not (isinstance(row.parent_session_id, str) and UUID.fullmatch(row.parent_session_id)):
         return False
     assert row.parent_key is not None
@@ -69,6 +71,18 @@ def oracle_valid(rows: Mapping[str, SessionRow], key: str, hops_left: int = 64) 
         and parent.lifecycle_revision == row.parent_revision
         and oracle_valid(rows, row.parent_key, hops_left - 1)
     )
+
+
+def oracle_owner_private(rows: Mapping[str, SessionRow], key: str, sender_is_owner: bool) -> bool:
+    """Owner-private: a direct root, and the sender (for a root) or every receipt (below it)."""
+    row = rows[key]
+    if row.parent_key is None:
+        return sender_is_owner and row.chat_type == "direct"
+    receipts = []
+    while row.parent_key is not None:
+        receipts.append(row.spawned_by_owner)
+        row = rows[row.parent_key]
+    return row.chat_type == "direct" and all(receipts)
 
 
 def oracle_root(rows: Mapping[str, SessionRow], key: str) -> SessionRow:
@@ -88,7 +102,16 @@ def oracle_lineage(rows: Mapping[str, SessionRow], key: str) -> list[str]:
     return seen
 
 
-FAULTS = ("bad-id", "agent", "chat", "parent-anywhere", "stale-id", "stale-rev", "partial")
+FAULTS = (
+    "bad-id",
+    "agent",
+    "chat",
+    "parent-anywhere",
+    "stale-id",
+    "stale-rev",
+    "partial",
+    "no-receipt",
+)
 
 
 @st.composite
@@ -131,7 +154,10 @@ def lineage_graphs(draw: st.DrawFn) -> dict[str, SessionRow]:
             if fault == "partial":
                 blank = draw(st.integers(1, 2))
                 pfields = tuple(None if j == blank else f for j, f in enumerate(pfields))  # type: ignore[assignment]
-        out[k] = SessionRow(agent, k, sid, draw(st.integers(0, 2)), chat, False, *pfields)
+        receipt = None if fault == "no-receipt" or pfields[0] is None else draw(st.booleans())
+        out[k] = SessionRow(
+            agent, k, sid, draw(st.integers(0, 2)), chat, False, *pfields, spawned_by_owner=receipt
+        )
     return out
 
 
@@ -150,7 +176,7 @@ def test_random_graphs_resolve_exactly_when_the_lineage_is_valid(
     root = oracle_root(graph, key)
     assert audience.agent_id == root.agent_id
     assert audience.root == LineageLink(root.session_key, root.session_id, root.lifecycle_revision)
-    if owner and root.chat_type == "direct":
+    if oracle_owner_private(graph, key, owner):
         assert (audience.kind, audience.session_key) == ("owner-private", None)
     else:
         assert (audience.kind, audience.session_key) == ("conversation", root.session_key)
@@ -202,7 +228,7 @@ SID = st.sampled_from([None, *IDS])  # a small pool, so an old session id does c
 OPS = st.one_of(
     st.tuples(st.just("create"), KEY, st.sampled_from(["main", "other"]),
               st.sampled_from(GOOD_CHAT), SID),
-    st.tuples(st.just("spawn"), KEY, KEY, SID),
+    st.tuples(st.just("spawn"), KEY, KEY, SID, st.booleans()),
     st.tuples(st.just("reset"), KEY, st.booleans()),
     st.tuples(st.just("reassign"), KEY, st.sampled_from([None, "main", "other"]),
               st.sampled_from([None, *GOOD_CHAT]), st.sampled_from([None, True, False])),
@@ -216,8 +242,8 @@ async def apply(store: SessionStore, op: tuple[Any, ...]) -> None:
         key, agent, chat, sid = args
         await store.create(key, agent_id=agent, chat_type=chat, session_id=sid)
     elif kind == "spawn":
-        parent, child, sid = args
-        await store.spawn_child(parent, child, session_id=sid)
+        parent, child, sid, owner = args
+        await store.spawn_child(parent, child, session_id=sid, sender_is_owner=owner)
     elif kind == "reset":
         key, keep = args
         await store.reset(key, keep_session_id=keep)

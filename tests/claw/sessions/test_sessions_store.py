@@ -16,12 +16,14 @@ from claw import ClawError, HostClosedError, InlineWorkerPool, ThreadWorkerPool
 from claw.sessions import (
     SCHEMA_VERSION,
     InvalidSessionError,
+    NoAudience,
     SessionExistsError,
     SessionNotFoundError,
     SessionRow,
     SessionSchemaError,
     SessionStorageError,
     SessionStore,
+    explain_audience,
     open_session_store,
     resolve_audience,
 )
@@ -113,7 +115,7 @@ async def test_reassign_with_nothing_to_change_is_refused(store: SessionStore) -
 async def test_spawn_child_records_the_parent_incarnation(store: SessionStore) -> None:
     parent = await store.create("dm:alice", agent_id="main", chat_type="direct", peer_is_owner=True)
     parent = await store.reset("dm:alice")
-    kid = await store.spawn_child("dm:alice", "dm:alice/task-1")
+    kid = await store.spawn_child("dm:alice", "dm:alice/task-1", sender_is_owner=True)
     assert (kid.parent_key, kid.parent_session_id, kid.parent_revision) == (
         "dm:alice",
         parent.session_id,
@@ -126,24 +128,26 @@ async def test_spawn_child_records_the_parent_incarnation(store: SessionStore) -
 
 async def test_spawn_child_can_override_chat_type_and_session_id(store: SessionStore) -> None:
     await store.create("grp:1", agent_id="main", chat_type="group")
-    kid = await store.spawn_child("grp:1", "grp:1/t", chat_type="thread", session_id=SID)
+    kid = await store.spawn_child(
+        "grp:1", "grp:1/t", chat_type="thread", session_id=SID, sender_is_owner=True
+    )
     assert (kid.chat_type, kid.session_id) == ("thread", SID)
 
 
 async def test_spawn_child_needs_a_parent_and_a_free_child_key(store: SessionStore) -> None:
     with pytest.raises(SessionNotFoundError, match="'nope'"):
-        await store.spawn_child("nope", "nope/t")
+        await store.spawn_child("nope", "nope/t", sender_is_owner=True)
     await store.create("grp:1", agent_id="main", chat_type="group")
     await store.create("grp:2", agent_id="main", chat_type="group")
     with pytest.raises(SessionExistsError, match="grp:2"):
-        await store.spawn_child("grp:1", "grp:2")
+        await store.spawn_child("grp:1", "grp:2", sender_is_owner=True)
     with pytest.raises(InvalidSessionError, match="own parent"):
-        await store.spawn_child("grp:1", "grp:1")
+        await store.spawn_child("grp:1", "grp:1", sender_is_owner=True)
 
 
 async def test_delete_removes_the_row_and_orphans_children(store: SessionStore) -> None:
     await store.create("grp:1", agent_id="main", chat_type="group")
-    await store.spawn_child("grp:1", "grp:1/t")
+    await store.spawn_child("grp:1", "grp:1/t", sender_is_owner=True)
     await store.delete("grp:1")
     assert await store.get("grp:1") is None
     assert resolve_audience(store, "grp:1/t", sender_is_owner=False) is None
@@ -226,11 +230,11 @@ async def test_create_rejects_malformed_fields_naming_field_and_value(
 async def test_other_writes_reject_malformed_fields(store: SessionStore) -> None:
     await store.create("g", agent_id="main", chat_type="group")
     with pytest.raises(InvalidSessionError, match="chat_type.*'dm'"):
-        await store.spawn_child("g", "g/t", chat_type="dm")  # type: ignore[arg-type]
+        await store.spawn_child("g", "g/t", chat_type="dm", sender_is_owner=True)  # type: ignore[arg-type]
     with pytest.raises(InvalidSessionError, match="session_id.*'x'"):
-        await store.spawn_child("g", "g/t", session_id="x")
+        await store.spawn_child("g", "g/t", session_id="x", sender_is_owner=True)
     with pytest.raises(InvalidSessionError, match="session_key.*''"):
-        await store.spawn_child("g", "")
+        await store.spawn_child("g", "", sender_is_owner=True)
     with pytest.raises(InvalidSessionError, match="agent_id.*''"):
         await store.reassign("g", agent_id="")
     with pytest.raises(InvalidSessionError, match="chat_type.*'x'"):
@@ -255,7 +259,7 @@ async def test_listeners_hear_every_committed_change_after_the_mirror_updates(
 
     store.add_listener(listener)
     await store.create("p", agent_id="main", chat_type="group")
-    await store.spawn_child("p", "p/c")
+    await store.spawn_child("p", "p/c", sender_is_owner=True)
     await store.reset("p")
     await store.reassign("p/c", chat_type="thread")
     await store.delete("p/c")
@@ -398,8 +402,16 @@ async def test_v1_store_is_migrated_keeping_incarnations(tmp_path: Path) -> None
         dm = await store.get("dm:alice")
         assert dm == SessionRow("main", "dm:alice", ROOT_SID, 0, "direct", False,
                                 created_at=10.0, updated_at=11.0)  # fmt: skip
-        # The child's recorded parent incarnation is carried over exactly, so it still resolves.
-        audience = resolve_audience(store, "dm:alice/t", sender_is_owner=True)
+        # The child's recorded parent incarnation is carried over exactly, but it was
+        # spawned before receipts existed: no audience until it is respawned.
+        kid = await store.get("dm:alice/t")
+        assert kid is not None and kid.parent_session_id == ROOT_SID
+        assert kid.spawned_by_owner is None
+        assert resolve_audience(store, "dm:alice/t", sender_is_owner=True) is None
+        found = explain_audience(store, "dm:alice/t", sender_is_owner=True)
+        assert isinstance(found, NoAudience)
+        assert "respawn it from its parent session" in found.reason
+        audience = resolve_audience(store, "dm:alice", sender_is_owner=True)
         assert audience is not None and audience.kind == "owner-private"
         # A legacy row without a chat type is kept, and gets no audience.
         legacy = await store.get("legacy")
@@ -485,6 +497,46 @@ async def test_the_database_refuses_rows_that_bypass_validation(tmp_path: Path) 
         pass
     with sqlite3.connect(path) as conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute(
-            "INSERT INTO sessions VALUES ('main', 'k', ?, 1, 'dm', 0, NULL, NULL, NULL, 0, 0)",
+            "INSERT INTO sessions VALUES "
+            "('k', 'main', ?, 1, 'dm', 0, NULL, NULL, NULL, 0, 0, NULL)",
             (ROOT_SID,),
         )
+    with sqlite3.connect(path) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute(  # a root with a spawn receipt
+            "INSERT INTO sessions VALUES "
+            "('k', 'main', ?, 1, 'group', 0, NULL, NULL, NULL, 0, 0, 1)",
+            (ROOT_SID,),
+        )
+
+
+async def test_v2_store_is_migrated_with_children_lacking_spawn_receipts(tmp_path: Path) -> None:
+    from claw.sessions._schema import _sessions_ddl
+
+    path = tmp_path / "v2.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute(_sessions_ddl("sessions", receipts=False))
+        conn.execute(
+            "CREATE TABLE session_key_watermarks (session_key TEXT PRIMARY KEY NOT NULL, "
+            "last_revision INTEGER NOT NULL) STRICT"
+        )
+        conn.executemany(
+            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, 1.0, 1.0)",
+            [
+                ("dm:alice", "main", ROOT_SID, 1, "direct", None, None, None),
+                ("dm:alice/t", "main", CHILD_SID, 1, "direct", "dm:alice", ROOT_SID, 1),
+            ],
+        )
+        conn.execute("PRAGMA user_version = 2")
+    conn.close()
+    async with open_session_store(path, workers=InlineWorkerPool()) as store:
+        kid = await store.get("dm:alice/t")
+        assert kid is not None and kid.spawned_by_owner is None
+        found = explain_audience(store, "dm:alice/t", sender_is_owner=True)
+        assert isinstance(found, NoAudience) and "predates spawn receipts" in found.reason
+        respawned = await store.spawn_child("dm:alice", "dm:alice/t2", sender_is_owner=True)
+        assert respawned.spawned_by_owner is True
+        audience = resolve_audience(store, "dm:alice/t2", sender_is_owner=False)
+        assert audience is not None and audience.kind == "owner-private"
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+    conn.close()
