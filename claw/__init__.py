@@ -29,6 +29,7 @@ from ._errors import CapabilityDeniedError as CapabilityDeniedError
 from ._errors import ClawError as ClawError
 from ._errors import ConfigError as ConfigError
 from ._errors import ContractError as ContractError
+from ._errors import CurrencyPendingError as CurrencyPendingError
 from ._errors import ForgedCapabilityError as ForgedCapabilityError
 from ._errors import HostClosedError as HostClosedError
 from ._errors import ProviderError as ProviderError

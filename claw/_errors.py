@@ -26,6 +26,14 @@ class StaleCapabilityError(ClawError, PermissionError):
     """
 
 
+class CurrencyPendingError(StaleCapabilityError):
+    """Currency cannot be decided right now: a write to a session in the lineage is in flight.
+
+    Retryable: wait for the write and check again (the host's memory guard does). It is a
+    :class:`StaleCapabilityError`, so code that does not retry fails closed.
+    """
+
+
 class CapabilityDeniedError(ClawError, PermissionError):
     """A current capability does not grant what was asked (wrong session, scope or agent)."""
 

@@ -33,7 +33,7 @@ from ._capabilities import (
     MemoryCallerContext,
     SessionAuthority,
 )
-from ._errors import CapabilityDeniedError
+from ._errors import CapabilityDeniedError, CurrencyPendingError
 from ._util import NoPublicConstructor, final
 from .sessions import (
     ChatType,
@@ -194,7 +194,15 @@ def _mint_audience(
     lineage = resolved.lineage
     registry = host._capabilities
 
+    keys = tuple(link.key for link in lineage)
+
     def current() -> bool:
+        if store.pending_nowait(keys):
+            # The database may already hold a new incarnation the mirror does not show.
+            raise CurrencyPendingError(
+                "memory audience currency is unavailable while a write to a session in its "
+                "lineage is in flight; retry once it finishes"
+            )
         if parent is not None and not registry.is_live(parent):
             return False
         return is_lineage_current(store, lineage)
@@ -206,7 +214,7 @@ def _mint_audience(
         session_key=resolved.session_key,
         session_id=resolved.session_id,
         bound_session_key=session_key,
-        lineage_keys=[link.key for link in lineage],
+        lineage_keys=keys,
         check=current,
         stale_message=AUDIENCE_STALE_MESSAGE,
     )

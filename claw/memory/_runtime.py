@@ -38,6 +38,7 @@ from .._errors import (
     CapabilityDeniedError,
     ClawError,
     ContractError,
+    CurrencyPendingError,
     HostClosedError,
     ProviderError,
     StaleCapabilityError,
@@ -103,6 +104,8 @@ class GuardedMemoryHandle:
     _context: MemoryCallerContext
     _check_selected: Callable[[], None]
     _authorize: Callable[[AuthorizeSearchHitsRequest], Awaitable[Any]] | None
+    _verify: Callable[[MemoryCallerContext], None]
+    _wait_for_writes: Callable[[], Awaitable[None]]
     _closed: bool = attrs.field(default=False, init=False)
 
     def _check_open(self) -> None:
@@ -124,10 +127,15 @@ class GuardedMemoryHandle:
     def _check(self) -> None:
         self._check_open()
         self._check_selected()
-        self._context.assert_current()
+        # The host's own records decide, never state reachable from the context.
+        self._verify(self._context)
+
+    async def _current(self) -> None:
+        """Check currency; while a session write is in flight, wait for it and check again."""
+        await _await_current(self._check, self._wait_for_writes)
 
     async def _call(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
-        self._check()
+        await self._current()
         try:
             result = await fn()
         except ClawError:
@@ -136,7 +144,7 @@ class GuardedMemoryHandle:
             raise ProviderError(
                 f'memory provider "{self.provider_id}" failed in {what}: {type(exc).__name__}'
             ) from exc
-        self._check()
+        await self._current()
         return result
 
     def _unsupported(self, capability: str, detail: str) -> UnsupportedRequestError:
@@ -295,6 +303,18 @@ class GuardedMemoryHandle:
         return True
 
 
+async def _await_current(
+    check: Callable[[], None], wait_for_writes: Callable[[], Awaitable[None]]
+) -> None:
+    while True:
+        try:
+            check()
+        except CurrencyPendingError:
+            await wait_for_writes()
+            continue
+        return
+
+
 def _validate_handle(provider_id: str, handle: object) -> MemoryProviderHandle:
     for name in ("search", "get", "health", "close"):
         if not callable(getattr(handle, name, None)):
@@ -432,7 +452,13 @@ class MemoryRuntime:
         ``legacy=True`` asks for the file-shaped runtime (v1 callers); it is an error
         when the provider has none.
         """
-        self._host.verify(context)
+        host = self._host
+        sessions = host.sessions
+
+        def verify(ctx: MemoryCallerContext) -> None:
+            host.verify(ctx)
+
+        await _await_current(lambda: verify(context), sessions.wait_for_writes)
         agent = self._agent_for(context, agent_id)
         if agent_id is not None and not await self._host.knows_agent(agent):
             raise UnknownAgentError(
@@ -449,7 +475,6 @@ class MemoryRuntime:
                 raise StaleCapabilityError(f'memory plugin "{plugin_id}" is no longer selected')
 
         check_selected()
-        context.assert_current()
         handle: MemoryProviderHandle
         authorize: Any
         if legacy and cap.runtime is None:
@@ -508,8 +533,10 @@ class MemoryRuntime:
                 context=context,
                 check_selected=check_selected,
                 authorize=authorize if callable(authorize) else None,
+                verify=verify,
+                wait_for_writes=sessions.wait_for_writes,
             )
-            guarded._check()
+            await guarded._current()
             yield guarded
         finally:
             if guarded is not None:

@@ -20,7 +20,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Final, TypeVar
 
@@ -323,6 +323,8 @@ class SessionStore:
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _listeners: builtins.list[SessionListener] = attrs.field(factory=builtins.list, init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    _pending: dict[str, int] = attrs.field(factory=dict, init=False)
+    _write_done: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     @classmethod
     async def open(
@@ -453,7 +455,7 @@ class SessionStore:
             created_at=now,
             updated_at=now,
         )
-        return await self._change_row(functools.partial(_insert_new, row=row))
+        return await self._change_row(key, functools.partial(_insert_new, row=row))
 
     async def spawn_child(
         self,
@@ -488,6 +490,7 @@ class SessionStore:
             else validate_session_id("session_id", session_id)
         )
         return await self._change_row(
+            child_key,
             functools.partial(
                 _op_spawn_child,
                 parent_key=parent_key,
@@ -503,6 +506,7 @@ class SessionStore:
         """Start a new incarnation of ``key``: revision + 1, and a new session id unless kept."""
         validate_flag("keep_session_id", keep_session_id)
         return await self._change_row(
+            key,
             functools.partial(
                 _op_reset, key=key, keep_session_id=keep_session_id, now=self._clock()
             )
@@ -528,6 +532,7 @@ class SessionStore:
         if peer_is_owner is not None:
             validate_flag("peer_is_owner", peer_is_owner)
         return await self._change_row(
+            key,
             functools.partial(
                 _op_reassign,
                 key=key,
@@ -540,7 +545,7 @@ class SessionStore:
 
     async def delete(self, key: str) -> None:
         """Delete ``key``'s row; its children then resolve to no audience."""
-        await self._change(functools.partial(_op_delete, key=key))
+        await self._change(key, functools.partial(_op_delete, key=key))
 
     # ---- machinery ---------------------------------------------------------------------
 
@@ -554,23 +559,50 @@ class SessionStore:
             self._check_open()
             return await self._workers.run_sync(_read, self._conn, sql, params)
 
-    async def _change(self, op: Callable[[sqlite3.Connection], _Change]) -> _Change:
+    async def _change(self, key: str, op: Callable[[sqlite3.Connection], _Change]) -> _Change:
         self._check_open()
         box: builtins.list[_Change] = []
         async with self._lock:
             self._check_open()
+            # ``key`` is pending from before the worker thread starts the transaction
+            # until the mirror and the listeners have seen its outcome: in between, the
+            # database may already hold a new incarnation the mirror does not show, so
+            # currency checks of lineages through ``key`` must not answer from it.
+            self._pending[key] = self._pending.get(key, 0) + 1
+            done = self._write_done = trio.Event()
             try:
                 await self._workers.run_sync(_run_transaction, self._conn, box, op)
             finally:
-                # Runs even if the pool raised after the COMMIT (the box is only
-                # filled once COMMIT returned): the mirror and the listeners must
-                # never miss a durable change.
-                if box:
-                    self._apply(box[0])
+                try:
+                    # Runs even if the pool raised after the COMMIT (the box is only
+                    # filled once COMMIT returned): the mirror and the listeners must
+                    # never miss a durable change.
+                    if box:
+                        self._apply(box[0])
+                finally:
+                    left = self._pending[key] - 1
+                    if left:
+                        self._pending[key] = left
+                    else:
+                        del self._pending[key]
+                    done.set()
         return box[0]
 
-    async def _change_row(self, op: Callable[[sqlite3.Connection], _Change]) -> SessionRow:
-        row = (await self._change(op)).row
+    def pending_nowait(self, keys: Iterable[str]) -> bool:
+        """Whether a change of any of ``keys`` is in flight (started, outcome not yet seen)."""
+        pending = self._pending
+        return bool(pending) and any(k in pending for k in keys)
+
+    async def wait_for_writes(self) -> None:
+        """Wait until no change is in flight (returns at once, after a checkpoint, if none)."""
+        await trio.lowlevel.checkpoint()
+        while self._pending:
+            await self._write_done.wait()
+
+    async def _change_row(
+        self, key: str, op: Callable[[sqlite3.Connection], _Change]
+    ) -> SessionRow:
+        row = (await self._change(key, op)).row
         if row is None:  # pragma: no cover - only delete commits without a row
             raise AssertionError(f"{op!r} committed no row")
         return row
