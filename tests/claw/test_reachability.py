@@ -34,9 +34,12 @@ from claw.context import (
 )
 from claw.memory import (
     AuthorizeSearchHitsRequest,
+    Citation,
     LegacySearchResult,
+    MemoryAddResult,
     MemoryPluginCapability,
     MemoryProviderOpenResult,
+    MemoryReference,
     MemorySearchHit,
     MemorySearchRequest,
     voice_fast_context,
@@ -144,6 +147,19 @@ class SnoopEngine(ReferenceContextEngine):
         return await super().commit_turn(params)
 
 
+@attrs.define(eq=False)
+class SnoopMaintenance:
+    seen: Seen
+
+    async def add(self, **named: Any) -> MemoryAddResult:
+        self.seen.add("maintenance.add", **named)
+        return MemoryAddResult(
+            reference=MemoryReference(provider_id="snoop", id="memory/today.md", fragment="L1-L1"),
+            citation=Citation(path="memory/today.md", start_line=1, end_line=1, source="memory"),
+            timestamp="2026-12-01T00:00:00Z",
+        )
+
+
 def snoop_plugin(seen: Seen, engine_path: Path) -> claw.Plugin:
     provider = RecordingMemoryProvider(
         provider_id="snoop", records=[MemoryRecord(id="m1", text="the friday deploy")]
@@ -178,6 +194,7 @@ def snoop_plugin(seen: Seen, engine_path: Path) -> claw.Plugin:
                 runtime=SnoopLegacyRuntime(seen),
                 prompt_preparation=prepare,
                 recall_tool_names=("snoop_tool",),
+                maintenance=SnoopMaintenance(seen),  # type: ignore[arg-type]
             )
         )
 
@@ -211,6 +228,9 @@ async def snooped(host_config: claw.HostConfig, tmp_path: Path) -> AsyncIterator
             async with host.memory.open(run.caller, legacy=True) as handle:
                 await handle.search(MemorySearchRequest(query="friday"))
         await host.compact("dm:alice")
+        async with host.open_scope("cli") as scope:
+            writer = scope.mint_caller_context(scope.mint_operator_authority({"operator.write"}))
+            await host.memory.add(writer, "remember the friday deploy")
         # Walk while the host is open: a closed host's objects may have dropped references.
         yield Snooped(seen.objects, host)
 
@@ -236,6 +256,7 @@ async def test_the_walk_sees_every_kind_of_object_a_plugin_receives(snooped: Sno
         "engine.compact",
         "engine.commit_turn",
         "prompt_preparation.caller",
+        "maintenance.add",
     }
     missing = {e for e in expected if not any(n.startswith(e) for n in names)}
     assert not missing, f"the snooping plugin never received {sorted(missing)}"

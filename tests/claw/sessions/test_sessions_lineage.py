@@ -401,3 +401,57 @@ def test_a_detached_link_anywhere_but_the_invocation_end_is_never_current() -> N
     assert audience is not None
     assert not is_lineage_current(rows(grp), (*audience.lineage, LineageLink("x", None, 0)))
     assert not is_lineage_current(rows(grp), (LineageLink("x", None, 0),))
+
+
+# ---- why there is no audience -------------------------------------------------------------
+
+
+def _reason(view: dict[str, SessionRow], key: str) -> str:
+    found = explain_audience(view, key, sender_is_owner=True)
+    assert isinstance(found, NoAudience), found
+    assert resolve_audience(view, key, sender_is_owner=True) is None
+    return found.reason
+
+
+def test_no_audience_reasons_name_what_is_wrong() -> None:
+    dm = root("dm:alice", 1)
+    legacy = root("legacy", 2, chat_type=None)
+    odd = attrs.evolve(root("odd", 3), session_id="not-a-uuid")
+    task = child("dm:alice/t", 4, dm)
+    stale = attrs.evolve(child("dm:alice/s", 5, dm), parent_revision=99)
+    old = child("dm:alice/old", 6, dm, spawned_by_owner=None)
+    gone = child("orphan", 7, root("missing", 8))
+    other = child("x/t", 9, dm, agent="other")
+    view = rows(dm, legacy, odd, task, stale, old, gone, other)
+    assert "ineligible chat type" in _reason(view, "legacy")
+    assert "unverified session id" in _reason(view, "odd")
+    assert "stale lineage" in _reason(view, "dm:alice/s")
+    assert "respawn it from its parent session" in _reason(view, "dm:alice/s")
+    assert "predates spawn receipts" in _reason(view, "dm:alice/old")
+    assert "respawn it from its parent session" in _reason(view, "dm:alice/old")
+    assert "is gone" in _reason(view, "orphan")
+    assert "another agent" in _reason(view, "x/t")
+    assert "has no row" in _reason(view, "nobody")
+    assert explain_audience(view, "dm:alice/t", sender_is_owner=False) == resolve_audience(
+        view, "dm:alice/t", sender_is_owner=False
+    )
+
+
+def test_a_cycle_is_a_reason_too() -> None:
+    a = SessionRow("main", "a", sid(1), 1, "group", parent_key="b", parent_session_id=sid(2),
+                   parent_revision=1, spawned_by_owner=True)  # fmt: skip
+    b = SessionRow("main", "b", sid(2), 1, "group", parent_key="a", parent_session_id=sid(1),
+                   parent_revision=1, spawned_by_owner=True)  # fmt: skip
+    assert "cycle" in _reason(rows(a, b), "a")
+
+
+def test_a_childs_partition_comes_from_its_receipts_not_the_later_sender() -> None:
+    dm = root("dm:alice", 1)
+    by_owner = child("dm:alice/o", 2, dm, spawned_by_owner=True)
+    by_guest = child("dm:alice/g", 3, dm, spawned_by_owner=False)
+    view = rows(dm, by_owner, by_guest)
+    for sender in (True, False):
+        owner = resolve_audience(view, "dm:alice/o", sender_is_owner=sender)
+        guest = resolve_audience(view, "dm:alice/g", sender_is_owner=sender)
+        assert owner is not None and owner.kind == "owner-private"
+        assert guest is not None and guest.kind == "conversation"
