@@ -12,10 +12,19 @@ chunk of many turns cannot inflate recall. Session recall ranks the distinct ses
 in the order their first turn appears. Hits are not cut by a minimum score (this
 measures ranking, and recall@20 needs twenty turns).
 
+Every figure is reported for a fixed tuning split (conversations 0-4 in file order),
+the held-out split (conversations 5-9) and the whole set. Ranking decisions are made
+on the tuning split only; the held-out figures are the headline. Besides recall at
+each k the report gives per-category figures, where the top hit lies relative to the
+evidence (the evidence itself, an adjacent turn, a turn two away, elsewhere in the
+same session, another session), an ablation of each field Memory Core ranks on, and
+SQLite FTS5 BM25 baselines run in the same process on the same questions.
+
 The data is read from ``../shared/data/locomo/locomo10.json`` (relative to the repo)
 or ``--data``; it is CC BY-NC 4.0 and never copied into the repository.
 
     python -m benchmarks.locomo [--data PATH] [--json] [--configs lexical,hash,st]
+                                [--no-ablation] [--no-fts5]
 """
 
 from __future__ import annotations
@@ -23,8 +32,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import re
+import sqlite3
 import sys
 import tempfile
 import time
@@ -40,6 +51,7 @@ from benchmarks._common import emit_json, machine, percentile, table
 from claw.plugin_sdk import EmbeddingProvider, ThreadWorkerPool, WorkerPool
 from claw_memory._hash_embedder import HashEmbedder
 from claw_memory._index import open_memory_index
+from claw_memory._lexical import QUERY_STOPWORDS
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
 from claw_memory._types import SearchFilter
@@ -52,6 +64,18 @@ CATEGORIES = (1, 2, 3, 4)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 # Enough hits to fill twenty turns and ten distinct sessions in nearly every case.
 SEARCH_RESULTS = 60
+# The fixed splits, by position of the conversation in the data file.
+TUNING = range(0, 5)
+HELDOUT = range(5, 10)
+SPLITS = ("tuning", "heldout", "whole")
+ACCEPTANCE_KEYS = (
+    "turn_recall_any@1",
+    "turn_recall_any@10",
+    "session_recall_any@5",
+    "session_recall_any@10",
+)
+# Where the top-ranked turn lies relative to the nearest evidence turn.
+TOP1_CLASSES = ("evidence", "+-1", "+-2", "same session", "other session", "none")
 _DIA = re.compile(r"D(\d+):(\d+)")
 _SESSION = re.compile(r"^session_(\d+)$")
 
@@ -59,6 +83,7 @@ _SESSION = re.compile(r"^session_(\d+)$")
 @attrs.frozen
 class Question:
     conversation: str
+    split: str
     text: str
     category: int
     evidence: frozenset[str]
@@ -92,8 +117,9 @@ def load(path: Path, limit: int | None = None) -> tuple[list[Conversation], list
         raw = raw[:limit]
     conversations: list[Conversation] = []
     questions: list[Question] = []
-    for sample in raw:
+    for position, sample in enumerate(raw):
         sid = str(sample["sample_id"])
+        split = "tuning" if position in TUNING else "heldout"
         conv = sample["conversation"]
         sessions = []
         for key, turns in conv.items():
@@ -128,7 +154,7 @@ def load(path: Path, limit: int | None = None) -> tuple[list[Conversation], list
                 f"D{a}:{b}" for e in qa.get("evidence") or () for a, b in _DIA.findall(str(e))
             )
             if evidence:
-                questions.append(Question(sid, str(qa["question"]), category, evidence))
+                questions.append(Question(sid, split, str(qa["question"]), category, evidence))
     return conversations, questions
 
 
@@ -146,11 +172,52 @@ def ranked_sessions(turns: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(t.split(":")[0] for t in turns))
 
 
+def _turn_position(dia: str) -> tuple[int, int] | None:
+    m = _DIA.fullmatch(dia)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def top1_class(question: Question, ranking: Sequence[str]) -> str:
+    """Where the top-ranked turn lies relative to the nearest evidence turn."""
+    if not ranking:
+        return "none"
+    top = ranking[0]
+    if top in question.evidence:
+        return "evidence"
+    here = _turn_position(top)
+    if here is None:
+        return "other session"
+    gaps = [
+        abs(here[1] - pos[1])
+        for pos in (_turn_position(e) for e in question.evidence)
+        if pos is not None and pos[0] == here[0]
+    ]
+    if not gaps:
+        return "other session"
+    gap = min(gaps)
+    return "+-1" if gap == 1 else "+-2" if gap == 2 else "same session"
+
+
 @attrs.frozen
 class Config:
+    key: str  # lexical, hash or st
     name: str
     mode: str
     embedder: str | None  # None, "hash" or a sentence-transformers model path
+
+
+# What each field contributes: ranking settings that switch one field off. Each
+# variant searches the same built index (ranking settings need no rebuild).
+ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("all fields", {}),
+    ("without adjacent turns (context)", {"context_boost": 0.0}),
+    ("without turns two away (far)", {"far_context_boost": 0.0}),
+    ("without the speaker field", {"speaker_boost": 0.0}),
+    (
+        "own text only",
+        {"context_boost": 0.0, "far_context_boost": 0.0, "speaker_boost": 0.0},
+    ),
+)
 
 
 def st_model_path() -> str | None:
@@ -179,47 +246,146 @@ def make_embedder(kind: str | None, workers: WorkerPool) -> EmbeddingProvider | 
     return SentenceTransformerEmbedder(kind, workers=workers, device="cpu")
 
 
+@attrs.frozen
+class Rankings:
+    """The ranked turns of every question under one retrieval, and their latencies."""
+
+    name: str
+    mode: str
+    turns: list[list[str]]
+    latencies: list[float]
+    chunks: int = 0
+    build_s: float = 0.0
+
+
 async def run_config(
     config: Config,
     conversations: Sequence[Conversation],
     questions: Sequence[Question],
     settings: MemoryCoreSettings,
-) -> dict[str, Any]:
+    variants: Sequence[tuple[str, dict[str, Any]]] = (("all fields", {}),),
+) -> list[Rankings]:
+    """Index the conversations once and search every question under each variant.
+
+    A variant is a label and ranking-setting overrides; the index is reopened with
+    them (same identity, so nothing is rebuilt or re-embedded).
+    """
     workers = ThreadWorkerPool(max_workers=2)
     source = InMemoryTranscriptSource()
     for conv in conversations:
         for n, _, turns in conv.sessions:
             source.put(conv.sample_id, f"{conv.sample_id}/session-{n}", f"session_{n}", turns)
     embedder = make_embedder(config.embedder, workers)
+    out: list[Rankings] = []
     with tempfile.TemporaryDirectory(prefix="claw-locomo-") as tmp:
         ws = Path(tmp) / "workspace"
         ws.mkdir()
-        t0 = time.perf_counter()
-        async with open_memory_index(
-            workspace_dir=ws,
-            index_dir=Path(tmp) / "index",
-            workers=workers,
-            settings=settings,
-            embedder=embedder,
-            transcripts=source,
-        ) as index:
-            build_s = time.perf_counter() - t0
-            chunks = index.status().chunks
-            latencies: list[float] = []
-            rankings: list[list[str]] = []
-            for q in questions:
-                f = SearchFilter(agent_ids=frozenset([q.conversation]))
-                t = time.perf_counter()
-                result = await index.search(
-                    q.text,
-                    mode=config.mode,  # type: ignore[arg-type]
-                    max_results=SEARCH_RESULTS,
-                    min_score=0.0,
-                    filter=f,
+        for label, overrides in variants:
+            t0 = time.perf_counter()
+            async with open_memory_index(
+                workspace_dir=ws,
+                index_dir=Path(tmp) / "index",
+                workers=workers,
+                settings=attrs.evolve(settings, **overrides),
+                embedder=embedder,
+                transcripts=source,
+            ) as index:
+                build_s = time.perf_counter() - t0
+                latencies: list[float] = []
+                rankings: list[list[str]] = []
+                for q in questions:
+                    f = SearchFilter(agent_ids=frozenset([q.conversation]))
+                    t = time.perf_counter()
+                    result = await index.search(
+                        q.text,
+                        mode=config.mode,  # type: ignore[arg-type]
+                        max_results=SEARCH_RESULTS,
+                        min_score=0.0,
+                        filter=f,
+                    )
+                    latencies.append((time.perf_counter() - t) * 1000.0)
+                    rankings.append(ranked_turns([h.entry_ids for h in result.hits]))
+                name = config.name if not overrides else f"{config.name}: {label}"
+                out.append(
+                    Rankings(
+                        name,
+                        config.mode,
+                        rankings,
+                        latencies,
+                        chunks=index.status().chunks,
+                        build_s=build_s,
+                    )
                 )
-                latencies.append((time.perf_counter() - t) * 1000.0)
-                rankings.append(ranked_turns([h.entry_ids for h in result.hits]))
-    return score(config, questions, rankings, latencies, chunks=chunks, build_s=build_s)
+    return out
+
+
+_FTS_WORD = re.compile(r"\w+")
+
+
+def fts5_query(text: str) -> str | None:
+    """An FTS5 OR of the question's words without function words (all words if none)."""
+    words = [w.lower() for w in _FTS_WORD.findall(text)]
+    terms = list(dict.fromkeys(w for w in words if w not in QUERY_STOPWORDS)) or list(
+        dict.fromkeys(words)
+    )
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) or None
+
+
+def run_fts5(
+    conversations: Sequence[Conversation],
+    questions: Sequence[Question],
+    *,
+    speaker: bool,
+    rows: int,
+) -> Rankings:
+    """SQLite FTS5 BM25 (porter), one turn per row, one table per conversation.
+
+    ``speaker`` indexes ``speaker: text`` (the stronger baseline) instead of the text
+    alone; ``rows`` is how many rows each question fetches. A table per conversation
+    restricts the search to it with its own term statistics, as the data README's
+    reference figures were measured (the speaker variant reproduces them to 0.003).
+    """
+    conn = sqlite3.connect(":memory:")
+    tables: dict[str, str] = {}
+    for c in conversations:
+        name = tables.setdefault(c.sample_id, f"conv{len(tables)}")
+        conn.execute(
+            f"CREATE VIRTUAL TABLE {name} USING fts5(dia UNINDEXED, body, tokenize='porter')"
+        )
+        conn.executemany(
+            f"INSERT INTO {name} (dia, body) VALUES (?, ?)",
+            [
+                (t.entry_id, f"{t.speaker}: {t.text}" if speaker else t.text)
+                for _, _, turns in c.sessions
+                for t in turns
+            ],
+        )
+    rankings: list[list[str]] = []
+    latencies: list[float] = []
+    for q in questions:
+        match = fts5_query(q.text)
+        name = tables[q.conversation]
+        t = time.perf_counter()
+        found = (
+            [
+                str(r[0])
+                for r in conn.execute(
+                    f"SELECT dia FROM {name} WHERE {name} MATCH ? ORDER BY rank LIMIT ?",
+                    (match, rows),
+                )
+            ]
+            if match
+            else []
+        )
+        latencies.append((time.perf_counter() - t) * 1000.0)
+        rankings.append(found)
+    conn.close()
+    name = (
+        f"SQLite FTS5 BM25, 'speaker: text' per turn, {rows} rows"
+        if speaker
+        else f"SQLite FTS5 BM25, text per turn, {rows} rows"
+    )
+    return Rankings(name, "fts5", rankings, latencies)
 
 
 def _recalls(questions: Sequence[Question], rankings: Sequence[list[str]]) -> dict[str, float]:
@@ -238,17 +404,8 @@ def _recalls(questions: Sequence[Question], rankings: Sequence[list[str]]) -> di
     return out
 
 
-def score(
-    config: Config,
-    questions: Sequence[Question],
-    rankings: Sequence[list[str]],
-    latencies: Sequence[float],
-    *,
-    chunks: int,
-    build_s: float,
-) -> dict[str, Any]:
-    result: dict[str, Any] = {"config": config.name, "mode": config.mode}
-    result.update(_recalls(questions, rankings))
+def _split_figures(questions: Sequence[Question], rankings: Sequence[list[str]]) -> dict[str, Any]:
+    figures: dict[str, Any] = {"questions": len(questions), **_recalls(questions, rankings)}
     per: dict[str, Any] = {}
     for c in CATEGORIES:
         idx = [i for i, q in enumerate(questions) if q.category == c]
@@ -258,59 +415,133 @@ def score(
                 "questions": len(idx),
                 **_recalls([questions[i] for i in idx], [rankings[i] for i in idx]),
             }
-    result["per_category"] = per
-    result["questions"] = len(questions)
-    result["chunks"] = chunks
-    result["build_s"] = round(build_s, 2)
-    result["latency_p50_ms"] = percentile(latencies, 50)
-    result["latency_p95_ms"] = percentile(latencies, 95)
+    figures["per_category"] = per
+    classes = [top1_class(q, r) for q, r in zip(questions, rankings, strict=True)]
+    n = len(classes) or 1
+    figures["top1"] = {c: classes.count(c) / n for c in TOP1_CLASSES}
+    return figures
+
+
+def score(questions: Sequence[Question], run: Rankings) -> dict[str, Any]:
+    """Every figure of one retrieval, per split (``tuning``, ``heldout``, ``whole``)."""
+    result: dict[str, Any] = {"config": run.name, "mode": run.mode}
+    for split in SPLITS:
+        idx = [i for i, q in enumerate(questions) if split in ("whole", q.split)]
+        result[split] = _split_figures([questions[i] for i in idx], [run.turns[i] for i in idx])
+    result["chunks"] = run.chunks
+    result["build_s"] = round(run.build_s, 2)
+    result["latency_p50_ms"] = percentile(run.latencies, 50)
+    result["latency_p95_ms"] = percentile(run.latencies, 95)
     return result
+
+
+CONFIG_KEYS = ("lexical", "hash", "st")
 
 
 def configs_for(names: Sequence[str]) -> list[Config]:
     out = []
     for name in names:
         if name == "lexical":
-            out.append(Config("lexical", "lexical", None))
+            out.append(Config("lexical", "claw lexical", "lexical", None))
         elif name == "hash":
-            out.append(Config("hybrid, built-in hash embedder", "hybrid", "hash"))
+            out.append(Config("hash", "claw hybrid, built-in hash embedder", "hybrid", "hash"))
         elif name == "st":
             path = st_model_path()
             if path is None:
                 print("sentence-transformers model not installed: skipping 'st'", file=sys.stderr)
                 continue
-            out.append(Config(f"hybrid, sentence-transformers {Path(path).name}", "hybrid", path))
+            out.append(
+                Config(
+                    "st", f"claw hybrid, sentence-transformers {Path(path).name}", "hybrid", path
+                )
+            )
         else:
             raise SystemExit(f"unknown config {name!r}; use lexical, hash, st")
     return out
 
 
-def report(runs: Sequence[dict[str, Any]]) -> str:
-    headers = ["retrieval", "@1", "@5", "@10", "@20", "sess@5", "sess@10", "p50 ms", "p95 ms"]
-    rows = [
-        [
+def _recall_table(runs: Sequence[dict[str, Any]], split: str, latency: bool) -> str:
+    headers = ["retrieval", "@1", "@5", "@10", "@20", "sess@5", "sess@10"]
+    if latency:
+        headers += ["p50 ms", "p95 ms"]
+    rows = []
+    for r in runs:
+        s = r[split]
+        row = [
             r["config"],
-            *(r[f"turn_recall_any@{k}"] for k in TURN_KS),
-            *(r[f"session_recall_any@{k}"] for k in SESSION_KS),
-            r["latency_p50_ms"],
-            r["latency_p95_ms"],
+            *(s[f"turn_recall_any@{k}"] for k in TURN_KS),
+            *(s[f"session_recall_any@{k}"] for k in SESSION_KS),
         ]
-        for r in runs
-    ]
-    lines = [table(headers, rows), ""]
-    cat_headers = ["retrieval", *(f"{CATEGORY_NAMES[c]} @10" for c in CATEGORIES)]
-    cat_rows = [
-        [
-            r["config"],
-            *(
-                r["per_category"].get(str(c), {}).get("turn_recall_any@10", float("nan"))
-                for c in CATEGORIES
-            ),
+        if latency:
+            row += [r["latency_p50_ms"], r["latency_p95_ms"]]
+        rows.append(row)
+    return table(headers, rows)
+
+
+def report(main_runs: Sequence[dict[str, Any]], ablations: Sequence[dict[str, Any]] = ()) -> str:
+    lines: list[str] = []
+    for split, title in (
+        ("heldout", "Held-out split (conversations 5-9): the headline"),
+        ("tuning", "Tuning split (conversations 0-4): every ranking decision is made here"),
+        ("whole", "Whole set"),
+    ):
+        if not main_runs or not main_runs[0][split]["questions"]:
+            continue
+        n = main_runs[0][split]["questions"]
+        lines += [f"{title}, {n} questions", _recall_table(main_runs, split, split == "whole"), ""]
+    for split in ("heldout", "tuning"):
+        if not main_runs or not main_runs[0][split]["questions"]:
+            continue
+        cat_headers = [
+            "retrieval",
+            *(f"{CATEGORY_NAMES[c]} {k}" for c in CATEGORIES for k in ("@1", "@10")),
         ]
-        for r in runs
-    ]
-    lines.append(table(cat_headers, cat_rows))
-    return "\n".join(lines)
+        cat_rows = [
+            [
+                r["config"],
+                *(
+                    r[split]["per_category"].get(str(c), {}).get(f"turn_recall_any{k}", math.nan)
+                    for c in CATEGORIES
+                    for k in ("@1", "@10")
+                ),
+            ]
+            for r in main_runs
+        ]
+        lines += [f"Per category ({split})", table(cat_headers, cat_rows), ""]
+        top_rows = [[r["config"], *(r[split]["top1"][c] for c in TOP1_CLASSES)] for r in main_runs]
+        lines += [
+            f"Where the top hit lies, share of questions ({split})",
+            table(["retrieval", *TOP1_CLASSES], top_rows),
+            "",
+        ]
+    if ablations:
+        headers = ["variant"] + [
+            f"{s} {k}" for s in ("tune", "held") for k in ("@1", "@10", "sess@5", "sess@10")
+        ]
+        rows = [
+            [
+                r["config"],
+                *(
+                    r[s][key]
+                    for s in ("tuning", "heldout")
+                    for key in (
+                        "turn_recall_any@1",
+                        "turn_recall_any@10",
+                        "session_recall_any@5",
+                        "session_recall_any@10",
+                    )
+                ),
+            ]
+            for r in ablations
+        ]
+        lines += ["Ablation: what each field contributes", table(headers, rows), ""]
+    return "\n".join(lines).rstrip()
+
+
+def _keys(figures: dict[str, Any]) -> dict[str, float | None]:
+    if not figures["questions"]:
+        return {k: None for k in ACCEPTANCE_KEYS}
+    return {k: figures[k] for k in ACCEPTANCE_KEYS}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -321,31 +552,59 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.add_argument("--configs", default="lexical,hash,st", help="comma-separated: lexical,hash,st")
     p.add_argument("--conversations", type=int, default=None, help="only the first N")
+    p.add_argument("--no-ablation", action="store_true", help="skip the field ablation")
+    p.add_argument("--no-fts5", action="store_true", help="skip the SQLite FTS5 baselines")
     args = p.parse_args(argv)
     if not args.data.exists():
         raise SystemExit(f"LoCoMo data not found at {args.data}; pass --data PATH")
     conversations, questions = load(args.data, args.conversations)
     settings = MemoryCoreSettings(sources=("sessions",))
-    runs = []
+    main_runs: list[dict[str, Any]] = []
+    ablations: list[dict[str, Any]] = []
+    fts5: dict[str, Any] | None = None
+    if not args.no_fts5:
+        main_runs.append(
+            score(questions, run_fts5(conversations, questions, speaker=False, rows=20))
+        )
+        fts5 = score(
+            questions, run_fts5(conversations, questions, speaker=True, rows=SEARCH_RESULTS)
+        )
+        main_runs.append(fts5)
     for config in configs_for(args.configs.split(",")):
-        runs.append(trio.run(run_config, config, conversations, questions, settings))
+        variants = ABLATIONS if not args.no_ablation else ABLATIONS[:1]
+        runs = [
+            score(questions, r)
+            for r in trio.run(run_config, config, conversations, questions, settings, variants)
+        ]
+        main_runs.append(runs[0])
+        ablations.extend(runs if len(runs) > 1 else ())
     turns = sum(len(t) for c in conversations for _, _, t in c.sessions)
     print(
         f"LoCoMo: {len(conversations)} conversations, {turns} turns,"
         f" {len(questions)} questions (categories 1-4 with evidence)"
     )
-    print(report(runs))
+    print(report(main_runs, ablations))
     if args.json:
-        headline = next((r for r in runs if r["config"].startswith("hybrid, built-in")), runs[0])
-        out = {
-            "turn_recall_any@10": headline["turn_recall_any@10"],
-            "session_recall_any@10": headline["session_recall_any@10"],
-            "per_category": headline["per_category"],
+        claw_runs = [r for r in main_runs if r["mode"] != "fts5"]
+        headline = next(
+            (r for r in claw_runs if r["config"].startswith("claw hybrid, built-in")),
+            claw_runs[0] if claw_runs else main_runs[0],
+        )
+        out: dict[str, Any] = {
+            **_keys(headline["whole"]),
+            "heldout": _keys(headline["heldout"]),
+            "tuning": _keys(headline["tuning"]),
+            "per_category": headline["whole"]["per_category"],
             "headline": headline["config"],
-            "runs": {r["config"]: r for r in runs},
+            "runs": {r["config"]: r for r in main_runs},
+            "ablation": {r["config"]: r for r in ablations},
             "questions": len(questions),
+            "splits": {"tuning": list(TUNING), "heldout": list(HELDOUT)},
             "machine": machine(),
         }
+        if fts5 is not None:
+            out["fts5_speaker"] = _keys(fts5["whole"])
+            out["fts5_speaker_heldout"] = _keys(fts5["heldout"])
         emit_json(out)
 
 

@@ -28,6 +28,22 @@ def test_locomo_scores_turns_in_rank_order() -> None:
     assert locomo.parse_date("1:56 pm on 8 May, 2023") == pytest.approx(1683554160.0)
 
 
+def test_locomo_places_the_top_hit_relative_to_the_evidence() -> None:
+    q = locomo.Question("c", "tuning", "q", 1, frozenset({"D2:5", "D3:1"}))
+    assert locomo.top1_class(q, ["D2:5", "D1:1"]) == "evidence"
+    assert locomo.top1_class(q, ["D2:4"]) == "+-1"
+    assert locomo.top1_class(q, ["D2:7"]) == "+-2"
+    assert locomo.top1_class(q, ["D3:9"]) == "same session"
+    assert locomo.top1_class(q, ["D1:5"]) == "other session"
+    assert locomo.top1_class(q, []) == "none"
+
+
+def test_locomo_fts5_query_is_an_or_of_quoted_content_words() -> None:
+    assert locomo.fts5_query('What did "Caroline" paint?') == '"caroline" OR "paint"'
+    assert locomo.fts5_query("What is it?") == '"what" OR "is" OR "it"'
+    assert locomo.fts5_query("?!") is None
+
+
 @pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo data not present beside the repo")
 def test_locomo_benchmark_runs_on_one_conversation(capsys: pytest.CaptureFixture[str]) -> None:
     locomo.main(["--json", "--configs", "lexical", "--conversations", "1"])
@@ -35,6 +51,11 @@ def test_locomo_benchmark_runs_on_one_conversation(capsys: pytest.CaptureFixture
     assert 0.0 < float(result["turn_recall_any@10"]) <= 1.0  # type: ignore[arg-type]
     assert 0.0 < float(result["session_recall_any@10"]) <= 1.0  # type: ignore[arg-type]
     assert set(result["per_category"]) <= {"1", "2", "3", "4"}  # type: ignore[arg-type]
+    # One conversation is all tuning split: the held-out figures exist but are empty.
+    assert result["heldout"] == {k: None for k in locomo.ACCEPTANCE_KEYS}
+    for key in locomo.ACCEPTANCE_KEYS:
+        assert 0.0 < float(result["tuning"][key]) <= 1.0  # type: ignore[index]
+        assert 0.0 < float(result["fts5_speaker"][key]) <= 1.0  # type: ignore[index]
 
 
 def test_search_latency_benchmark_runs_on_a_tiny_corpus(
