@@ -9,7 +9,7 @@ one is built and swapped in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -29,9 +29,7 @@ def normalise_rows(m: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return out
 
 
-def _codes(
-    values: Sequence[str | None], index: dict[str, int]
-) -> npt.NDArray[np.int32]:
+def _codes(values: Sequence[str | None], index: dict[str, int]) -> npt.NDArray[np.int32]:
     """Integer codes of ``values``; ``index`` (value -> code) is extended in place."""
     codes = np.full(len(values), -1, dtype=np.int32)
     for i, v in enumerate(values):
@@ -189,6 +187,44 @@ class Generation:
             self._memo["columns"] = cols
         result: npt.NDArray[np.float32] = cols
         return result
+
+    def adjacent_rows(self, row: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The live rows one place and two places before and after ``row``.
+
+        Places are counted within the row's provenance (a transcript session, a file)
+        in start-line order: for a transcript these are the neighbouring turns. The
+        order of each provenance is computed once, on first use.
+        """
+        found: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = self._memo.setdefault(
+            "adjacent", {}
+        )
+        hit = found.get(row)
+        if hit is not None:
+            return hit
+        ordered = sorted(
+            self.rows_of_provenance.get(self.records[row].provenance, ()),
+            key=lambda r: (self.records[r].start_line, r),
+        )
+        n = len(ordered)
+        for p, r in enumerate(ordered):
+            found[r] = (
+                tuple(ordered[i] for i in (p - 1, p + 1) if 0 <= i < n),
+                tuple(ordered[i] for i in (p - 2, p + 2) if 0 <= i < n),
+            )
+        return found.get(row, ((), ()))
+
+    def rows_terms(
+        self, rows: Sequence[int], analyse: Callable[[int], Iterable[str]]
+    ) -> list[frozenset[str]]:
+        """The analysed terms of each of ``rows`` (``analyse(row)``), computed once per row."""
+        terms: dict[int, frozenset[str]] = self._memo.setdefault("terms", {})
+        out = []
+        for row in rows:
+            found = terms.get(row)
+            if found is None:
+                found = terms[row] = frozenset(analyse(row))
+            out.append(found)
+        return out
 
     def derive(
         self,

@@ -328,6 +328,7 @@ class LexicalIndex:
             raise LexicalIndexError(f"cannot open the lexical index at {path}: {exc}") from exc
         self._query_analyzer = _query_analyzer()
         self._fallback_query_analyzer = _fallback_query_analyzer()
+        self._document_analyzer = _analyzer()
 
     def _require_writer(self) -> tantivy.IndexWriter:
         if self._writer is None:
@@ -395,6 +396,15 @@ class LexicalIndex:
         if writer is not None:
             writer.wait_merging_threads()
 
+    def query_terms(self, text: str) -> list[str]:
+        """The distinct analysed terms a query for ``text`` searches, in query order."""
+        terms = list(dict.fromkeys(self._query_analyzer.analyze(text)))
+        return terms or list(dict.fromkeys(self._fallback_query_analyzer.analyze(text)))
+
+    def document_terms(self, text: str) -> list[str]:
+        """``text`` analysed as a document's text is (every word kept, stemmed)."""
+        return list(self._document_analyzer.analyze(text))
+
     def build_query(
         self,
         text: str,
@@ -412,9 +422,7 @@ class LexicalIndex:
         Nothing in ``text`` is interpreted: quotes, ``AND``, ``-``, ``field:`` and
         brackets are tokenised away like any punctuation.
         """
-        terms = list(dict.fromkeys(self._query_analyzer.analyze(text)))
-        if not terms:
-            terms = list(dict.fromkeys(self._fallback_query_analyzer.analyze(text)))
+        terms = self.query_terms(text)
         grams = list(dict.fromkeys(cjk_bigrams(text)))
         schema = self.schema
         should: list[tuple[tantivy.Occur, tantivy.Query]] = []

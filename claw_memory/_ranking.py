@@ -4,22 +4,32 @@ Lexical candidates come from tantivy (BM25, normalised by the best candidate's s
 so the component lies in 0..1), vector candidates from an exact matrix product over
 the generation's normalised matrix. Every candidate gets both components (the cosine
 of a lexical-only candidate is computed exactly; a vector-only candidate has no
-lexical score), then the weighted sum, optional temporal decay of dated daily notes,
-the ``min_score`` cut, tombstone filtering and optional MMR.
+lexical score), then the weighted sum, a second stage over the candidates (how much of
+the query their own text, and their text with their neighbouring turns', covers),
+optional temporal decay of dated daily notes, the ``min_score`` cut, tombstone
+filtering and optional MMR.
+
+The context fields (neighbouring turns) buy recall but also pull a neighbour of the
+evidence to the top; the second stage gives the turn whose own text matches most of
+the query the edge, and bounds what the neighbours add.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 
+from ._chunking import has_cjk
 from ._generation import Generation
 from ._lexical import LexicalIndex, lexical_search
 from ._settings import SearchMode
+from ._transcripts import date_text
 from ._types import SearchFilter
 
 _WORD = re.compile(r"\w+")
@@ -39,6 +49,9 @@ class RankParams:
     far_context_boost: float
     speaker_boost: float
     path_boost: float
+    coverage_weight: float
+    near_coverage_weight: float
+    far_coverage_weight: float
     candidate_multiplier: int
     min_score: float
     temporal_decay: bool
@@ -103,6 +116,8 @@ def _filter_mask(gen: Generation, f: SearchFilter) -> npt.NDArray[np.bool_] | No
 
 
 _SAMPLE_STRIDE = 32
+# The fewest first-stage candidates the second stage re-scores.
+_SECOND_STAGE_MIN = 32
 
 
 def top_k(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
@@ -130,6 +145,81 @@ def top_k(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
                 found = candidates[np.argpartition(scores[candidates], c - k)[c - k :]]
         idx = found if found is not None else np.argpartition(scores, n - k)[n - k :]
     return idx[np.argsort(-scores[idx], kind="stable")]
+
+
+def _rows_terms(
+    gen: Generation, lexical: LexicalIndex, rows: Sequence[int]
+) -> list[frozenset[str]]:
+    def analyse(r: int) -> list[str]:
+        rec = gen.records[r]
+        text = rec.text
+        if rec.source == "sessions" and rec.timestamp is not None:
+            text = f"{text}\n{date_text(rec.timestamp)}"
+        return lexical.document_terms(text)
+
+    return gen.rows_terms(rows, analyse)
+
+
+def coverage(
+    gen: Generation,
+    lexical: LexicalIndex,
+    rows: Sequence[int],
+    terms: Sequence[str],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The IDF-weighted share of ``terms`` each row covers, three ways (each 0..1).
+
+    First its own text; then its text with the adjacent turns'; then with the turns
+    up to two away. A transcript turn's own terms include the words of its date; rows
+    that are not transcript turns have no neighbours here. IDF is BM25's, over the
+    text field of the whole index.
+    """
+    n = len(rows)
+    zeros = np.zeros(n, dtype=np.float64)
+    searcher = gen.searcher
+    if not terms or not n or searcher is None:
+        return zeros, zeros, zeros
+    docs = max(int(searcher.num_docs), 1)
+    idf = np.array(
+        [
+            math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+            for df in (int(searcher.doc_freq("text", t)) for t in terms)
+        ],
+        dtype=np.float64,
+    )
+    total = float(idf.sum())
+    if total <= 0:
+        return zeros, zeros, zeros
+    weighted = list(zip(terms, (idf / total).tolist(), strict=True))
+    session = gen.is_session[rows].tolist()
+    adjacent = [gen.adjacent_rows(r) if s else ((), ()) for r, s in zip(rows, session, strict=True)]
+    wanted = list(dict.fromkeys([*rows, *(x for one, two in adjacent for x in (*one, *two))]))
+    have = dict(zip(wanted, _rows_terms(gen, lexical, wanted), strict=True))
+    own = np.zeros(n, dtype=np.float64)
+    near = np.zeros(n, dtype=np.float64)
+    far = np.zeros(n, dtype=np.float64)
+    for i, (r, (one, two)) in enumerate(zip(rows, adjacent, strict=True)):
+        mine = have[r]
+        ones = [have[x] for x in one]
+        twos = [have[x] for x in two]
+        c0 = c1 = c2 = 0.0
+        for t, w in weighted:
+            if t in mine:
+                c0 += w
+                c1 += w
+                c2 += w
+                continue
+            for x in ones:
+                if t in x:
+                    c1 += w
+                    c2 += w
+                    break
+            else:
+                for x in twos:
+                    if t in x:
+                        c2 += w
+                        break
+        own[i], near[i], far[i] = c0, c1, c2
+    return own, near, far
 
 
 def _words(text: str) -> frozenset[str]:
@@ -247,6 +337,18 @@ def rank(
     else:
         total_w = params.vector_weight + params.text_weight
         scores = (params.vector_weight * v_arr + params.text_weight * t_arr) / total_w
+    weights = (params.coverage_weight, params.near_coverage_weight, params.far_coverage_weight)
+    if use_text and lexical is not None and len(rows) and sum(weights) > 0:
+        terms = [t for t in lexical.query_terms(query) if not has_cjk(t)]
+        if terms:
+            # Only the head of the first stage is re-scored (the rest keeps its order
+            # below it): what the page can reach, with room to move up into it.
+            stage = np.argsort(-scores, kind="stable")[: max(2 * want, _SECOND_STAGE_MIN)]
+            parts = coverage(gen, lexical, rows[stage].tolist(), terms)
+            bonus = np.zeros(len(rows), dtype=np.float64)
+            bonus[stage] = sum(w * part for w, part in zip(weights, parts, strict=True))
+            # Still 0..1: a candidate covering the query everywhere keeps its score.
+            scores = (scores + bonus) / (1.0 + sum(weights))
     if params.temporal_decay:
         dated = gen.dated[rows]
         has_date = ~np.isnan(dated)

@@ -10,7 +10,9 @@ which is what authorization and turn-level evaluation need.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 from urllib.parse import quote
 
@@ -110,6 +112,21 @@ def render_turn(turn: TranscriptTurn) -> str:
     return f"{speaker}: {text}" if speaker else text
 
 
+def date_text(timestamp: float | None) -> str:
+    """The UTC day of ``timestamp`` in words (``"8 May 2023"``); empty without one.
+
+    Ranking counts these words as part of a turn, so a question naming the day or
+    month of a session ("... on 8 May, 2023?") favours that session's turns.
+    """
+    if timestamp is None or math.isnan(timestamp):
+        return ""
+    try:
+        day = datetime.fromtimestamp(timestamp, UTC)
+    except (OverflowError, OSError, ValueError):
+        return ""
+    return f"{day.day} {day:%B} {day.year}"
+
+
 def prepare_session_chunks(
     session: TranscriptSession,
     turns: Sequence[TranscriptTurn],
@@ -182,7 +199,5 @@ def prepare_session_chunks(
             # The vector also sees the neighbouring turns: a reply is often what makes
             # a turn findable ("Which colours?" -> "Mostly orange").
             embed_text = f"{piece}\n{context}" if context else piece
-            out.append(
-                PreparedChunk(record=record, context=lexical_context, embed_text=embed_text)
-            )
+            out.append(PreparedChunk(record=record, context=lexical_context, embed_text=embed_text))
     return out

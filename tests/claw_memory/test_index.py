@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -61,6 +62,13 @@ class GatedPool:
 
     def statistics(self) -> WorkerPoolStatistics:
         return self.inner.statistics()
+
+
+FIRST_STAGE_ONLY: dict[str, Any] = {
+    "coverage_weight": 0.0,
+    "near_coverage_weight": 0.0,
+    "far_coverage_weight": 0.0,
+}
 
 
 def _open(ws: Path, idx: Path, workers: Any, **kw: Any) -> Any:
@@ -245,7 +253,11 @@ async def test_hybrid_scores_are_the_weighted_components_and_min_score_cuts(
     _write(workspace, "memory/a.md", "the espresso machine needs descaling monthly")
     _write(workspace, "memory/b.md", "espresso")
     _write(workspace, "memory/c.md", "the garden shed roof leaks")
-    async with _open(workspace, index_dir, workers, embedder=HashEmbedder()) as index:
+    # The first stage alone: test_retrieval pins what the second stage adds.
+    first_stage = attrs.evolve(NO_CUT, **FIRST_STAGE_ONLY)
+    async with _open(
+        workspace, index_dir, workers, embedder=HashEmbedder(), settings=first_stage
+    ) as index:
         result = await index.search("espresso machine descaling", max_results=10)
         assert result.mode == "hybrid"
         for h in result.hits:
@@ -319,8 +331,10 @@ async def test_mmr_promotes_a_diverse_hit_over_a_near_duplicate(
     _write(workspace, "memory/a.md", dup)
     _write(workspace, "memory/b.md", dup + " then cordon")
     _write(workspace, "memory/c.md", "kubernetes billing alert thresholds")
-    plain = MemoryCoreSettings(min_score=0.0)
-    diverse = MemoryCoreSettings(min_score=0.0, mmr=True, mmr_lambda=0.5)
+    # MMR's trade-off is pinned on first-stage scores (the second stage spreads them,
+    # so the same lambda would trade differently).
+    plain = MemoryCoreSettings(min_score=0.0, **FIRST_STAGE_ONLY)
+    diverse = MemoryCoreSettings(min_score=0.0, mmr=True, mmr_lambda=0.5, **FIRST_STAGE_ONLY)
     async with _open(
         workspace, index_dir, workers, embedder=HashEmbedder(), settings=plain
     ) as index:

@@ -5,18 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from claw.plugin_sdk import InlineWorkerPool
+from claw.plugin_sdk import ConfigError, InlineWorkerPool
 from claw_memory._index import open_memory_index
 from claw_memory._lexical import QUERY_STOPWORDS, LexicalContext, LexicalIndex
+from claw_memory._ranking import coverage
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import (
     InMemoryTranscriptSource,
     TranscriptSession,
     TranscriptTurn,
+    date_text,
     prepare_session_chunks,
 )
 
@@ -173,3 +176,105 @@ def test_fusion_weights_follow_the_settings_then_the_embedders_hint() -> None:
     assert MemoryCoreSettings(text_weight=0.25).fusion_weights(None) == (0.75, 0.25)
     explicit = MemoryCoreSettings(vector_weight=0.7, text_weight=0.3)
     assert explicit.fusion_weights(HashEmbedder()) == (0.7, 0.3)
+
+
+_NO_SECOND_STAGE = {"coverage_weight": 0.0, "near_coverage_weight": 0.0, "far_coverage_weight": 0.0}
+_CHATTER = "and then we talked for a while about work and the weather and what to cook for dinner"
+
+
+def _sessions_index(
+    tmp_path: Path, sessions: dict[str, list[TranscriptTurn]], **settings: Any
+) -> Any:
+    """An index over several transcript sessions of one agent."""
+    src = InMemoryTranscriptSource()
+    for sid, turns in sessions.items():
+        src.put("a", f"agent:a:{sid}", sid, turns)
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    return open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=attrs.evolve(SESSIONS_ONLY, **settings),
+        transcripts=src,
+    )
+
+
+@pytest.mark.parametrize("second_stage", [True, False])
+async def test_the_turn_that_says_it_outranks_the_neighbour_its_context_lifts(
+    tmp_path: Path, second_stage: bool
+) -> None:
+    # "yes" matches nothing itself but sits between the question and the (long) answer:
+    # the context fields alone put it first; the second stage puts the answer first.
+    turns = _turns(
+        [
+            ("Bob", "lighthouse?"),
+            ("Ann", "yes"),
+            ("Ann", "I finished the lighthouse painting " + " ".join([_CHATTER] * 3)),
+            ("Bob", "painting it must be hard"),
+            ("Ann", "it was"),
+        ]
+    )
+    settings = {} if second_stage else _NO_SECOND_STAGE
+    async with _sessions_index(tmp_path, {"s1": turns}, **settings) as index:
+        hits = (await index.search("What did Ann say about the lighthouse painting?")).hits
+    top = hits[0].entry_ids[0]
+    assert top == ("s1-2" if second_stage else "s1-1")
+
+
+async def test_a_question_naming_a_session_date_prefers_that_sessions_turn(
+    tmp_path: Path,
+) -> None:
+    may_8, june_3 = 1_683_504_000.0, 1_685_750_400.0  # 2023, midnight UTC
+    same = [("Ann", "we went hiking"), ("Bob", "nice")]
+    sessions = {
+        "s1": [
+            TranscriptTurn(f"s1-{i}", "user", s, t, may_8 + 3600) for i, (s, t) in enumerate(same)
+        ],
+        "s2": [
+            TranscriptTurn(f"s2-{i}", "user", s, t, june_3 + 3600) for i, (s, t) in enumerate(same)
+        ],
+    }
+    async with _sessions_index(tmp_path, sessions) as index:
+        june = (await index.search("Where did Ann go hiking on 3 June, 2023?")).hits
+        may = (await index.search("Where did Ann go hiking on 8 May, 2023?")).hits
+    assert june[0].entry_ids == ("s2-0",)
+    assert may[0].entry_ids == ("s1-0",)
+
+
+def test_session_dates_are_words_of_the_utc_day() -> None:
+    assert date_text(1_685_750_400.0 + 23 * 3600) == "3 June 2023"
+    assert date_text(None) == ""
+    assert date_text(float("nan")) == ""
+
+
+async def test_coverage_counts_own_then_adjacent_then_two_away_turns(tmp_path: Path) -> None:
+    turns = _turns(
+        [
+            ("Ann", "violet"),
+            ("Ann", "orange"),
+            ("Ann", "paint"),
+            ("Ann", "filler"),
+            ("Ann", "filler again"),
+        ]
+    )
+    async with _session_index_turns(tmp_path, turns) as index:
+        gen, lexical = index._generation, index._lexical
+        row = {rec.entry_ids[0]: i for i, rec in enumerate(gen.records)}
+        terms = lexical.query_terms("paint orange violet")
+        own, near, far = coverage(gen, lexical, [row["s1-2"], row["s1-4"]], terms)
+    # Each term is in one turn: s1-2 has one itself, one adjacent and one two away.
+    third = 1.0 / 3.0
+    assert own.tolist() == pytest.approx([third, 0.0], abs=0.05)
+    assert near.tolist() == pytest.approx([2 * third, 0.0], abs=0.05)
+    assert far.tolist() == pytest.approx([1.0, third], abs=0.05)
+
+
+def _session_index_turns(tmp_path: Path, turns: list[TranscriptTurn]) -> Any:
+    return _sessions_index(tmp_path, {"s1": turns})
+
+
+@pytest.mark.parametrize("name", ["coverage_weight", "near_coverage_weight", "far_coverage_weight"])
+def test_a_negative_coverage_weight_is_refused_by_name(name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        MemoryCoreSettings(**{name: -0.1})
