@@ -384,6 +384,15 @@ class MemoryRuntime:
         context.assert_current()
         return agent
 
+    async def require_known_agent(self, requested: str | None, agent: str) -> None:
+        """Refuse an explicitly named agent the host does not know (before any provider
+        code runs, so that no provider creates state for a made-up name)."""
+        if requested is not None and not await self._host.knows_agent(agent):
+            raise UnknownAgentError(
+                f"agentId {agent[:64]!r} is not an agent of this host (its agents are "
+                "default_agent_id and the agents that have sessions)"
+            )
+
     def check_reference(self, reference: MemoryReference) -> None:
         """Reject a reference that is not the selected provider's."""
         plugin_id = self._host.slots.memory_plugin
@@ -460,11 +469,7 @@ class MemoryRuntime:
 
         await _await_current(lambda: verify(context), sessions.wait_for_writes)
         agent = self._agent_for(context, agent_id)
-        if agent_id is not None and not await self._host.knows_agent(agent):
-            raise UnknownAgentError(
-                f"agentId {agent[:64]!r} is not an agent of this host (its agents are "
-                "default_agent_id and the agents that have sessions)"
-            )
+        await self.require_known_agent(agent_id, agent)
         plugin_id, cap = self.selection()
         if plugin_id is None or cap is None:
             raise MemoryUnavailableError("no memory plugin is selected (plugins.slots.memory)")

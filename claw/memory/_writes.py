@@ -77,6 +77,7 @@ async def add_memory(
     """See :meth:`MemoryRuntime.add`."""
     agent = runtime.check_caller(context, agent_id)
     require_writer(context)
+    await runtime.require_known_agent(agent_id, agent)
     plugin_id, result = await _call(runtime, "add", context, agent_id=agent, request=request)
     if not isinstance(result, MemoryAddResult) or result.reference.provider_id != plugin_id:
         raise ContractError(
@@ -97,6 +98,7 @@ async def forget_memory(
     """See :meth:`MemoryRuntime.forget`."""
     agent = runtime.check_caller(context, agent_id)
     require_writer(context)
+    await runtime.require_known_agent(agent_id, agent)
     runtime.check_reference(reference)
     plugin_id, result = await _call(
         runtime,

@@ -324,3 +324,18 @@ async def test_a_provider_without_a_write_path_is_reported_neutrally(tmp_path: P
     async with claw.open_host(config, plugins=[]) as host:
         with pytest.raises(claw.memory.MemoryUnavailableError):
             await _as_operator(host, {"operator.write"}, lambda ctx: host.memory.add(ctx, "x"))
+
+
+async def test_writes_for_an_agent_the_host_does_not_know_are_refused_before_the_provider(
+    host: claw.Host,
+) -> None:
+    reference = MemoryReference(provider_id="memory-core", id="MEMORY.md", fragment="L1-L1")
+    for write in (
+        lambda ctx: host.memory.add(ctx, "planted", agent_id="nobody"),
+        lambda ctx: host.memory.forget(ctx, reference, agent_id=".."),
+    ):
+        with pytest.raises(claw.UnknownAgentError, match="agentId"):
+            await _as_operator(host, {"operator.write"}, write)
+    # Memory Core opened no index for them.
+    root = host.config.resolved_state_dir / "memory"
+    assert not root.exists() or [p.name for p in root.iterdir()] == ["main"]
