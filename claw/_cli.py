@@ -129,7 +129,7 @@ def _mcp_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--http", metavar="HOST:PORT", default=None, help="serve streamable HTTP, not stdio"
     )
     mcp.add_argument(
-        "--allow-writes", action="store_true", help="offer the write tools (memory_add, ...)"
+        "--allow-writes", action="store_true", help="offer memory_add and memory_forget"
     )
     mcp.add_argument("--agent", default=None, help="the agent served (default: the config's)")
     mcp.add_argument("--token", default=None, help="HTTP bearer token (or CLAW_GATEWAY_TOKEN)")

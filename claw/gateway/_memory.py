@@ -306,6 +306,16 @@ def _reference(value: Any) -> MemoryReference:
     )
 
 
+def wire_reference(ref: MemoryReference) -> dict[str, Any]:
+    """A reference as the wire carries it (camelCase; absent fields left out)."""
+    wire: dict[str, Any] = {"providerId": ref.provider_id, "id": ref.id}
+    if ref.revision is not None:
+        wire["revision"] = ref.revision
+    if ref.fragment is not None:
+        wire["fragment"] = ref.fragment
+    return wire
+
+
 async def memory_get(
     host: Host, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
 ) -> dict[str, Any]:
@@ -320,18 +330,12 @@ async def memory_get(
     agent = _agent(params, caller)
     async with host.memory.open(caller, agent_id=agent) as handle:
         result = await _guarded(check, lambda: handle.get(request))
-        ref = result.reference
-        wire_ref: dict[str, Any] = {"providerId": ref.provider_id, "id": ref.id}
-        if ref.revision is not None:
-            wire_ref["revision"] = ref.revision
-        if ref.fragment is not None:
-            wire_ref["fragment"] = ref.fragment
         payload: dict[str, Any] = {
             "version": 2,
             "agentId": handle.agent_id,
             "providerId": handle.provider_id,
             "status": result.status,
-            "reference": wire_ref,
+            "reference": wire_reference(result.reference),
         }
         if result.status == "ok":
             payload["text"] = result.text

@@ -37,13 +37,13 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from .. import __version__
-from .._errors import ForgedCapabilityError, StaleCapabilityError
+from .._errors import ClawError, ForgedCapabilityError, StaleCapabilityError
 from .._util import final
 from ..gateway._auth import READ_SCOPE, TokenTable
 from ..gateway._errors import GatewayError
 from ..gateway._memory import _translate
 from ._http import serve_http
-from ._tools import READ_TOOLS, ToolSpec, check_arguments
+from ._tools import READ_TOOLS, WRITE_SCOPE, WRITE_TOOLS, ToolSpec, check_arguments
 
 if TYPE_CHECKING:
     from mcp.server import ServerRequestContext
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("claw.mcp")
 
 SERVER_NAME = "claw-memory"
-WRITE_SCOPE = "operator.write"
 Granted = Callable[["ServerRequestContext[Any, Any]"], frozenset[str]]
 """How a transport says which scopes the current request's client holds."""
 
@@ -92,7 +91,8 @@ class MemoryMcpServer:
     _tools: dict[str, ToolSpec] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._tools = {spec.name: spec for spec in READ_TOOLS}
+        tools = READ_TOOLS + (WRITE_TOOLS if self.allow_writes else ())
+        self._tools = {spec.name: spec for spec in tools}
 
     @property
     def agent(self) -> str:
@@ -136,6 +136,12 @@ class MemoryMcpServer:
                 f"Memory of agent {self.agent!r}: memory_search finds what was noted or said "
                 "before; memory_get reads the text behind a hit's reference; memory_status "
                 "reports the provider's health."
+                + (
+                    " memory_add remembers something new; memory_forget takes back what a "
+                    "reference names."
+                    if self.allow_writes
+                    else ""
+                )
             ),
             on_list_tools=list_tools,
             on_call_tool=call_tool,
@@ -157,7 +163,7 @@ class MemoryMcpServer:
             _require_scope(spec, granted)
             payload = await self._run(spec, arguments, granted, transport)
         except Exception as exc:
-            translated = _translate(exc)
+            translated = _error_for(exc)
             if isinstance(translated, GatewayError):
                 return _error_result(translated.code, translated.message)
             logger.exception("MCP tool %s failed", spec.name)
@@ -208,6 +214,20 @@ class MemoryMcpServer:
         client holds the scopes its bearer token allows in ``tokens`` (see ``_http``).
         """
         await serve_http(self, bind_host, port, tokens=tokens, task_status=task_status)
+
+
+def _error_for(exc: Exception) -> BaseException:
+    """The gateway's mapping, and a provider's refusal of a path it may not touch.
+
+    A claw error that is a :class:`PermissionError` (Memory Core's ``SourcePathError``
+    for a write target outside its memory files) is the caller's mistake: it is
+    answered ``FORBIDDEN`` with its message (which names only what the caller sent),
+    not ``INTERNAL``.
+    """
+    translated = _translate(exc)
+    if translated is exc and isinstance(exc, ClawError) and isinstance(exc, PermissionError):
+        return GatewayError("FORBIDDEN", str(exc))
+    return translated
 
 
 def _require_scope(spec: ToolSpec, granted: frozenset[str]) -> None:

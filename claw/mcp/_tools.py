@@ -7,6 +7,11 @@ by the same code, and the structured result is the gateway's v2 payload. One
 vocabulary for every surface of claw means an error names the argument exactly as
 the client spelled it, and a fix to the gateway's validation fixes this server too.
 
+The write tools (``memory_add``, ``memory_forget``; listed only when the server allows
+writes) call the host's write route, ``host.memory.add`` / ``host.memory.forget``, which
+goes through the provider's own operation and refuses a caller without
+``operator.write``; their arguments are validated by the same gateway helpers.
+
 What a tool never takes from its arguments: the agent, the caller's identity, an
 owner flag or an audience. The server fixes the agent in its configuration and
 mints the authority itself (see :mod:`claw.mcp._server`); an ``agentId`` argument is
@@ -31,13 +36,20 @@ from ..gateway._memory import (
     MAX_REFERENCE_ID_CHARS,
     MAX_RESULTS_DEFAULT,
     MAX_RESULTS_LIMIT,
+    _guarded,
+    _reference,
+    _string,
     memory_get,
     memory_search,
+    wire_reference,
 )
 from ..gateway._memory import memory_status as gateway_memory_status
 
 if TYPE_CHECKING:
     from .._host import Host
+
+WRITE_SCOPE = "operator.write"
+"""The scope the write tools need (the host's write route accepts it for operators)."""
 
 Check = Callable[[], None]
 ToolRun = Callable[
@@ -287,5 +299,157 @@ READ_TOOLS: tuple[ToolSpec, ...] = (
         output_schema=STATUS_OUTPUT,
         read_only=True,
         run=_status,
+    ),
+)
+
+
+# -- the write tools (offered only with allow_writes) ---------------------------------
+
+MAX_ADD_TEXT_CHARS = 32 * 1024
+MAX_SECTION_CHARS = 200
+
+ADD_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_ADD_TEXT_CHARS,
+            "description": "What to remember, in plain words (stamped with the time).",
+        },
+        "path": {
+            "type": "string",
+            "maxLength": MAX_REFERENCE_ID_CHARS,
+            "description": "The memory file to add it to (default: today's note).",
+        },
+        "section": {
+            "type": "string",
+            "maxLength": MAX_SECTION_CHARS,
+            "description": "A heading to file it under (created when missing).",
+        },
+    },
+    "required": ["text"],
+    "additionalProperties": False,
+}
+
+ADD_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **_ENVELOPE,
+        "reference": _REFERENCE_SCHEMA,
+        "citation": _CITATION_SCHEMA,
+        "timestamp": {"type": "string"},
+    },
+    "required": ["version", "agentId", "providerId", "reference", "citation", "timestamp"],
+}
+
+FORGET_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "reference": _REFERENCE_SCHEMA,
+        "dryRun": {"type": "boolean", "description": "Only report what would be forgotten."},
+    },
+    "required": ["reference"],
+    "additionalProperties": False,
+}
+
+FORGET_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **_ENVELOPE,
+        "reference": _REFERENCE_SCHEMA,
+        "dryRun": {"type": "boolean"},
+        "paths": {"type": "array", "items": {"type": "string"}},
+        "chunks": {"type": "integer"},
+        "removedText": {"type": "string"},
+    },
+    "required": ["version", "agentId", "providerId", "reference", "dryRun", "paths", "chunks"],
+}
+
+
+async def _add(
+    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+) -> dict[str, Any]:
+    text = _string(arguments, "text", required=True, max_chars=MAX_ADD_TEXT_CHARS)
+    path = _string(arguments, "path", max_chars=MAX_REFERENCE_ID_CHARS)
+    section = _string(arguments, "section", max_chars=MAX_SECTION_CHARS)
+    for name, value in (("path", path), ("section", section)):
+        if value is not None and not value.strip():
+            raise GatewayError("INVALID_REQUEST", f"{name} must not be empty")
+    assert text is not None
+    result = await _guarded(
+        check,
+        lambda: host.memory.add(caller, text, path=path, section=section, agent_id=agent),
+    )
+    citation = result.citation
+    return {
+        "version": 2,
+        "agentId": agent,
+        "providerId": result.reference.provider_id,
+        "reference": wire_reference(result.reference),
+        "citation": {
+            "path": citation.path,
+            "startLine": citation.start_line,
+            "endLine": citation.end_line,
+            "source": citation.source,
+        },
+        "timestamp": result.timestamp,
+    }
+
+
+async def _forget(
+    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+) -> dict[str, Any]:
+    reference = _reference(arguments.get("reference"))
+    dry_run = arguments.get("dryRun", False)
+    if not isinstance(dry_run, bool):
+        raise GatewayError("INVALID_REQUEST", "dryRun must be true or false")
+    result = await _guarded(
+        check,
+        lambda: host.memory.forget(caller, reference, dry_run=dry_run, agent_id=agent),
+    )
+    payload: dict[str, Any] = {
+        "version": 2,
+        "agentId": agent,
+        "providerId": result.reference.provider_id,
+        "reference": wire_reference(result.reference),
+        "dryRun": result.dry_run,
+        "paths": list(result.paths),
+        "chunks": result.chunks,
+    }
+    if result.removed_text is not None:
+        payload["removedText"] = result.removed_text
+    return payload
+
+
+WRITE_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        name="memory_add",
+        title="Remember",
+        description=(
+            "Add a memory: the text is appended, stamped with the time, to a memory file "
+            "(default: today's note) and the next memory_search finds it. Returns its "
+            "reference (pass it to memory_forget to take it back) and citation."
+        ),
+        input_schema=ADD_INPUT,
+        output_schema=ADD_OUTPUT,
+        read_only=False,
+        run=_add,
+        scope=WRITE_SCOPE,
+    ),
+    ToolSpec(
+        name="memory_forget",
+        title="Forget",
+        description=(
+            "Forget what a reference names: the lines of a memory that memory_add or a "
+            "memory_search hit gave, or a whole source's index entries. dryRun reports "
+            "what would go without changing anything."
+        ),
+        input_schema=FORGET_INPUT,
+        output_schema=FORGET_OUTPUT,
+        read_only=False,
+        run=_forget,
+        scope=WRITE_SCOPE,
+        destructive=True,
     ),
 )

@@ -125,6 +125,22 @@ def test_the_inspector_reports_a_bad_argument_by_name(inspector: Path, workspace
     assert "maxResults" in answer["content"][0]["text"]
 
 
+def test_the_inspector_adds_a_memory_when_writes_are_allowed(
+    inspector: Path, workspace: Path
+) -> None:
+    result = _run(
+        inspector,
+        *claw_mcp_command(workspace, "--allow-writes"),
+        "--method", "tools/call",
+        "--tool-name", "memory_add",
+        "--tool-arg", "text=The inspector was here.",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    added = json.loads(result.stdout)["structuredContent"]
+    written = (workspace / added["citation"]["path"]).read_text(encoding="utf-8")
+    assert "The inspector was here." in written
+
+
 async def test_the_inspector_calls_the_http_server_with_a_bearer_token(
     inspector: Path, core_host: claw.Host
 ) -> None:
