@@ -31,8 +31,7 @@ from ._host import Host, open_host
 from ._local import parse_reference
 from .gateway import Gateway, run_gateway_until_signal
 from .gateway._errors import GatewayError
-from .gateway._memory import memory_get, memory_search, memory_status
-from .memory import MemoryAddResult, MemoryForgetResult, MemoryReference
+from .gateway._memory import memory_get, memory_search, memory_status, wire_add, wire_forget
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -298,7 +297,7 @@ async def _memory_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
                 caller, args.text, path=args.target, section=args.section, agent_id=args.agent
             )
             if args.json:
-                _emit_json(out, _wire_add(added))
+                _emit_json(out, wire_add(added))
             else:
                 c = added.citation
                 out.write(f"added to {c.path}#L{c.start_line}-L{c.end_line}\n")
@@ -311,7 +310,7 @@ async def _memory_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
                 caller, target, dry_run=args.dry_run, agent_id=args.agent
             )
             if args.json:
-                _emit_json(out, _wire_forget(forgot))
+                _emit_json(out, wire_forget(forgot))
             else:
                 verb = "would forget" if forgot.dry_run else "forgot"
                 if forgot.removed_text is not None:
@@ -345,41 +344,6 @@ async def _memory_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
 
     result: int = await _with_operator(config, run)
     return result
-
-
-def _wire_reference(ref: MemoryReference) -> dict[str, Any]:
-    wire: dict[str, Any] = {"providerId": ref.provider_id, "id": ref.id}
-    if ref.revision is not None:
-        wire["revision"] = ref.revision
-    if ref.fragment is not None:
-        wire["fragment"] = ref.fragment
-    return wire
-
-
-def _wire_add(result: MemoryAddResult) -> dict[str, Any]:
-    c = result.citation
-    return {
-        "reference": _wire_reference(result.reference),
-        "citation": {
-            "path": c.path,
-            "startLine": c.start_line,
-            "endLine": c.end_line,
-            "source": c.source,
-        },
-        "timestamp": result.timestamp,
-    }
-
-
-def _wire_forget(result: MemoryForgetResult) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "reference": _wire_reference(result.reference),
-        "dryRun": result.dry_run,
-        "paths": list(result.paths),
-        "chunks": result.chunks,
-    }
-    if result.removed_text is not None:
-        payload["removedText"] = result.removed_text
-    return payload
 
 
 def _print_hits(out: TextIO, payload: dict[str, Any]) -> None:

@@ -33,6 +33,8 @@ from .._errors import (
     UnsupportedRequestError,
 )
 from ..memory import (
+    MemoryAddResult,
+    MemoryForgetResult,
     MemoryGetRequest,
     MemoryReference,
     MemorySearchHit,
@@ -314,6 +316,34 @@ def wire_reference(ref: MemoryReference) -> dict[str, Any]:
     if ref.fragment is not None:
         wire["fragment"] = ref.fragment
     return wire
+
+
+def wire_add(result: MemoryAddResult) -> dict[str, Any]:
+    """Where an added memory landed, as the wire carries it (the CLI's and MCP's shape)."""
+    c = result.citation
+    return {
+        "reference": wire_reference(result.reference),
+        "citation": {
+            "path": c.path,
+            "startLine": c.start_line,
+            "endLine": c.end_line,
+            "source": c.source,
+        },
+        "timestamp": result.timestamp,
+    }
+
+
+def wire_forget(result: MemoryForgetResult) -> dict[str, Any]:
+    """What a forget removed (or would remove), as the wire carries it."""
+    payload: dict[str, Any] = {
+        "reference": wire_reference(result.reference),
+        "dryRun": result.dry_run,
+        "paths": list(result.paths),
+        "chunks": result.chunks,
+    }
+    if result.removed_text is not None:
+        payload["removedText"] = result.removed_text
+    return payload
 
 
 async def memory_get(

@@ -41,7 +41,8 @@ from ..gateway._memory import (
     _string,
     memory_get,
     memory_search,
-    wire_reference,
+    wire_add,
+    wire_forget,
 )
 from ..gateway._memory import memory_status as gateway_memory_status
 
@@ -381,19 +382,11 @@ async def _add(
         check,
         lambda: host.memory.add(caller, text, path=path, section=section, agent_id=agent),
     )
-    citation = result.citation
     return {
         "version": 2,
         "agentId": agent,
         "providerId": result.reference.provider_id,
-        "reference": wire_reference(result.reference),
-        "citation": {
-            "path": citation.path,
-            "startLine": citation.start_line,
-            "endLine": citation.end_line,
-            "source": citation.source,
-        },
-        "timestamp": result.timestamp,
+        **wire_add(result),
     }
 
 
@@ -408,18 +401,12 @@ async def _forget(
         check,
         lambda: host.memory.forget(caller, reference, dry_run=dry_run, agent_id=agent),
     )
-    payload: dict[str, Any] = {
+    return {
         "version": 2,
         "agentId": agent,
         "providerId": result.reference.provider_id,
-        "reference": wire_reference(result.reference),
-        "dryRun": result.dry_run,
-        "paths": list(result.paths),
-        "chunks": result.chunks,
+        **wire_forget(result),
     }
-    if result.removed_text is not None:
-        payload["removedText"] = result.removed_text
-    return payload
 
 
 WRITE_TOOLS: tuple[ToolSpec, ...] = (
