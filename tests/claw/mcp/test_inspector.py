@@ -64,7 +64,9 @@ def inspector() -> Path:
 def _npx(inspector: Path, *args: str) -> list[str]:
     npx = shutil.which("npx")
     assert npx is not None
-    return [npx, "--no-install", INSPECTOR, "--cli", *args]
+    # The default connect timeout (15 s) is shorter than claw's start-up on a loaded CI
+    # machine (imports, opening the host); the subprocess timeout still bounds a hang.
+    return [npx, "--no-install", INSPECTOR, "--cli", "--connect-timeout", "120000", *args]
 
 
 def _run(inspector: Path, *args: str) -> subprocess.CompletedProcess[str]:
