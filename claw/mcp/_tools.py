@@ -96,7 +96,8 @@ def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> None:
             "configuration (claw mcp --agent)",
         )
     raise GatewayError(
-        "INVALID_REQUEST", f"{spec.name}: unknown argument {name!r} (valid arguments: {valid})"
+        "INVALID_REQUEST",
+        f"{spec.name}: unknown argument {name[:64]!r} (valid arguments: {valid})",
     )
 
 

@@ -148,6 +148,15 @@ async def test_the_bounds_in_the_input_schemas_are_the_ones_enforced(core_host: 
         assert beyond.is_error and "from" in text_of(beyond)
 
 
+async def test_a_huge_unknown_argument_name_is_not_echoed_whole(core_host: claw.Host) -> None:
+    name = "k" * 100_000
+    async with in_process_client(core_host) as client:
+        result = await client.call_tool("memory_search", {"query": "x", name: 1})
+    assert result.is_error
+    assert "unknown argument 'kkkk" in text_of(result)
+    assert len(text_of(result)) < 500
+
+
 async def test_unknown_tool_is_an_invalid_params_error_listing_the_tools(
     core_host: claw.Host,
 ) -> None:
