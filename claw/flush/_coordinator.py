@@ -35,6 +35,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
+import trio
 
 from .._capabilities import FlushIdentity
 from .._errors import ClawError, ConfigError
@@ -125,6 +126,7 @@ class FlushCoordinator:
 
     host: Host
     _done: set[str] = attrs.field(factory=set, init=False)
+    _loaded: bool = attrs.field(default=False, init=False)
     _tried: weakref.WeakKeyDictionary[Run, set[str]] = attrs.field(
         factory=weakref.WeakKeyDictionary, init=False
     )
@@ -154,6 +156,9 @@ class FlushCoordinator:
         if not config.enabled:
             return None
         flush_id = derive_flush_id(row.session_id, row.lifecycle_revision, compaction_count)
+        if not self._loaded:  # flushes completed before a restart count as done
+            self._done |= await host.transcripts.completed_flush_ids()
+            self._loaded = True
         tried = self._tried.setdefault(run, set())
         if flush_id in self._done or flush_id in tried:
             return None
@@ -169,6 +174,11 @@ class FlushCoordinator:
         )
         if result is not None:
             tried.add(flush_id)
+            if result.status == "completed":
+                # Durable, so that a crash before this cycle's compaction does not
+                # flush the same cycle again after the restart.
+                with trio.CancelScope(shield=True):
+                    await host.transcripts.record_flush_completed(flush_id, row.session_key)
         return result
 
     async def _flush_if_due(

@@ -103,6 +103,13 @@ _SCHEMA = (
     ) WITHOUT ROWID""",
     """CREATE INDEX IF NOT EXISTS transcript_compactions
         ON transcript_entries (session_id, seq) WHERE kind = 'compaction'""",
+    # Completed pre-compaction flushes, by flush id (one per session incarnation and
+    # compaction cycle), so a restart inside a cycle does not flush that cycle again.
+    """CREATE TABLE IF NOT EXISTS flush_completions (
+        flush_id TEXT PRIMARY KEY,
+        session_key TEXT NOT NULL,
+        completed_at REAL NOT NULL
+    )""",
 )
 
 _ENTRY_COLUMNS = (
@@ -544,6 +551,14 @@ class TranscriptStore:
             return ()
         return await self._write(_abort_open_sync, reason=reason, now=self._clock())
 
+    async def record_flush_completed(self, flush_id: str, session_key: str) -> None:
+        """Record durably that the flush ``flush_id`` completed (idempotent)."""
+        await self._write(_flush_done_sync, flush_id, session_key, now=self._clock())
+
+    async def completed_flush_ids(self) -> frozenset[str]:
+        """The ids of every flush recorded as completed."""
+        return await self._run(_flush_ids_sync)
+
     async def pending_commits(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
         """Turns that ended, name an engine and were not committed: retry these on start."""
         return await self._run(_select_turns_sync, session_id, pending_only=True)
@@ -976,6 +991,21 @@ def _select_turns_sync(
 
 def _get_turn_sync(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:
     return _ledger.get_turn(conn, turn_id)
+
+
+def _flush_done_sync(
+    conn: sqlite3.Connection, flush_id: str, session_key: str, *, now: float
+) -> None:
+    with _transaction(conn):
+        conn.execute(
+            "INSERT OR IGNORE INTO flush_completions (flush_id, session_key, completed_at) "
+            "VALUES (?, ?, ?)",
+            (flush_id, session_key, now),
+        )
+
+
+def _flush_ids_sync(conn: sqlite3.Connection) -> frozenset[str]:
+    return frozenset(row[0] for row in conn.execute("SELECT flush_id FROM flush_completions"))
 
 
 def _ledger_write_sync(

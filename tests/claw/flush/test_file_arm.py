@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from claw.models import ToolResult
-from claw_testing import ScriptedReply
+import claw
+from claw.models import ToolResult, UserMessage
+from claw_testing import ScriptedModel, ScriptedReply
 
-from .conftest import OpenEnv, RecordingProvider, big_text, file_draft
+from .conftest import WINDOW, OpenEnv, RecordingProvider, big_text, file_draft, flush_config
 
 TARGET = "memory/2024-05-01.md"
 
@@ -135,3 +136,26 @@ async def test_a_target_outside_the_workspace_skips_the_plan(open_env: OpenEnv, 
         assert result.flush.status == "skipped"
         assert "relative_path" in result.flush.reason
         assert any("recorder" in w for w in result.flush.warnings)
+
+
+async def test_a_restart_inside_a_compaction_cycle_does_not_flush_that_cycle_again(
+    host_config: claw.HostConfig,
+) -> None:
+    """Found by the flush kill loop: completions were only remembered in memory."""
+    recorder = RecordingProvider(provider_plan=file_draft())
+    config = flush_config(host_config)
+    model = ScriptedModel([], context_window=WINDOW)
+    async with claw.open_host(config, plugins=[recorder.plugin()]) as host:
+        host.models.register_provider("scripted", lambda name: model)
+        await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+        model.extend([write(TARGET, "- alice likes tea"), "NO_REPLY", "answered"])
+        first = await host.run_turn("dm:alice", UserMessage(big_text(2100)), sender_is_owner=True)
+        assert first.flush.status == "completed"
+        assert first.compaction is None  # the cycle is still open: no compaction yet
+    async with claw.open_host(config, plugins=[recorder.plugin()]) as host:
+        host.models.register_provider("scripted", lambda name: model)
+        model.extend(["again"])
+        second = await host.run_turn("dm:alice", UserMessage("more"), sender_is_owner=True)
+        assert second.flush is None  # this cycle already flushed before the restart
+    assert (host_config.workspace_dir / TARGET).read_text() == "- alice likes tea\n"
+    model.assert_script_consumed()
