@@ -68,6 +68,8 @@ SWEEP = (40, 160, 400)
 # The pause between two searches arriving during a sync: a client searching now and
 # then, not one saturating the event loop the sync needs too.
 DURING_SYNC_GAP = 0.005
+# Sequential passes over the queries per measurement (see best_pass); set by --passes.
+OPTIONS = {"passes": 3}
 
 
 def claw_candidates() -> int:
@@ -123,15 +125,30 @@ def _merge(text: list[tuple[int, float]], vec: list[tuple[int, float]]) -> list[
     return sorted(scores, key=lambda i: -scores[i])[:RESULTS]
 
 
+def best_pass(passes: Sequence[list[float]]) -> list[float]:
+    """The pass with the lowest median latency.
+
+    On a shared machine other processes only ever add time, in bursts: the least
+    disturbed of a few passes over the same queries is the best estimate of what a
+    search costs, and it keeps ratios between systems measured minutes apart stable.
+    """
+    return min(passes, key=lambda lat: percentile(lat, 50))
+
+
 def _measure(search: Callable[[int], object], nq: int, seconds: float) -> tuple[list[float], float]:
-    """Sequential per-query latencies (ms), then QPS with ``CONCURRENCY`` threads."""
+    """Sequential per-query latencies (ms, best of ``OPTIONS["passes"]`` passes), then QPS
+    with ``CONCURRENCY`` threads."""
     for i in range(min(20, nq)):
         search(i)
-    lat = []
-    for i in range(nq):
-        t = time.perf_counter()
-        search(i)
-        lat.append((time.perf_counter() - t) * 1000.0)
+    passes = []
+    for _ in range(OPTIONS["passes"]):
+        lat = []
+        for i in range(nq):
+            t = time.perf_counter()
+            search(i)
+            lat.append((time.perf_counter() - t) * 1000.0)
+        passes.append(lat)
+    lat = best_pass(passes)
     done = [0] * CONCURRENCY
     stop = time.perf_counter() + seconds
 
@@ -624,19 +641,24 @@ def _request(query: str, lexical: bool = False, results: int = RESULTS) -> Any:
 async def _measure_trio(
     handle: Any, qs: Sequence[str], lexical: bool, seconds: float
 ) -> tuple[list[float], float, list[list[int]]]:
-    """Sequential latencies (ms) and each query's top rows, then QPS of 8 searchers."""
+    """Sequential latencies (ms, best pass) and each query's top rows, then QPS of 8
+    searchers."""
     import trio
 
     requests = [_request(q, lexical) for q in qs]
     for r in requests[:20]:
         await handle.search(r)
-    lat = []
-    tops = []
-    for r in requests:
-        t = time.perf_counter()
-        res = await handle.search(r)
-        lat.append((time.perf_counter() - t) * 1000.0)
-        tops.append([_hit_row(h) for h in res.hits])
+    passes = []
+    for _ in range(OPTIONS["passes"]):
+        lat = []
+        tops = []
+        for r in requests:
+            t = time.perf_counter()
+            res = await handle.search(r)
+            lat.append((time.perf_counter() - t) * 1000.0)
+            tops.append([_hit_row(h) for h in res.hits])
+        passes.append(lat)
+    lat = best_pass(passes)
     if seconds <= 0:
         return lat, float("nan"), tops
     done = [0]
@@ -662,17 +684,19 @@ async def _change_costs(
     """What one changed file costs the searches around it.
 
     Each run changes one line of one file, then issues a hybrid search (the one that
-    notices the change and syncs), while a second searcher issues a hybrid search every
-    ``DURING_SYNC_GAP`` until that search returns (searches arriving during the sync),
-    then one more
-    hybrid search (the next search), then lexical searches for the new word until one
-    finds it (time from the write until the change is searchable).
+    notices the change and syncs), then one more hybrid search (the next search), then
+    lexical searches for the new word until one finds it (time from the write until the
+    change is searchable). In every other run a second searcher issues a hybrid search
+    every ``DURING_SYNC_GAP`` until the noticing search returns (searches arriving
+    during the sync); the noticing search of those runs competes with them for the
+    event loop and is reported apart.
     """
     import trio
 
     for q in qs[:10]:
         await handle.search(_request(q))  # primes the freshness watch of this handle
     notice: list[float] = []
+    busy_notice: list[float] = []
     during: list[float] = []
     after: list[float] = []
     searchable: list[float] = []
@@ -687,10 +711,12 @@ async def _change_costs(
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000 * (run + 1)))
         noticed = trio.Event()
 
-        async def noticing(query: str, noticed: trio.Event) -> None:
+        traffic = run % 2 == 1
+
+        async def noticing(query: str, noticed: trio.Event, traffic: bool) -> None:
             t = time.perf_counter()
             await handle.search(_request(query))
-            notice.append((time.perf_counter() - t) * 1000.0)
+            (busy_notice if traffic else notice).append((time.perf_counter() - t) * 1000.0)
             noticed.set()
 
         async def meanwhile(offset: int, noticed: trio.Event) -> None:
@@ -704,8 +730,9 @@ async def _change_costs(
                 await trio.sleep(DURING_SYNC_GAP)
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(noticing, qs[(3 * run) % len(qs)], noticed)
-            nursery.start_soon(meanwhile, 3 * run + 1, noticed)
+            nursery.start_soon(noticing, qs[(3 * run) % len(qs)], noticed, traffic)
+            if traffic:
+                nursery.start_soon(meanwhile, 3 * run + 1, noticed)
         t = time.perf_counter()
         await handle.search(_request(qs[(3 * run + 2) % len(qs)]))
         after.append((time.perf_counter() - t) * 1000.0)
@@ -720,6 +747,7 @@ async def _change_costs(
     return {
         "change_search_ms": percentile(notice, 50),
         "change_search_max_ms": max(notice),
+        "change_search_with_traffic_ms": percentile(busy_notice, 50),
         "during_sync_p50_ms": percentile(during, 50),
         "during_sync_max_ms": max(during, default=float("nan")),
         "during_sync_searches": len(during),
@@ -788,6 +816,8 @@ def run_all(
                     str(reindex_runs),
                     "--sweep",
                     ",".join(str(c) for c in sweep),
+                    "--passes",
+                    str(OPTIONS["passes"]),
                 ],
                 capture_output=True,
                 text=True,
@@ -857,6 +887,7 @@ def summarise(rows: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
         "reindex_ms": hybrid.get("reindex_ms", nan),
         "change_search_ms": hybrid.get("change_search_ms", nan),
         "change_search_max_ms": hybrid.get("change_search_max_ms", nan),
+        "change_search_with_traffic_ms": hybrid.get("change_search_with_traffic_ms", nan),
         "during_sync_p50_ms": hybrid.get("during_sync_p50_ms", nan),
         "during_sync_max_ms": hybrid.get("during_sync_max_ms", nan),
         "during_sync_searches": hybrid.get("during_sync_searches", 0),
@@ -960,6 +991,7 @@ def report(summary: dict[str, Any], rows: Sequence[dict[str, Any]], queries: int
         f"one changed file: the search that notices it {s['change_search_ms']:.1f} ms median "
         f"(max {s['change_search_max_ms']:.1f}), change_search_over_plain "
         f"{s['change_search_over_plain']:.1f} ({_verdict(s['change_search_over_plain'], 2.0)}); "
+        f"with searches arriving: {s['change_search_with_traffic_ms']:.1f} ms, and "
         f"{s['during_sync_searches']} searches during the sync: p50 "
         f"{s['during_sync_p50_ms']:.1f} ms, max {s['during_sync_max_ms']:.1f} ms; next search "
         f"{s['next_search_ms']:.1f} ms; searchable {s['reindex_ms']:.1f} ms after the write "
@@ -983,17 +1015,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--queries", type=int, default=300)
     p.add_argument("--seconds", type=float, default=5.0, help="duration of the 8-searcher run")
     p.add_argument("--systems", default=",".join(SYSTEMS))
-    p.add_argument("--reindex-runs", type=int, default=7)
+    p.add_argument("--reindex-runs", type=int, default=8)
     p.add_argument(
         "--sweep",
         default=",".join(str(c) for c in SWEEP),
         help="candidate counts at which claw's top 10 is compared with exhaustive fusion",
+    )
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=OPTIONS["passes"],
+        help="sequential passes over the queries; the least disturbed one is reported",
     )
     p.add_argument("--json", action="store_true")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     sweep = [int(c) for c in args.sweep.split(",") if c.strip()]
+    OPTIONS["passes"] = max(1, args.passes)
     if args.worker:
         worker(args.worker, args.root, args.seconds, args.reindex_runs, sweep)
         return

@@ -71,9 +71,11 @@ def test_search_latency_benchmark_runs_on_a_tiny_corpus(
             "--seconds",
             "0.2",
             "--reindex-runs",
-            "1",
+            "2",
             "--sweep",
             "40,80",
+            "--passes",
+            "1",
         ]
     )
     result = _last_json(capsys)
@@ -92,7 +94,12 @@ def test_search_latency_benchmark_runs_on_a_tiny_corpus(
     ):
         assert key in result
     assert result["chunks"] == 300
-    for key in ("claw_over_fair_floor", "change_search_over_plain", "claw_peak_rss_mib"):
+    for key in (
+        "claw_over_fair_floor",
+        "change_search_over_plain",
+        "change_search_with_traffic_ms",
+        "claw_peak_rss_mib",
+    ):
         value = float(result[key])  # type: ignore[arg-type]
         assert value == value, key  # measured, not NaN
     assert 0.0 < float(result["overlap_exhaustive_at10"]) <= 1.0  # type: ignore[arg-type]
