@@ -35,6 +35,8 @@ the time until the change is searchable).
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import itertools
 import json
 import math
@@ -45,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -125,30 +127,53 @@ def _merge(text: list[tuple[int, float]], vec: list[tuple[int, float]]) -> list[
     return sorted(scores, key=lambda i: -scores[i])[:RESULTS]
 
 
-def best_pass(passes: Sequence[list[float]]) -> list[float]:
-    """The pass with the lowest median latency.
+def best_pass(passes: Sequence[list[float]]) -> int:
+    """The index of the pass with the lowest median latency.
 
     On a shared machine other processes only ever add time, in bursts: the least
     disturbed of a few passes over the same queries is the best estimate of what a
-    search costs, and it keeps ratios between systems measured minutes apart stable.
+    search costs.
     """
-    return min(passes, key=lambda lat: percentile(lat, 50))
+    return min(range(len(passes)), key=lambda k: percentile(passes[k], 50))
 
 
-def _measure(search: Callable[[int], object], nq: int, seconds: float) -> tuple[list[float], float]:
-    """Sequential per-query latencies (ms, best of ``OPTIONS["passes"]`` passes), then QPS
-    with ``CONCURRENCY`` threads."""
-    for i in range(min(20, nq)):
-        search(i)
-    passes = []
-    for _ in range(OPTIONS["passes"]):
-        lat = []
-        for i in range(nq):
-            t = time.perf_counter()
-            search(i)
-            lat.append((time.perf_counter() - t) * 1000.0)
-        passes.append(lat)
-    lat = best_pass(passes)
+def _summary(name: str, lat: list[float], qps: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "system": name,
+        "p50_ms": percentile(lat, 50),
+        "p95_ms": percentile(lat, 95),
+        "qps_8": qps,
+        **extra,
+    }
+
+
+# -- the worker side of interleaved measurement ---------------------------------------
+# Each system runs in a worker process of its own: it builds its index, reports ready,
+# then answers the orchestrator's commands, one a line on stdin: "pass NAME" (one
+# sequential pass over every query), "qps NAME SECONDS" (``CONCURRENCY`` concurrent
+# searchers) and "end" (after which it takes its remaining measurements alone and
+# reports them). The orchestrator interleaves the passes of every system, so that a
+# burst of load from other processes falls on all of them alike and a ratio compares
+# figures taken at the same time.
+_MARK = "@@bench "
+
+
+def send(obj: dict[str, Any]) -> None:
+    """One message to the orchestrator (other output on stdout is ignored)."""
+    sys.stdout.write(_MARK + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _one_pass(search: Callable[[int], Any], nq: int) -> tuple[list[float], list[Any]]:
+    lat, results = [], []
+    for i in range(nq):
+        t = time.perf_counter()
+        results.append(search(i))
+        lat.append((time.perf_counter() - t) * 1000.0)
+    return lat, results
+
+
+def _qps(search: Callable[[int], object], nq: int, seconds: float) -> float:
     done = [0] * CONCURRENCY
     stop = time.perf_counter() + seconds
 
@@ -165,17 +190,86 @@ def _measure(search: Callable[[int], object], nq: int, seconds: float) -> tuple[
         th.start()
     for th in threads:
         th.join()
-    return lat, sum(done) / (time.perf_counter() - t0)
+    return sum(done) / (time.perf_counter() - t0)
 
 
-def _summary(name: str, lat: list[float], qps: float, **extra: Any) -> dict[str, Any]:
-    return {
-        "system": name,
-        "p50_ms": percentile(lat, 50),
-        "p95_ms": percentile(lat, 95),
-        "qps_8": qps,
-        **extra,
-    }
+def _parse_command(line: str) -> tuple[str, list[str]]:
+    """``"pass NAME"`` / ``"qps NAME SECONDS"`` / ``"end"`` (names may hold spaces)."""
+    cmd, _, rest = line.strip().partition(" ")
+    if cmd == "qps":
+        name, _, seconds = rest.rpartition(" ")
+        return cmd, [name, seconds]
+    return cmd, [rest]
+
+
+def serve_commands(
+    searches: dict[str, Callable[[int], Any]], nq: int, ready: dict[str, Any]
+) -> dict[str, list[Any]]:
+    """Warm up, report ready, answer commands until "end"; each search's last results."""
+    for search in searches.values():
+        for i in range(min(20, nq)):
+            search(i)
+    send({"ready": list(searches), **ready})
+    results: dict[str, list[Any]] = {}
+    for line in sys.stdin:
+        cmd, args = _parse_command(line)
+        if cmd == "pass":
+            lat, results[args[0]] = _one_pass(searches[args[0]], nq)
+            send({"lat": lat, "load": load()})
+        elif cmd == "qps":
+            send({"qps": _qps(searches[args[0]], nq, float(args[1])), "load": load()})
+        elif cmd == "end":
+            break
+    return results
+
+
+async def _qps_async(search: Callable[[int], Awaitable[Any]], nq: int, seconds: float) -> float:
+    import trio
+
+    done = [0]
+    stop = time.perf_counter() + seconds
+
+    async def loop(slot: int) -> None:
+        i = slot
+        while time.perf_counter() < stop:
+            await search(i % nq)
+            done[0] += 1
+            i += CONCURRENCY
+
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for s in range(CONCURRENCY):
+            nursery.start_soon(loop, s)
+    return done[0] / (time.perf_counter() - t0)
+
+
+async def serve_commands_async(
+    searches: dict[str, Callable[[int], Awaitable[Any]]], nq: int, ready: dict[str, Any]
+) -> dict[str, list[Any]]:
+    """:func:`serve_commands` for searches that are awaited (on the worker's Trio loop)."""
+    import trio
+
+    for search in searches.values():
+        for i in range(min(20, nq)):
+            await search(i)
+    send({"ready": list(searches), **ready})
+    results: dict[str, list[Any]] = {}
+    while line := await trio.to_thread.run_sync(sys.stdin.readline):
+        cmd, args = _parse_command(line)
+        if cmd == "pass":
+            lat, out = [], []
+            for i in range(nq):
+                t = time.perf_counter()
+                out.append(await searches[args[0]](i))
+                lat.append((time.perf_counter() - t) * 1000.0)
+            results[args[0]] = out
+            send({"lat": lat, "load": load()})
+        elif cmd == "qps":
+            rate = await _qps_async(searches[args[0]], nq, float(args[1]))
+            send({"qps": rate, "load": load()})
+        elif cmd == "end":
+            break
+    return results
 
 
 # -- fair floor ----------------------------------------------------------------------
@@ -277,7 +371,7 @@ def _fill(index: Any, texts: Sequence[str], key: str) -> Any:
     return index.searcher()
 
 
-def run_floor(root: Path, work: Path, seconds: float) -> list[dict[str, Any]]:
+def run_floor(root: Path, work: Path) -> None:
     """The fair floor; also exhaustive fusion and the bare lexical call (see the module)."""
     import tantivy
 
@@ -319,9 +413,9 @@ def run_floor(root: Path, work: Path, seconds: float) -> list[dict[str, Any]]:
         return _fused_top(text_rows, bm25, sims, top_k(sims, candidates))
 
     try:
-        lat, qps = _measure(search, len(qs), seconds)
-        load_at = load()
-        tops = [search(i) for i in range(len(qs))]
+        results = serve_commands(
+            {"floor": search}, len(qs), {"build_s": build, "candidates": candidates}
+        )
         exhaustive = []
         everything = np.arange(matrix.shape[0])
         for i in range(len(qs)):
@@ -335,25 +429,18 @@ def run_floor(root: Path, work: Path, seconds: float) -> list[dict[str, Any]]:
     finally:
         product.close()
     size = _dir_bytes(work) + matrix.nbytes
-    return [
-        _summary(
-            "floor",
-            lat,
-            qps,
-            build_s=build,
-            index_mb=size / 2**20,
-            rss_mb=peak_rss_mb(),
-            load=load_at,
-            candidates=candidates,
-            top=tops,
-            exhaustive=exhaustive,
-            bare_lexical_p50_ms=percentile(bare, 50),
-        )
-    ]
+    floor = {
+        "index_mb": size / 2**20,
+        "rss_mb": peak_rss_mb(),
+        "top": results.get("floor", []),
+        "exhaustive": exhaustive,
+        "bare_lexical_p50_ms": percentile(bare, 50),
+    }
+    send({"extra": {"floor": floor}})
 
 
 # -- the floor of the earlier benchmark ------------------------------------------------
-def run_floor_old(root: Path, work: Path, seconds: float) -> list[dict[str, Any]]:
+def run_floor_old(root: Path, work: Path) -> None:
     import tantivy
 
     texts, qs, vecs, qvecs = _load(root)
@@ -378,19 +465,9 @@ def run_floor_old(root: Path, work: Path, seconds: float) -> list[dict[str, Any]
             [(int(j), float(sims[j])) for j in top],
         )
 
-    lat, qps = _measure(search, len(qs), seconds)
+    serve_commands({"floor-old": search}, len(qs), {"build_s": build})
     size = _dir_bytes(work) + matrix.nbytes
-    return [
-        _summary(
-            "floor-old",
-            lat,
-            qps,
-            build_s=build,
-            index_mb=size / 2**20,
-            rss_mb=peak_rss_mb(),
-            load=load(),
-        )
-    ]
+    send({"extra": {"floor-old": {"index_mb": size / 2**20, "rss_mb": peak_rss_mb()}}})
 
 
 # -- SQLite peers --------------------------------------------------------------------
@@ -411,12 +488,13 @@ def _connect(path: Path, *, extension: bool) -> Any:
     return conn
 
 
-def run_sqlite(root: Path, work: Path, seconds: float, *, vec: bool) -> list[dict[str, Any]]:
+def run_sqlite(root: Path, work: Path, *, vec: bool) -> None:
     name = "fts5+vec" if vec else "fts5+scan"
     try:
         conn = _connect(work / "peer.db", extension=vec)
     except Exception as exc:  # the point is to report why the peer could not run
-        return [{"system": name, "error": f"{type(exc).__name__}: {exc}"}]
+        send({"error": f"{type(exc).__name__}: {exc}"})
+        return
     texts, qs, vecs, qvecs = _load(root)
     t0 = time.perf_counter()
     conn.execute("PRAGMA journal_mode=WAL")
@@ -467,12 +545,8 @@ def run_sqlite(root: Path, work: Path, seconds: float, *, vec: bool) -> list[dic
             near = [(int(ids[j]), float(sims[j])) for j in _top(sims, candidates)]
         return _merge(text, near)
 
-    lat, qps = _measure(search, len(qs), seconds)
-    return [
-        _summary(
-            name, lat, qps, build_s=build, index_mb=size / 2**20, rss_mb=peak_rss_mb(), load=load()
-        )
-    ]
+    serve_commands({name: search}, len(qs), {"build_s": build})
+    send({"extra": {name: {"index_mb": size / 2**20, "rss_mb": peak_rss_mb()}}})
 
 
 # -- claw ----------------------------------------------------------------------------
@@ -545,16 +619,13 @@ def _hit_row(hit: Any) -> int:
     return number * CHUNKS_PER_FILE + citation.start_line - 1
 
 
-def run_claw(
-    root: Path, work: Path, seconds: float, *, reindex_runs: int, sweep: Sequence[int]
-) -> list[dict[str, Any]]:
+def run_claw(root: Path, work: Path, *, reindex_runs: int, sweep: Sequence[int]) -> None:
     import contextlib
 
     import trio
 
     import claw
     import claw_memory
-    from claw.memory import MemorySearchRequest
     from claw.plugin_sdk import Plugin, PluginContracts
 
     texts, qs, vecs, qvecs = _load(root)
@@ -569,8 +640,7 @@ def run_claw(
     ws = work / "workspace"
     files = _write_workspace(ws, texts)
     default = claw_candidates()
-    out: list[dict[str, Any]] = []
-    swept: list[dict[str, Any]] = []
+    hybrid: dict[str, Any] = {"candidates": default}
 
     @contextlib.asynccontextmanager
     async def handle_of(candidates: int | None) -> Any:
@@ -584,42 +654,36 @@ def run_claw(
     async def main() -> None:
         async with handle_of(None) as handle:
             t0 = time.perf_counter()
-            first = await handle.search(MemorySearchRequest(query=qs[0], min_score=0.0))
+            first = await handle.search(_request(qs[0]))
             build = time.perf_counter() - t0
             assert first.hits, "claw found nothing for a corpus query"
-            health = await handle.health()
-            chunks = _chunk_count(health, len(texts))
-            for name, lexical in (("claw hybrid", False), ("claw lexical", True)):
-                lat, qps, tops = await _measure_trio(handle, qs, lexical, seconds)
-                out.append(
-                    _summary(name, lat, qps, build_s=build, chunks=chunks, load=load(), top=tops)
-                )
-        out[0]["candidates"] = default
-        # Every count, the default too, on a freshly opened index, one after the other,
-        # so that their latencies compare like with like.
-        for candidates in sweep:
-            async with handle_of(candidates) as handle:
-                lat, _, tops = await _measure_trio(handle, qs, False, 0.0)
-            swept.append(
-                {
-                    "candidates": candidates,
-                    "p50_ms": percentile(lat, 50),
-                    "p95_ms": percentile(lat, 95),
-                    "load": load(),
-                    "top": tops,
-                }
+            chunks = _chunk_count(await handle.health(), len(texts))
+            requests = {
+                "claw hybrid": [_request(q) for q in qs],
+                "claw lexical": [_request(q, lexical=True) for q in qs],
+            }
+
+            def searcher(name: str) -> Callable[[int], Awaitable[list[int]]]:
+                async def search(i: int) -> list[int]:
+                    res = await handle.search(requests[name][i])
+                    return [_hit_row(h) for h in res.hits]
+
+                return search
+
+            results = await serve_commands_async(
+                {name: searcher(name) for name in requests},
+                len(qs),
+                {"build_s": build, "chunks": chunks},
             )
-        out[0]["sweep"] = swept
+        hybrid["top"] = results.get("claw hybrid", [])
+        hybrid["sweep"] = await _sweep(handle_of, qs, sweep)
         if reindex_runs:
             async with handle_of(None) as handle:
-                out[0].update(await _change_costs(handle, files, qs, reindex_runs))
+                hybrid.update(await _change_costs(handle, files, qs, reindex_runs))
 
     trio.run(main)
-    size = _dir_bytes(work / "state")
-    for r in out:
-        r["index_mb"] = size / 2**20
-        r["rss_mb"] = peak_rss_mb()
-    return out
+    common = {"index_mb": _dir_bytes(work / "state") / 2**20, "rss_mb": peak_rss_mb()}
+    send({"extra": {"claw hybrid": {**hybrid, **common}, "claw lexical": common}})
 
 
 def _chunk_count(health: Any, default: int) -> int:
@@ -638,44 +702,50 @@ def _request(query: str, lexical: bool = False, results: int = RESULTS) -> Any:
     )
 
 
-async def _measure_trio(
-    handle: Any, qs: Sequence[str], lexical: bool, seconds: float
-) -> tuple[list[float], float, list[list[int]]]:
-    """Sequential latencies (ms, best pass) and each query's top rows, then QPS of 8
-    searchers."""
-    import trio
+async def _sweep(
+    handle_of: Callable[[int | None], Any], qs: Sequence[str], counts: Sequence[int]
+) -> list[dict[str, Any]]:
+    """claw's hybrid latency and top rows at each candidate count.
 
-    requests = [_request(q, lexical) for q in qs]
-    for r in requests[:20]:
-        await handle.search(r)
-    passes = []
+    Each count, the default too, gets a freshly opened index for each of
+    ``OPTIONS["passes"]`` rounds, the counts interleaved, and reports its best pass.
+    """
+    requests = [_request(q) for q in qs]
+    passes: dict[int, list[list[float]]] = {c: [] for c in counts}
+    loads: dict[int, list[float]] = {c: [] for c in counts}
+    tops: dict[int, list[list[int]]] = {}
+    reopen: list[float] = []
     for _ in range(OPTIONS["passes"]):
-        lat = []
-        tops = []
-        for r in requests:
+        for c in counts:
             t = time.perf_counter()
-            res = await handle.search(r)
-            lat.append((time.perf_counter() - t) * 1000.0)
-            tops.append([_hit_row(h) for h in res.hits])
-        passes.append(lat)
-    lat = best_pass(passes)
-    if seconds <= 0:
-        return lat, float("nan"), tops
-    done = [0]
-    stop = time.perf_counter() + seconds
-
-    async def loop(slot: int) -> None:
-        i = slot
-        while time.perf_counter() < stop:
-            await handle.search(requests[i % len(requests)])
-            done[0] += 1
-            i += CONCURRENCY
-
-    t0 = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for s in range(CONCURRENCY):
-            nursery.start_soon(loop, s)
-    return lat, done[0] / (time.perf_counter() - t0), tops
+            async with handle_of(c) as handle:
+                await handle.search(requests[0])
+                reopen.append(time.perf_counter() - t)
+                for r in requests[:20]:
+                    await handle.search(r)
+                lat, top = [], []
+                for r in requests:
+                    t = time.perf_counter()
+                    res = await handle.search(r)
+                    lat.append((time.perf_counter() - t) * 1000.0)
+                    top.append([_hit_row(h) for h in res.hits])
+            passes[c].append(lat)
+            loads[c].append(load())
+            tops[c] = top
+    out = []
+    for c in counts:
+        best = best_pass(passes[c])
+        out.append(
+            {
+                "candidates": c,
+                "p50_ms": percentile(passes[c][best], 50),
+                "p95_ms": percentile(passes[c][best], 95),
+                "load": loads[c][best],
+                "top": tops[c],
+                "reopen_s": percentile(reopen, 50),
+            }
+        )
+    return out
 
 
 async def _change_costs(
@@ -758,26 +828,73 @@ async def _change_costs(
 
 
 # -- orchestration -------------------------------------------------------------------
-def worker(
-    system: str, root: Path, seconds: float, reindex_runs: int, sweep: Sequence[int]
-) -> None:
+def worker(system: str, root: Path, reindex_runs: int, sweep: Sequence[int]) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"claw-bench-{system.replace('+', '-')}-"))
     try:
         if system == "claw":
-            rows = run_claw(root, work, seconds, reindex_runs=reindex_runs, sweep=sweep)
+            run_claw(root, work, reindex_runs=reindex_runs, sweep=sweep)
         elif system in ("floor", "floor-old"):
             (work / "tantivy").mkdir()
             run = run_floor if system == "floor" else run_floor_old
-            rows = run(root, work / "tantivy", seconds)
+            run(root, work / "tantivy")
         elif system == "fts5+vec":
-            rows = run_sqlite(root, work, seconds, vec=True)
+            run_sqlite(root, work, vec=True)
         elif system == "fts5+scan":
-            rows = run_sqlite(root, work, seconds, vec=False)
+            run_sqlite(root, work, vec=False)
         else:
             raise SystemExit(f"unknown system {system!r}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(rows))
+
+
+class WorkerFailed(Exception):
+    """A worker process exited or reported an error instead of answering."""
+
+
+class _Worker:
+    """One system's worker process and its command channel (see :func:`serve_commands`)."""
+
+    def __init__(self, system: str, argv: Sequence[str], env: dict[str, str], log: Path) -> None:
+        self.system = system
+        self._log = log
+        with log.open("w", encoding="utf-8") as err:
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env
+            )
+
+    def receive(self) -> dict[str, Any]:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            if line.startswith(_MARK):
+                message: dict[str, Any] = json.loads(line[len(_MARK) :])
+                if "error" in message:
+                    raise WorkerFailed(message["error"])
+                return message
+        self._proc.wait()
+        tail = self._log.read_text(encoding="utf-8").strip().splitlines()
+        print("\n".join(tail), file=sys.stderr)
+        raise WorkerFailed(tail[-1] if tail else f"exited with {self._proc.returncode}")
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(command + "\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # receive() reports why it exited
+        return self.receive()
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
 
 def run_all(
@@ -789,8 +906,14 @@ def run_all(
     reindex_runs: int,
     sweep: Sequence[int],
 ) -> list[dict[str, Any]]:
-    """Run each system in a fresh interpreter of its own (its RSS is its own)."""
+    """Run every system in a fresh interpreter of its own (its RSS is its own).
+
+    The workers build one after the other (each build alone), then take their
+    sequential passes and their QPS runs in turns, then their remaining measurements
+    one after the other.
+    """
     rows: list[dict[str, Any]] = []
+    passes = OPTIONS["passes"]
     with tempfile.TemporaryDirectory(prefix="claw-bench-corpus-") as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
@@ -799,36 +922,81 @@ def run_all(
             f"corpus: {chunks} chunks, {queries} queries in {time.perf_counter() - t0:.1f} s",
             file=sys.stderr,
         )
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+        workers: dict[str, tuple[_Worker, dict[str, Any]]] = {}
+        failed: dict[str, str] = {}
+
+        def attempt(system: str, step: Callable[[], None]) -> None:
+            try:
+                step()
+            except WorkerFailed as exc:
+                failed[system] = str(exc)
+                workers.pop(system)[0].close()
+
         for system in systems:
-            env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.search_latency",
-                    "--worker",
-                    system,
-                    "--root",
-                    str(root),
-                    "--seconds",
-                    str(seconds),
-                    "--reindex-runs",
-                    str(reindex_runs),
-                    "--sweep",
-                    ",".join(str(c) for c in sweep),
-                    "--passes",
-                    str(OPTIONS["passes"]),
-                ],
-                capture_output=True,
-                text=True,
-                env=env,
-                check=False,
-            )
-            if proc.returncode != 0:
-                rows.append({"system": system, "error": proc.stderr.strip().splitlines()[-1:]})
-                print(proc.stderr, file=sys.stderr)
-                continue
-            rows.extend(json.loads(proc.stdout.strip().splitlines()[-1]))
+            argv = [
+                sys.executable,
+                "-m",
+                "benchmarks.search_latency",
+                "--worker",
+                system,
+                "--root",
+                str(root),
+                "--reindex-runs",
+                str(reindex_runs),
+                "--sweep",
+                ",".join(str(c) for c in sweep),
+                "--passes",
+                str(passes),
+            ]
+            w = _Worker(system, argv, env, root / f"{system.replace('+', '-')}.log")
+            workers[system] = (w, {})
+            attempt(system, lambda w=w, system=system: workers[system][1].update(w.receive()))
+        lat: dict[str, list[list[float]]] = collections.defaultdict(list)
+        loads: dict[str, list[float]] = collections.defaultdict(list)
+        qps: dict[str, float] = {}
+
+        def measure(system: str, name: str, command: str) -> None:
+            if system not in workers:
+                return  # it failed earlier in this round
+            answer = workers[system][0].ask(command)
+            if "lat" in answer:
+                lat[name].append(answer["lat"])
+                loads[name].append(answer["load"])
+            else:
+                qps[name] = max(qps.get(name, 0.0), answer["qps"])
+
+        for command in ["pass"] * passes + ["qps"] * passes:
+            for system in list(workers):
+                for name in workers[system][1]["ready"]:
+                    extra = f" {seconds / passes}" if command == "qps" else ""
+                    attempt(
+                        system,
+                        lambda s=system, n=name, c=f"{command} {name}{extra}": measure(s, n, c),
+                    )
+        for system in list(workers):
+            w, ready = workers[system]
+            info = {k: v for k, v in ready.items() if k != "ready"}
+
+            def finish(w: _Worker = w, ready: dict[str, Any] = ready, info: Any = info) -> None:
+                extra = w.ask("end")["extra"]
+                for name in ready["ready"]:
+                    best = best_pass(lat[name])
+                    rows.append(
+                        _summary(
+                            name,
+                            lat[name][best],
+                            qps.get(name, float("nan")),
+                            load=loads[name][best],
+                            **info,
+                            **extra.get(name, {}),
+                        )
+                    )
+
+            attempt(system, finish)
+            if system in workers:
+                workers.pop(system)[0].close()
+        rows.extend({"system": s, "error": e} for s, e in failed.items())
     return rows
 
 
@@ -1034,7 +1202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sweep = [int(c) for c in args.sweep.split(",") if c.strip()]
     OPTIONS["passes"] = max(1, args.passes)
     if args.worker:
-        worker(args.worker, args.root, args.seconds, args.reindex_runs, sweep)
+        worker(args.worker, args.root, args.reindex_runs, sweep)
         return
     rows = run_all(
         args.chunks,
