@@ -9,7 +9,8 @@ size are its own):
   embedding provider that serves the corpus vectors (so no system pays for a model);
 * ``floor``: the fair floor, tantivy and numpy called directly, given what claw gets:
   claw's own schema and analysers (stemming, query stop words) and term queries built
-  per search, the matrix product split over two threads, concurrent searches sharing
+  per search, the matrix product split over two threads where claw splits it (one
+  thread below claw's threshold, where claw ranks on its event loop), concurrent searches sharing
   one product, claw's candidate count and claw's merge (every candidate, lexical-only
   ones included, gets its exact cosine). It also scores every row (no candidate cut),
   the exhaustive fusion the candidate cut is measured against, and times the bare
@@ -385,6 +386,7 @@ def run_floor(root: Path, work: Path) -> None:
     """The fair floor; also exhaustive fusion and the bare lexical call (see the module)."""
     import tantivy
 
+    from claw_memory._index import _PARALLEL_PRODUCT_WORK
     from claw_memory._lexical import _ANALYZER, _analyzer, _query_analyzer, _schema
     from claw_memory._ranking import top_k
 
@@ -396,7 +398,11 @@ def run_floor(root: Path, work: Path) -> None:
     index.register_tokenizer(_ANALYZER, _analyzer())
     searcher = _fill(index, texts, "key")
     matrix = np.ascontiguousarray(vecs, dtype=np.float32)
-    product = SplitProduct(matrix)
+    # The threads claw uses: it splits a product this large over two workers and ranks
+    # a smaller generation on its event loop (where the hand-off to a thread costs more
+    # than the second core gains).
+    threads = FLOOR_THREADS if matrix.size >= _PARALLEL_PRODUCT_WORK else 1
+    product = SplitProduct(matrix, threads)
     build = time.perf_counter() - t0
     analyzer = _query_analyzer()
 
@@ -424,7 +430,9 @@ def run_floor(root: Path, work: Path) -> None:
 
     try:
         results = serve_commands(
-            {"floor": search}, len(qs), {"build_s": build, "candidates": candidates}
+            {"floor": search},
+            len(qs),
+            {"build_s": build, "candidates": candidates, "threads": threads},
         )
         exhaustive = []
         everything = np.arange(matrix.shape[0])
