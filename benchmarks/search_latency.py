@@ -10,11 +10,11 @@ size are its own):
 * ``floor``: the fair floor, tantivy and numpy called directly, given what claw gets:
   claw's own schema and analysers (stemming, query stop words) and term queries built
   per search, the matrix product split over two threads where claw splits it (one
-  thread below claw's threshold, where claw ranks on its event loop), concurrent searches sharing
-  one product, claw's candidate count and claw's merge (every candidate, lexical-only
-  ones included, gets its exact cosine). It also scores every row (no candidate cut),
-  the exhaustive fusion the candidate cut is measured against, and times the bare
-  tantivy call of a lexical search;
+  thread below claw's threshold, where claw ranks on its event loop), concurrent
+  searches sharing one product, claw's candidate count and claw's merge (every
+  candidate, lexical-only ones included, gets its exact cosine). It also scores every
+  row (no candidate cut), the exhaustive fusion the candidate cut is measured against,
+  and times the bare tantivy call of a lexical search;
 * ``floor-old``: the floor of the earlier benchmark (one thread, queries parsed with
   the default tokenizer before timing, no cosine for lexical-only candidates), kept so
   that old and new ratios come from one run;
@@ -23,10 +23,15 @@ size are its own):
 * ``fts5+scan``: SQLite FTS5 plus a cosine scan in numpy over float32 blobs read from
   SQLite for every query (the fallback when no vector extension loads).
 
-Reported per system: median and p95 ms per query (sequential), queries per second
-with 8 concurrent searchers, build time, peak RSS and index size, and the machine's
-load average when the figure was taken. For claw also: the top-10 agreement with
-exhaustive fusion at several candidate counts, and what a change to one file costs
+Each worker builds alone; then the orchestrator asks every worker in turn for one
+sequential pass over the queries (five rounds), then for a run of 8 concurrent
+searchers, so that a burst of load from other processes falls on every system alike.
+Reported per system: median and p95 ms over each query's fastest run (and the p95 of
+the least disturbed pass, what a caller waited), queries per second with 8 concurrent
+searchers (the best round), build time, peak RSS (``VmHWM`` of the worker's own
+address space) and index size, and the machine's load average during the passes.
+For claw also: the top-10 agreement with exhaustive fusion at several candidate
+counts, and what a change to one file costs
 (the search that notices it, searches arriving during its sync, the next search, and
 the time until the change is searchable).
 
