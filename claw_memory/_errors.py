@@ -8,11 +8,15 @@ of these.
 
 from __future__ import annotations
 
-from claw.plugin_sdk import ClawError, UnsupportedRequestError
+from claw.plugin_sdk import ClawError, ProviderError, UnsupportedRequestError
 
 
-class MemoryCoreError(ClawError, RuntimeError):
-    """Base of the Memory Core runtime failures (not raised by itself)."""
+class MemoryCoreError(ProviderError):
+    """Base of the Memory Core runtime failures (not raised by itself).
+
+    A :class:`~claw.plugin_sdk.ProviderError` (a ``RuntimeError``): the provider
+    failed, which a gateway answers ``UNAVAILABLE``, never ``INTERNAL``.
+    """
 
 
 class IndexLockedError(MemoryCoreError):

@@ -17,6 +17,7 @@ answers ``INVALID_REQUEST`` naming the plugin and asking for ``version: 2``.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from .._host import Host
 
 T = TypeVar("T")
+logger = logging.getLogger("claw.gateway")
 
 MAX_RESULTS_DEFAULT = 20
 MAX_RESULTS_LIMIT = 50
@@ -145,8 +147,16 @@ def _translate(exc: BaseException) -> BaseException:
         return GatewayError("UNAVAILABLE", str(exc))
     if isinstance(exc, MemoryUnavailableError):
         return GatewayError("UNAVAILABLE", str(exc))
-    if isinstance(exc, ProviderError):
+    if type(exc) is ProviderError:
+        # Raised by the host's guard: its message names the provider, not host paths.
         return GatewayError("UNAVAILABLE", str(exc))
+    if isinstance(exc, ProviderError):
+        # A provider's own failure: its message may name files; it goes to the log.
+        logger.warning("memory provider failed: %s", exc, exc_info=exc)
+        return GatewayError(
+            "UNAVAILABLE",
+            f"the memory provider failed ({type(exc).__name__}); the gateway log has details",
+        )
     if isinstance(exc, ContractError):
         return GatewayError("INTERNAL", "the memory provider broke its contract")
     return exc

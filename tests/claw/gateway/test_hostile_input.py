@@ -128,3 +128,33 @@ async def test_oversized_search_params_are_invalid_requests(
             await client.request("memory.search", params)
     assert info.value.code == "INVALID_REQUEST"
     assert needle in info.value.message
+
+
+async def test_a_provider_failure_is_unavailable_without_host_paths_never_internal(
+    core_host: claw.Host,
+) -> None:
+    """Memory Core failing (here: another process holds an agent's index) is the
+    provider's failure, answered UNAVAILABLE; its message (which names the index
+    directory) stays in the log."""
+    import fcntl
+    import os
+
+    from claw_memory._plugin import agent_dir_name
+
+    await core_host.sessions.create("dm:o", agent_id="other", chat_type="direct")
+    index_dir = core_host.config.resolved_state_dir / "memory" / agent_dir_name("other")
+    index_dir.mkdir(parents=True)
+    fd = os.open(index_dir / "LOCK", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    params = {"version": 2, "query": "lunch", "agentId": "other", "minScore": 0}
+    async with open_in_memory_gateway_client(Gateway(core_host), TOKEN) as client:
+        try:
+            with pytest.raises(GatewayRequestError) as info:
+                await client.request("memory.search", params)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        assert info.value.code == "UNAVAILABLE"
+        assert "IndexLockedError" in info.value.message
+        assert str(core_host.config.resolved_state_dir) not in info.value.message
+        assert (await client.request("memory.search", params))["agentId"] == "other"
