@@ -1,91 +1,255 @@
 """The ``claw`` command (also ``python -m claw``).
 
-Every command accepts ``--workspace DIR`` (default: the current directory) and
-``--config FILE`` (default: ``claw.toml`` in the workspace when present); state lives in
+Every command accepts ``--workspace DIR`` (default: ``$CLAW_WORKSPACE``, else the
+current directory) and ``--config FILE`` (default: ``$CLAW_CONFIG``, else ``claw.toml``
+in the workspace when present), before or after the subcommand; state lives in
 ``<workspace>/.claw`` unless the config says otherwise, so the embedded defaults need
-no setup. Errors are one line on stderr and a non-zero exit, never a traceback, unless
-``--debug`` is given.
+no setup.
+
+Conventions: exit code 0 on success, 1 when ``doctor`` finds problems, 2 on an error
+(the same with and without ``--json``). An error is one line on stderr, never a
+traceback unless ``--debug`` is given; with ``--json`` it is also a JSON object on
+stdout, ``{"error": {"code": ..., "message": ...}}``. Warnings start with
+``claw: warning:``. A closed pipe (``claw demo | head``) ends the command quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import logging
+import math
 import os
 import secrets
+import shutil
 import sys
-import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import attrs
 import trio
 from threadpoolctl import threadpool_limits
+from tqdm import tqdm
 
+from . import __version__
 from ._capabilities import MemoryCallerContext
 from ._config import HostConfig
-from ._demo import run_demo
-from ._errors import ClawError
+from ._demo import copy_sample_workspace, matching_lines, run_demo, sample_files
+from ._errors import CapabilityDeniedError, ClawError, ConfigError, UnsupportedRequestError
 from ._host import Host, open_host
-from ._local import parse_reference
+from ._local import load_workspace_config, parse_reference
 from .gateway import Gateway, run_gateway_until_signal
 from .gateway._errors import GatewayError
-from .gateway._memory import memory_get, memory_search, memory_status, wire_add, wire_forget
+from .gateway._memory import (
+    MAX_RESULTS_LIMIT,
+    memory_get,
+    memory_search,
+    memory_status,
+    wire_add,
+    wire_forget,
+    wire_reference,
+)
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_ERROR = 2
+ENV_WORKSPACE = "CLAW_WORKSPACE"
+ENV_CONFIG = "CLAW_CONFIG"
+LOCAL_OPERATOR_SCOPES = frozenset({"operator.read", "operator.write", "operator.admin"})
+# Wire field names the gateway's memory methods use in their messages, and the flag a
+# CLI user typed for each.
+_FLAGS = {"maxResults": "--max-results", "minScore": "--min-score", "agentId": "--agent"}
 
 
 class CliError(ClawError, RuntimeError):
     """A command failed for a reason to print as one line."""
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workspace", metavar="DIR", help="workspace directory (default: .)")
-    parser.add_argument("--config", metavar="FILE", help="config file (default: claw.toml)")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+class NotFoundError(CliError, LookupError):
+    """What the command was asked for does not exist."""
+
+
+class UsageError(CliError, ValueError):
+    """The command line itself is wrong (an unknown flag, a bad value)."""
+
+    def __init__(self, message: str, parser: argparse.ArgumentParser) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors raised (so ``--json`` can report them as JSON)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _max_results(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_RESULTS_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_RESULTS_LIMIT}, got {value}")
+    return value
+
+
+def _score(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a port: use 1-65535 (or 0 for any free port)"
+        )
+    return value
+
+
+def _sources(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [n for n in names if n not in ("memory", "sessions")]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"expected memory and/or sessions, comma-separated, got {text!r}"
+        )
+    return names
+
+
+def _common(parser: argparse.ArgumentParser, *, sub: bool) -> None:
+    # On a subcommand the defaults are suppressed, so that an option given before the
+    # subcommand (``claw --workspace DIR doctor``) is not overwritten by the
+    # subcommand's own default.
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if sub else value
+
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        default=default(None),
+        help=f"workspace directory (default: ${ENV_WORKSPACE}, else the current directory)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default(None),
+        help=f"config file (default: ${ENV_CONFIG}, else claw.toml in the workspace)",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", default=default(False), help="show tracebacks"
+    )
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _agent_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--agent", default=None, metavar="ID", help="agent id (default: the configured default)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``claw``."""
-    common = argparse.ArgumentParser(add_help=False)
-    _common(common)
-    parser = argparse.ArgumentParser(
-        prog="claw", description="claw: memory and context for AI agents", parents=[common]
+    common = _Parser(add_help=False)
+    _common(common, sub=True)
+    parser = _Parser(prog="claw", description="claw: memory and context for AI agents")
+    _common(parser, sub=False)
+    parser.add_argument(
+        "--version", action="version", version=f"claw {__version__}", help="print the version"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", parents=[common], help="serve the gateway over WebSocket")
-    serve.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None, help="port (default 0: any free)")
-    serve.add_argument("--token", default=None, help="token (or CLAW_GATEWAY_TOKEN)")
+    def command(
+        group: Any, name: str, summary: str, description: str | None = None
+    ) -> argparse.ArgumentParser:
+        created: argparse.ArgumentParser = group.add_parser(
+            name, parents=[common], help=summary, description=description or summary
+        )
+        return created
 
-    memory = sub.add_parser("memory", parents=[common], help="index and search memory")
-    msub = memory.add_subparsers(dest="memory_command", required=True)
-    index = msub.add_parser("index", parents=[common], help="bring the index up to date")
+    serve = command(
+        sub,
+        "serve",
+        "serve the gateway over WebSocket",
+        "Serve the claw gateway (memory.search, memory.get, memory.status) over WebSocket "
+        "until interrupted. Clients authenticate with a token.",
+    )
+    serve.add_argument("--host", default=None, help="address to bind (default: 127.0.0.1)")
+    serve.add_argument(
+        "--port", type=_port, default=None, help="port, 1-65535 (default: 0, any free port)"
+    )
+    serve.add_argument(
+        "--token", default=None, help="the clients' token (default: $CLAW_GATEWAY_TOKEN)"
+    )
+
+    memory = command(sub, "memory", "index, search and write memory")
+    msub = memory.add_subparsers(dest="memory_command", required=True, metavar="COMMAND")
+    index = command(msub, "index", "bring the index up to date")
     index.add_argument("--force", action="store_true", help="re-read and re-chunk everything")
-    index.add_argument("--agent", default=None)
-    index.add_argument("--json", action="store_true")
-    search = msub.add_parser("search", parents=[common], help="search memory (v2 payload)")
-    search.add_argument("query")
-    search.add_argument("--max-results", type=int, default=6)
-    search.add_argument("--min-score", type=float, default=None)
-    search.add_argument("--sources", default=None, help="memory,sessions")
-    search.add_argument("--agent", default=None)
-    search.add_argument("--cursor", default=None)
-    search.add_argument("--json", action="store_true")
-    get = msub.add_parser("get", parents=[common], help="read lines of a memory source")
-    get.add_argument("path")
-    get.add_argument("--from", dest="from_line", type=int, default=None)
-    get.add_argument("--lines", type=int, default=None)
-    get.add_argument("--agent", default=None)
-    get.add_argument("--json", action="store_true")
-    status = msub.add_parser("status", parents=[common], help="provider health")
-    status.add_argument("--agent", default=None)
-    status.add_argument("--json", action="store_true")
-    add = msub.add_parser("add", parents=[common], help="write a memory")
+    _agent_flag(index)
+    _json_flag(index)
+    search = command(
+        msub, "search", "search memory", "Search memory; prints the matching lines of each hit."
+    )
+    search.add_argument("query", help="what to look for")
+    search.add_argument(
+        "--max-results",
+        type=_max_results,
+        default=6,
+        metavar="N",
+        help=f"how many hits, 1-{MAX_RESULTS_LIMIT} (default: 6)",
+    )
+    search.add_argument(
+        "--min-score", type=_score, default=None, metavar="S", help="drop hits scoring below S"
+    )
+    search.add_argument(
+        "--sources", type=_sources, default=None, help="memory,sessions (default: both)"
+    )
+    _agent_flag(search)
+    search.add_argument("--cursor", default=None, help="the next page, as a search printed it")
+    _json_flag(search)
+    get = command(msub, "get", "read lines of a memory source")
+    get.add_argument("path", help="a path, as search prints it (path#L<a>-L<b> also works)")
+    get.add_argument(
+        "--from", dest="from_line", type=_positive_int, default=None, metavar="LINE",
+        help="first line to read (1-based)",
+    )  # fmt: skip
+    get.add_argument(
+        "--lines", type=_positive_int, default=None, metavar="N", help="how many lines"
+    )
+    _agent_flag(get)
+    _json_flag(get)
+    status = command(msub, "status", "provider health and index size")
+    _agent_flag(status)
+    _json_flag(status)
+    add = command(
+        msub,
+        "add",
+        "write a memory",
+        "Write a memory: appended, with a timestamp, to today's memory/YYYY-MM-DD.md.",
+    )
     add.add_argument("text", help="the memory to keep")
     add.add_argument(
         "--file",
@@ -95,22 +259,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory file to write (default: today's memory/YYYY-MM-DD.md)",
     )
     add.add_argument("--section", default=None, help="heading to file it under")
-    add.add_argument("--agent", default=None)
-    add.add_argument("--json", action="store_true")
-    forget = msub.add_parser("forget", parents=[common], help="forget a memory or derived chunks")
+    _agent_flag(add)
+    _json_flag(add)
+    forget = command(
+        msub,
+        "forget",
+        "forget a memory or derived chunks",
+        "Forget by reference (path#L<a>-L<b> removes those lines from the file; a path "
+        "drops its chunks from the index), or by --path, --session or --source.",
+    )
     forget.add_argument(
         "reference", nargs="?", default=None, help="path or path#L<a>-L<b>, as search prints"
     )
-    forget.add_argument("--path", default=None)
-    forget.add_argument("--session", default=None, help="a session id")
-    forget.add_argument("--source", choices=("memory", "sessions"), default=None)
-    forget.add_argument("--agent", default=None)
-    forget.add_argument("--dry-run", action="store_true")
-    forget.add_argument("--json", action="store_true")
+    forget.add_argument("--path", default=None, help="drop the chunks of this source")
+    forget.add_argument("--session", default=None, help="drop the chunks of this session id")
+    forget.add_argument(
+        "--source",
+        choices=("memory", "sessions"),
+        default=None,
+        help="drop the chunks of a whole source",
+    )
+    _agent_flag(forget)
+    forget.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    _json_flag(forget)
 
-    doctor = sub.add_parser("doctor", parents=[common], help="check config, slots and memory")
-    doctor.add_argument("--json", action="store_true")
-    sub.add_parser("demo", parents=[common], help="run the end-to-end demo")
+    doctor = command(sub, "doctor", "check config, slots and memory")
+    _json_flag(doctor)
+    command(
+        sub,
+        "demo",
+        "run the end-to-end demo",
+        "Index a workspace, search it and run two turns. An empty or missing --workspace "
+        "gets the sample workspace copied in; without one the sample runs in a temporary "
+        "folder.",
+    )
+    init = command(sub, "init", "copy the sample workspace into a folder")
+    init.add_argument("directory", metavar="DIR", help="folder to create or fill")
     _mcp_parser(sub, common)
     return parser
 
@@ -153,29 +337,25 @@ async def _mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
 
 
+def _workspace_arg(args: argparse.Namespace) -> str | None:
+    value: str | None = args.workspace or os.environ.get(ENV_WORKSPACE) or None
+    return value
+
+
 def load_config(args: argparse.Namespace) -> HostConfig:
-    """The host config for ``args`` (workspace, config file, ``.claw`` state)."""
-    workspace = Path(args.workspace).expanduser().resolve() if args.workspace else Path.cwd()
-    if not workspace.is_dir():
-        raise CliError(f"workspace {workspace} is not a directory")
-    config_path = Path(args.config).expanduser() if args.config else workspace / "claw.toml"
-    if not config_path.is_file():
-        if args.config:
-            raise CliError(f"config file {config_path} not found")
-        return HostConfig(workspace_dir=workspace)
-    overrides: dict[str, Any] = {}
-    keys = set(tomllib.loads(config_path.read_text(encoding="utf-8")))
-    if args.workspace or "workspace_dir" not in keys:
-        overrides["workspace_dir"] = workspace
-    return HostConfig.load(config_path, **overrides)
+    """The host config for ``args`` (workspace, config file, environment, ``.claw`` state)."""
+    config = args.config or os.environ.get(ENV_CONFIG) or None
+    workspace = _workspace_arg(args)
+    if workspace is not None and not Path(workspace).expanduser().is_dir():
+        given = "--workspace" if args.workspace else f"${ENV_WORKSPACE}"
+        raise CliError(f"{given} {workspace}: not a directory")
+    return load_workspace_config(workspace, config)
 
 
 async def _with_operator(config: HostConfig, fn: Callable[[Host, MemoryCallerContext], Any]) -> Any:
     async with open_host(config) as host, host.open_scope("cli") as scope:
         caller = scope.mint_caller_context(
-            scope.mint_operator_authority(
-                {"operator.read", "operator.write", "operator.admin"}, connection_id="cli"
-            )
+            scope.mint_operator_authority(LOCAL_OPERATOR_SCOPES, connection_id="cli")
         )
         return await fn(host, caller)
 
@@ -194,26 +374,146 @@ def _maintenance(host: Host) -> Any:
     return maintenance
 
 
-class _Progress:
-    """A one-line progress bar on a terminal; silent otherwise."""
+_STAGES = {
+    "scan": ("scanning", "sources"),
+    "chunk": ("chunking", "sources"),
+    "embed": ("embedding", "chunks"),
+    "publish": ("publishing", "steps"),
+}
 
-    def __init__(self, stream: TextIO) -> None:
+
+class Progress:
+    """Progress of a long sync on a terminal (tqdm bars, one per stage); silent otherwise.
+
+    Called as ``progress(stage, done, total)``. Nothing is drawn for a sync that only
+    scanned (nothing changed), so an up-to-date search stays quiet.
+    """
+
+    def __init__(self, stream: TextIO, *, enabled: bool | None = None) -> None:
         self._stream = stream
-        self._tty = stream.isatty()
-        self._drawn = False
+        self._enabled = stream.isatty() if enabled is None else enabled
+        self._stage: str | None = None
+        self._bar: Any = None
+        self._scanned: tuple[int, int] | None = None
 
-    def __call__(self, done: int, total: int) -> None:
-        if not self._tty or total <= 0:
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self._enabled:
             return
-        width = 30
-        filled = int(width * done / total)
-        self._stream.write(f"\rembedding [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        self._stream.flush()
-        self._drawn = True
+        if stage == "scan" and self._bar is None:
+            self._scanned = (done, total)
+            return
+        if self._scanned is not None:
+            scanned, self._scanned = self._scanned, None
+            self._show("scan", *scanned)
+        self._show(stage, done, total)
 
-    def finish(self) -> None:
-        if self._drawn:
-            self._stream.write("\n")
+    def _show(self, stage: str, done: int, total: int) -> None:
+        if stage != self._stage or self._bar is None:
+            self.close()
+            label, unit = _STAGES.get(stage, (stage, "items"))
+            self._stage = stage
+            # A terminal that reports no size (some ptys) would get an empty or hidden bar.
+            size = shutil.get_terminal_size((80, 24))
+            self._bar = tqdm(
+                total=total,
+                desc=f"{label:<10}",
+                unit=f" {unit}",
+                file=self._stream,
+                leave=True,
+                ncols=min(100, size.columns),
+                nrows=max(2, size.lines),
+            )
+        bar = self._bar
+        if bar.total != total:
+            bar.total = total
+        bar.update(max(0, done - bar.n))
+
+    def close(self) -> None:
+        """End the current bar (call when the work is done)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+            self._stage = None
+
+
+async def _warm(host: Host, caller: MemoryCallerContext, agent: str | None, err: TextIO) -> None:
+    """Do a first search's implicit indexing now, where it can show progress."""
+    _, capability = host.memory.selection()
+    warm = getattr(capability.maintenance if capability else None, "warm", None)
+    if not callable(warm):
+        return
+    progress = Progress(err)
+    try:
+        await warm(
+            agent_id=agent or host.config.default_agent_id, context=caller, progress=progress
+        )
+    finally:
+        progress.close()
+
+
+def _flag_names(message: str) -> str:
+    for wire, flag in _FLAGS.items():
+        message = message.replace(wire, flag)
+    return message
+
+
+async def _memory_read(
+    args: argparse.Namespace, host: Host, caller: MemoryCallerContext, out: TextIO, err: TextIO
+) -> int:
+    """``search``, ``get`` and ``status``: the gateway's payloads, printed."""
+    command = args.memory_command
+    await _warm(host, caller, args.agent, err)
+    try:
+        if command == "search":
+            params: dict[str, Any] = {
+                "version": 2,
+                "query": args.query,
+                "maxResults": args.max_results,
+            }
+            if args.min_score is not None:
+                params["minScore"] = args.min_score
+            if args.sources:
+                params["sources"] = args.sources
+            if args.agent:
+                params["agentId"] = args.agent
+            if args.cursor:
+                params["cursor"] = args.cursor
+            payload = await memory_search(host, caller, params, lambda: None)
+            if args.json:
+                _emit_json(out, payload)
+            else:
+                _print_hits(out, payload, args.query)
+            return EXIT_OK
+        if command == "get":
+            ref = parse_reference(host.slots.memory_plugin or "", args.path)
+            params = {"reference": wire_reference(ref)}
+            if args.from_line is not None:
+                params["from"] = args.from_line
+            if args.lines is not None:
+                params["lines"] = args.lines
+            if args.agent:
+                params["agentId"] = args.agent
+            payload = await memory_get(host, caller, params, lambda: None)
+            if payload["status"] != "ok":
+                raise NotFoundError(f"{args.path} was not found in memory")
+            if args.json:
+                _emit_json(out, payload)
+            else:
+                out.write(payload["text"] + "\n")
+            return EXIT_OK
+        params = {"agentId": args.agent} if args.agent else {}
+        payload = await memory_status(host, caller, params, lambda: None)
+        if args.json:
+            _emit_json(out, payload)
+        else:
+            out.write(f"provider {payload['providerId']}: {payload['status']}\n")
+            if "message" in payload:
+                out.write(f"  {payload['message']}\n")
+            for key, value in sorted(payload.get("details", {}).items()):
+                out.write(f"  {key}: {value}\n")
+    except GatewayError as exc:
+        raise CliError(_flag_names(exc.message)) from exc
+    return EXIT_OK
 
 
 async def _memory_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -221,77 +521,8 @@ async def _memory_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     command = args.memory_command
 
     async def run(host: Host, caller: MemoryCallerContext) -> int:
-        try:
-            if command == "search":
-                params: dict[str, Any] = {
-                    "version": 2,
-                    "query": args.query,
-                    "maxResults": args.max_results,
-                }
-                if args.min_score is not None:
-                    params["minScore"] = args.min_score
-                if args.sources:
-                    params["sources"] = [s.strip() for s in args.sources.split(",") if s.strip()]
-                if args.agent:
-                    params["agentId"] = args.agent
-                if args.cursor:
-                    params["cursor"] = args.cursor
-                payload = await memory_search(host, caller, params, lambda: None)
-                if args.json:
-                    _emit_json(out, payload)
-                else:
-                    _print_hits(out, payload)
-                return EXIT_OK
-            if command == "get":
-                ref = {"providerId": host.slots.memory_plugin or "", "id": args.path}
-                params = {"reference": ref}
-                if args.from_line is not None:
-                    params["from"] = args.from_line
-                if args.lines is not None:
-                    params["lines"] = args.lines
-                if args.agent:
-                    params["agentId"] = args.agent
-                payload = await memory_get(host, caller, params, lambda: None)
-                if args.json:
-                    _emit_json(out, payload)
-                elif payload["status"] == "ok":
-                    out.write(payload["text"] + "\n")
-                else:
-                    raise CliError(f"{args.path} was not found in memory")
-                return EXIT_OK
-            if command == "status":
-                params = {"agentId": args.agent} if args.agent else {}
-                payload = await memory_status(host, caller, params, lambda: None)
-                if args.json:
-                    _emit_json(out, payload)
-                else:
-                    out.write(f"provider {payload['providerId']}: {payload['status']}\n")
-                    if "message" in payload:
-                        out.write(f"  {payload['message']}\n")
-                    for key, value in sorted(payload.get("details", {}).items()):
-                        out.write(f"  {key}: {value}\n")
-                return EXIT_OK
-        except GatewayError as exc:
-            raise CliError(exc.message) from exc
-        agent = args.agent or host.config.default_agent_id
-        maintenance = _maintenance(host)
-        if command == "index":
-            progress = _Progress(err)
-            report = await maintenance.reindex(
-                agent_id=agent, context=caller, force=args.force, progress=progress
-            )
-            progress.finish()
-            if args.json:
-                _emit_json(out, report)
-            else:
-                out.write(
-                    f"indexed {len(report['indexed'])} source(s), "
-                    f"+{report['chunksAdded']}/-{report['chunksRemoved']} chunks, "
-                    f"{report['embedded']} embedded, generation {report['generation']}\n"
-                )
-                for skipped in report["skipped"]:
-                    out.write(f"  skipped {skipped['path']}: {skipped['reason']}\n")
-            return EXIT_OK
+        if command in ("search", "get", "status"):
+            return await _memory_read(args, host, caller, out, err)
         if command == "add":
             added = await host.memory.add(
                 caller, args.text, path=args.target, section=args.section, agent_id=args.agent
@@ -319,53 +550,73 @@ async def _memory_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
                 else:
                     out.write(f"{verb} {forgot.chunks} chunk(s) of {args.reference}\n")
             return EXIT_OK
-        if command == "forget":
-            if not (args.path or args.session or args.source):
-                raise CliError("forget needs a REFERENCE, --path, --session or --source")
-            result = await maintenance.forget(
-                agent_id=agent,
-                context=caller,
-                path=args.path,
-                session_id=args.session,
-                source=args.source,
-                dry_run=args.dry_run,
-            )
-            if args.json:
-                _emit_json(out, result)
-            else:
-                verb = "would forget" if result["dryRun"] else "forgot"
-                out.write(
-                    f"{verb} {result['chunks']} chunk(s) from {len(result['paths'])} source(s)\n"
+        agent = args.agent or host.config.default_agent_id
+        maintenance = _maintenance(host)
+        if command == "index":
+            progress = Progress(err)
+            try:
+                report = await maintenance.reindex(
+                    agent_id=agent, context=caller, force=args.force, progress=progress
                 )
-                for path in result["paths"]:
-                    out.write(f"  {path}\n")
+            finally:
+                progress.close()
+            if args.json:
+                _emit_json(out, report)
+            else:
+                out.write(
+                    f"indexed {len(report['indexed'])} source(s), "
+                    f"+{report['chunksAdded']}/-{report['chunksRemoved']} chunks, "
+                    f"{report['embedded']} embedded, generation {report['generation']}\n"
+                )
+                for skipped in report["skipped"]:
+                    out.write(f"  skipped {skipped['path']}: {skipped['reason']}\n")
             return EXIT_OK
-        raise CliError(f"unknown memory command {command!r}")  # pragma: no cover
+        if not (args.path or args.session or args.source):
+            raise CliError("forget needs a REFERENCE, --path, --session or --source")
+        result = await maintenance.forget(
+            agent_id=agent,
+            context=caller,
+            path=args.path,
+            session_id=args.session,
+            source=args.source,
+            dry_run=args.dry_run,
+        )
+        if args.json:
+            _emit_json(out, result)
+        else:
+            verb = "would forget" if result["dryRun"] else "forgot"
+            out.write(f"{verb} {result['chunks']} chunk(s) from {len(result['paths'])} source(s)\n")
+            for path in result["paths"]:
+                out.write(f"  {path}\n")
+        return EXIT_OK
 
     result: int = await _with_operator(config, run)
     return result
 
 
-def _print_hits(out: TextIO, payload: dict[str, Any]) -> None:
+def _print_hits(out: TextIO, payload: dict[str, Any], query: str) -> None:
     hits = payload["hits"]
     if not hits:
         out.write("no results\n")
     for rank, hit in enumerate(hits, start=1):
         citation = hit.get("citation") or {}
         path = citation.get("path", hit["reference"]["id"])
-        lines = f"L{citation.get('startLine', '?')}-L{citation.get('endLine', '?')}"
-        where = f"{path}#{lines}"
-        excerpt = " ".join(hit["excerpt"].split())
+        start = citation.get("startLine")
+        lines = f"L{start if start is not None else '?'}-L{citation.get('endLine', '?')}"
         score = hit.get("score")
         shown = f"{score:.3f}" if isinstance(score, int | float) else "  -  "
-        out.write(f"{rank:>2}  {shown}  {where}\n    {excerpt[:160]}\n")
+        out.write(f"{rank:>2}  {shown}  {path}#{lines}\n")
+        first = start if citation.get("source", "memory") == "memory" else None
+        for offset, line in matching_lines(hit["excerpt"], query, limit=3):
+            where = f"L{first + offset}: " if isinstance(first, int) else ""
+            out.write(f"    {where}{' '.join(line.split())[:160]}\n")
     if "nextCursor" in payload:
         out.write(f"more: --cursor {payload['nextCursor']}\n")
     if "warning" in payload:
         out.write(f"note: {payload['warning']}\n")
 
 
-async def _doctor(args: argparse.Namespace, out: TextIO) -> int:
+async def _doctor(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list[str]) -> int:
     config = load_config(args)
     report: dict[str, Any] = {
         "workspace": str(config.workspace_dir),
@@ -383,6 +634,7 @@ async def _doctor(args: argparse.Namespace, out: TextIO) -> int:
         if host.slots.memory_plugin is None:
             problems.append("no memory plugin is selected")
             return
+        await _warm(host, caller, None, err)
         async with host.open_scope("doctor") as scope:
             status_caller = scope.mint_caller_context(scope.mint_host_authority("status"))
             async with host.memory.open(status_caller) as handle:
@@ -406,7 +658,8 @@ async def _doctor(args: argparse.Namespace, out: TextIO) -> int:
     try:
         await _with_operator(config, run)
     except ClawError as exc:
-        problems.append(str(exc))
+        problems.append(_one_line(exc))
+    problems[:0] = warnings
     report["problems"] = problems
     if args.json:
         _emit_json(out, report)
@@ -430,8 +683,13 @@ async def _doctor(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK if not problems else EXIT_PROBLEM
 
 
-async def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _listen_error(exc: BaseException) -> OSError | None:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, OSError) else None
 
+
+async def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = load_config(args)
     gateway_config = config.gateway
     token = args.token or os.environ.get("CLAW_GATEWAY_TOKEN") or gateway_config.token
@@ -447,6 +705,7 @@ async def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.port is not None:
         changes["port"] = args.port
     gateway_config = attrs.evolve(gateway_config, **changes)
+    where = f"{gateway_config.host}:{gateway_config.port}"
     async with open_host(config) as host, trio.open_nursery() as nursery:
         gateway = Gateway(host, config=gateway_config)
         done = trio.Event()
@@ -456,7 +715,18 @@ async def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             code.append(await run_gateway_until_signal(gateway, task_status=task_status))
             done.set()
 
-        address = await nursery.start(runner)
+        try:
+            address = await nursery.start(runner)
+        except (OSError, BaseExceptionGroup) as exc:
+            failed = _listen_error(exc)
+            if failed is None:
+                raise
+            reason = (
+                "the address is already in use"
+                if failed.errno == errno.EADDRINUSE
+                else (failed.strerror or str(failed))
+            )
+            raise CliError(f"cannot listen on {where}: {reason}") from exc
         out.write(f"claw gateway listening on {address.url}\n")
         out.flush()
         await done.wait()
@@ -464,30 +734,158 @@ async def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-async def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _next_commands(workspace: str) -> list[str]:
+    ws = f" --workspace {workspace}"
+    return [
+        "next, try:",
+        f'  claw memory search "deploy window"{ws}',
+        f'  claw memory add "The deploy window moved to Thursday"{ws}',
+        f"  claw memory status{ws}",
+        f"  claw doctor{ws}",
+    ]
+
+
+def _is_empty(directory: Path) -> bool:
+    return not directory.exists() or all(p.name == ".claw" for p in directory.iterdir())
+
+
+def _demo_workspace(chosen: str, write: Callable[[str], None]) -> Path:
+    """The demo's ``--workspace``, with the sample copied in when it is empty or missing."""
+    workspace = Path(chosen).expanduser().resolve()
+    if workspace.exists() and not workspace.is_dir():
+        raise CliError(f"--workspace {chosen}: not a directory")
+    if _is_empty(workspace):
+        copy_sample_workspace(workspace)
+        write(f"copied the sample workspace into {workspace}")
+    return workspace
+
+
+async def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    def write(line: str) -> None:
+        out.write(line + "\n")
+
+    chosen = _workspace_arg(args)
+    if chosen is None:
+        code = await run_demo(write, None)
+        write("")
+        write("the demo ran in a temporary folder; to keep a workspace to try:")
+        write("  claw init claw-sample")
+        for line in _next_commands("claw-sample")[1:]:
+            write(line)
+        return code
+    workspace = _demo_workspace(chosen, write)
+    code = await run_demo(write, workspace)
+    write("")
+    for line in _next_commands(str(workspace)):
+        write(line)
+    return code
+
+
+def _init(args: argparse.Namespace, out: TextIO) -> int:
+    target = Path(args.directory).expanduser().resolve()
+    if target.exists() and not target.is_dir():
+        raise CliError(f"{args.directory}: not a directory")
+    if target.exists():
+        clash = [name for name in sample_files() if (target / name).exists()]
+        if clash:
+            raise CliError(
+                f"{args.directory} already has {clash[0]}; init only fills a folder without "
+                "the sample's files"
+            )
+    copy_sample_workspace(target)
+    out.write(f"copied the sample workspace into {target}\n\n")
+    out.writelines(line + "\n" for line in _next_commands(str(target)))
+    return EXIT_OK
+
+
+async def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list[str]) -> int:
     if args.command == "memory":
         return await _memory_command(args, out, err)
     if args.command == "doctor":
-        return await _doctor(args, out)
+        return await _doctor(args, out, err, warnings)
     if args.command == "serve":
         return await _serve(args, out, err)
     if args.command == "mcp":
         return await _mcp(args, out, err)
     if args.command == "demo":
-        workspace = Path(args.workspace) if args.workspace else None
-
-        def write(line: str) -> None:
-            out.write(line + "\n")
-
-        return await run_demo(write, workspace)
+        return await _demo(args, out)
+    if args.command == "init":
+        return _init(args, out)
     raise CliError(f"unknown command {args.command!r}")  # pragma: no cover
 
 
-def _one_line(exc: BaseException) -> str:
+def _innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _one_line(exc: BaseException) -> str:
+    exc = _innermost(exc)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return text
+
+
+def _error_code(exc: BaseException) -> str:
+    exc = _innermost(exc)
+    if isinstance(exc, UsageError):
+        return "USAGE"
+    if isinstance(exc, NotFoundError | FileNotFoundError):
+        return "NOT_FOUND"
+    if isinstance(exc, ConfigError):
+        return "CONFIG"
+    if isinstance(exc, CapabilityDeniedError):
+        return "FORBIDDEN"
+    if isinstance(exc, UnsupportedRequestError | ValueError):
+        return "INVALID_REQUEST"
+    if isinstance(exc, ClawError | OSError):
+        return "ERROR"
+    return "INTERNAL"
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    if isinstance(exc, BrokenPipeError):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_broken_pipe(e) for e in exc.exceptions)
+    return False
+
+
+class _WarningLines(logging.Handler):
+    """Prints claw's warnings as ``claw: warning: ...`` and keeps them for ``doctor``."""
+
+    def __init__(self, err: TextIO) -> None:
+        super().__init__(logging.WARNING)
+        self.err = err
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().strip().splitlines()[0]
+        self.messages.append(message)
+        self.err.write(f"claw: warning: {message}\n")
+
+
+@contextmanager
+def _warnings_to(err: TextIO) -> Iterator[_WarningLines]:
+    handler = _WarningLines(err)
+    loggers = [logging.getLogger("claw"), logging.getLogger("claw_memory")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so the exit flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def main(
@@ -496,30 +894,50 @@ def main(
     """Run ``claw`` with ``argv``; returns the exit code."""
     out = out or sys.stdout
     err = err or sys.stderr
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.workspace:
-        args.workspace = str(Path(args.workspace).expanduser().resolve())
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--json" in arguments
+    debug = "--debug" in arguments
     try:
-        # One BLAS thread: claw runs its own concurrency (searches share products, large
-        # products are split across the worker pool), and BLAS threads that spin
-        # between calls only take CPU from the event loop (claw serve answered 17% more
-        # requests per second with them off). This is our own process; as a library,
-        # claw leaves the host application's BLAS settings alone.
-        with threadpool_limits(limits=1, user_api="blas"):
-            return trio.run(_dispatch, args, out, err)
+        with _warnings_to(err) as warnings:
+            args = build_parser().parse_args(arguments)
+            debug = args.debug
+            # One BLAS thread: claw runs its own concurrency (searches share products,
+            # large products are split across the worker pool), and BLAS threads that
+            # spin between calls only take CPU from the event loop (claw serve answered
+            # 17% more requests per second with them off). This is our own process; as
+            # a library, claw leaves the host application's BLAS settings alone.
+            with threadpool_limits(limits=1, user_api="blas"):
+                code = trio.run(_dispatch, args, out, err, warnings.messages)
+            out.flush()
+            return code
     except KeyboardInterrupt:
         err.write("claw: interrupted\n")
         return 130
-    except (ClawError, OSError, ValueError, BaseExceptionGroup) as exc:
-        if args.debug:
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):
             raise
-        err.write(f"claw: error: {_one_line(exc)}\n")
-        return EXIT_ERROR
-    except Exception as exc:
-        if args.debug:
+        if _broken_pipe(exc):
+            if out is sys.stdout:
+                _silence_stdout()
+            return EXIT_OK
+        internal = not isinstance(_innermost(exc), ClawError | OSError | ValueError | LookupError)
+        if debug and not isinstance(exc, UsageError):
             raise
-        err.write(
-            f"claw: internal error ({type(exc).__name__}): {_one_line(exc)}; rerun with --debug\n"
-        )
+        message = _one_line(exc)
+        if isinstance(exc, UsageError):
+            exc.parser.print_usage(err)
+            err.write(f"{exc.parser.prog}: error: {message}\n")
+        elif internal:
+            err.write(
+                f"claw: internal error ({type(_innermost(exc)).__name__}): {message}; "
+                "rerun with --debug\n"
+            )
+        else:
+            err.write(f"claw: error: {message}\n")
+        if wants_json:
+            try:
+                _emit_json(out, {"error": {"code": _error_code(exc), "message": message}})
+                out.flush()
+            except BrokenPipeError:
+                _silence_stdout()
         return EXIT_ERROR

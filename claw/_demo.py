@@ -72,13 +72,41 @@ _STOP = frozenset(
 )
 
 
+def _content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def _shared(wanted: set[str], line: str) -> int:
+    """How many of ``wanted`` occur in ``line`` (a word also matches its longer forms)."""
+    words = _content_words(line)
+    return sum(
+        1 for w in wanted if w in words or (len(w) >= 4 and any(x.startswith(w) for x in words))
+    )
+
+
+def matching_lines(text: str, query: str, *, limit: int = 3) -> list[tuple[int, str]]:
+    """The lines of ``text`` that match ``query`` best, as ``(line index, line)``.
+
+    At most ``limit`` lines, in text order, ranked by how many of the query's content
+    words they share; when none shares any, the first non-blank line. This is what a
+    search result shows, instead of the start of its chunk.
+    """
+    wanted = _content_words(query)
+    lines = text.splitlines()
+    scored = [(_shared(wanted, line), i) for i, line in enumerate(lines) if line.strip()]
+    best = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))[:limit]
+    if not best:
+        best = scored[:1]
+    return [(i, lines[i].strip()) for _, i in sorted(best, key=lambda s: s[1])]
+
+
 def best_line(text: str, question: str) -> str:
     """The line of ``text`` that shares the most content words with ``question``."""
-    wanted = {w for w in _WORD.findall(question.lower()) if w not in _STOP}
+    wanted = _content_words(question)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return ""
-    return max(lines, key=lambda line: len(wanted & set(_WORD.findall(line.lower()))))
+    return max(lines, key=lambda line: _shared(wanted, line))
 
 
 @attrs.define
@@ -121,6 +149,13 @@ class RecallModel:
                 usage=usage,
             )
         return AssistantMessage(text="I can only answer from memory.", usage=usage)
+
+
+def sample_files() -> list[str]:
+    """The workspace-relative paths of the bundled sample's files."""
+    source = resources.files("claw").joinpath("_data/sample_workspace")
+    with resources.as_file(source) as path:
+        return sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
 
 
 def copy_sample_workspace(target: Path) -> Path:

@@ -9,6 +9,7 @@ Plugins never see the host, only their :class:`~claw.PluginApi` facet.
 
 from __future__ import annotations
 
+import difflib
 import fcntl
 import importlib.metadata
 import logging
@@ -441,8 +442,11 @@ class Host(metaclass=NoPublicConstructor):
                 api._close()
         for plugin_id in plugins_cfg.entries:
             if plugin_id not in self._plugins.plugins and plugins_cfg.entries[plugin_id].enabled:
+                near = difflib.get_close_matches(plugin_id, list(self._plugins.plugins), n=1)
                 logger.warning(
-                    "plugins.entries.%s configures a plugin that is not loaded", plugin_id
+                    "plugins.entries.%s configures a plugin that is not loaded%s",
+                    plugin_id,
+                    f" (did you mean {near[0]!r}?)" if near else "",
                 )
         self._slots = self._select_slots()
 

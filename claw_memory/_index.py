@@ -55,7 +55,18 @@ from ._lexical import DOCUMENT_VERSION, LexicalIndex
 from ._ranking import RankedRow, RankParams, rank
 from ._records import ChunkRecord, PreparedChunk
 from ._settings import MemoryCoreSettings, SearchMode, SourceKind
-from ._sources import FileEntry, discover, prepare_file_chunks, read_source, scan_stats
+from ._sources import (
+    BINARY,
+    NOT_UTF8,
+    SYMLINK,
+    FileEntry,
+    discover,
+    prepare_file_chunks,
+    read_source,
+    scan_stats,
+    too_large,
+    unreadable,
+)
 from ._store import SCHEMA_VERSION, SourceChange, SourceState, Store
 from ._transcripts import (
     TranscriptSession,
@@ -198,6 +209,17 @@ def _prepare_files(
     return changes, stat_only
 
 
+SyncProgress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)`` of a sync; see :meth:`MemoryIndex.sync`."""
+
+# Files read and chunked per worker call, so that a long first index reports progress.
+_CHUNK_BATCH_FILES = 64
+
+
+def _no_progress(stage: str, done: int, total: int) -> None:
+    return None
+
+
 _INLINE_QUERY_CHARS = 2048
 # A generation this small (rows times vector dimensions) is ranked on the event loop:
 # its matrix product and BM25 search take a fraction of a millisecond, less than
@@ -309,7 +331,7 @@ class MemoryIndex:
                 else await workers.run_sync(_matrix_from_blobs, blobs, embedder.dims)
             )
             gen = Generation.build(
-                number=1,
+                number=await workers.run_sync(store.publications),
                 index_generation=generation,
                 searcher=await workers.run_sync(lexical.searcher),
                 records=records,
@@ -411,14 +433,17 @@ class MemoryIndex:
 
     # -- sync ---------------------------------------------------------------------
     async def sync(
-        self, *, force: bool = False, progress: Callable[[int, int], None] | None = None
+        self, *, force: bool = False, progress: SyncProgress | None = None
     ) -> SyncReport:
         """Bring the index up to date with its sources; ``force`` re-reads and re-chunks all.
 
         Only sources whose stat (files) or change token (sessions) moved are read;
         a file whose bytes hash the same only has its stat refreshed. ``progress``, when
-        given, is called with ``(embedded, to_embed)`` as new chunks are embedded (the
-        slow part of a large sync), so a CLI can draw a progress bar.
+        given, is called on the event loop as ``progress(stage, done, total)`` through
+        the stages of a sync that changes something: ``"scan"`` (sources found),
+        ``"chunk"`` (changed sources read and chunked), ``"embed"`` (new chunks
+        embedded) and ``"publish"`` (database, lexical index, generation), so a CLI can
+        show where a long first index is.
         """
         self._check_open()
         async with self._write_lock:
@@ -439,12 +464,12 @@ class MemoryIndex:
             return []
         return list(await self._transcripts.list_sessions())
 
-    async def _sync_locked(
-        self, force: bool, progress: Callable[[int, int], None] | None = None
-    ) -> SyncReport:
+    async def _sync_locked(self, force: bool, progress: SyncProgress | None = None) -> SyncReport:
         settings = self._settings
+        report = progress or _no_progress
         entries = await self._scan_memory()
         sessions = await self._list_sessions()
+        report("scan", len(entries) + len(sessions), len(entries) + len(sessions))
         present: set[str] = set()
 
         to_read: list[FileEntry] = []
@@ -453,12 +478,28 @@ class MemoryIndex:
             prev = self._sources.get(e.provenance)
             if force or prev is None or (prev.size, prev.mtime_ns) != (e.size, e.mtime_ns):
                 to_read.append(e)
-        file_changes, stat_only = await self._workers.run_sync(
-            _prepare_files, to_read, dict(self._sources), settings, self._tombstones, force
-        )
-        changes: list[tuple[SourceState, list[PreparedChunk]]] = list(file_changes)
+        to_chunk = [
+            s
+            for s in sessions
+            if force
+            or (prev := self._sources.get(session_provenance(s))) is None
+            or prev.token != s.change_token
+        ]
+        chunk_total = len(to_read) + len(to_chunk)
+        changes: list[tuple[SourceState, list[PreparedChunk]]] = []
+        stat_only: list[SourceState] = []
+        old_sources = dict(self._sources)
+        for start in range(0, len(to_read), _CHUNK_BATCH_FILES):
+            batch = to_read[start : start + _CHUNK_BATCH_FILES]
+            file_changes, batch_stats = await self._workers.run_sync(
+                _prepare_files, batch, old_sources, settings, self._tombstones, force
+            )
+            changes.extend(file_changes)
+            stat_only.extend(batch_stats)
+            report("chunk", start + len(batch), chunk_total)
 
         session_map: dict[str, TranscriptSession] = {}
+        chunked = len(to_read)
         for s in sessions:
             prov = session_provenance(s)
             present.add(prov)
@@ -466,6 +507,8 @@ class MemoryIndex:
             prev = self._sources.get(prov)
             if not force and prev is not None and prev.token == s.change_token:
                 continue
+            chunked += 1
+            report("chunk", chunked, chunk_total)
             turns = list(await self._transcripts.read_turns(s)) if self._transcripts else []
             chunks = await self._workers.run_sync(
                 lambda s=s, turns=turns: prepare_session_chunks(
@@ -492,11 +535,6 @@ class MemoryIndex:
         self._sessions = session_map
 
         removed = [prov for prov in self._sources if prov not in present]
-        skipped = tuple(
-            SkippedSource(path=st.path, source=st.source, reason=st.skip_reason)
-            for st, _ in changes
-            if st.skip_reason is not None
-        )
         if not changes and not removed:
             if stat_only:
                 await self._workers.run_sync(self._store.update_stats, stat_only)
@@ -506,7 +544,7 @@ class MemoryIndex:
             return SyncReport(
                 indexed=(),
                 removed=(),
-                skipped=(),
+                skipped=self._skipped(),
                 chunks_added=0,
                 chunks_removed=0,
                 embedded=0,
@@ -515,7 +553,9 @@ class MemoryIndex:
 
         # Embed every new chunk (through the cache).
         all_chunks = [c for _, chunks in changes for c in chunks]
-        vectors, embedded = await self._embed_chunks(all_chunks, progress)
+        vectors, embedded = await self._embed_chunks(
+            all_chunks, lambda done, total: report("embed", done, total)
+        )
 
         source_changes: list[SourceChange] = []
         offset = 0
@@ -528,7 +568,9 @@ class MemoryIndex:
         rows_of = self._generation.rows_of_provenance
         old_count = sum(len(rows_of.get(prov, ())) for prov in replaced)
 
+        report("publish", 0, 3)
         await self._workers.run_sync(self._store.apply_changes, source_changes)
+        report("publish", 1, 3)
         for ch in source_changes:
             if ch.state is None:
                 self._sources.pop(ch.provenance, None)
@@ -541,13 +583,15 @@ class MemoryIndex:
 
         documents = [(c.record, c.context) for c in all_chunks]
         await self._publish_lexical(sorted(replaced), documents)
+        report("publish", 2, 3)
         added = [c.record for c in all_chunks]
         await self._publish(replaced=replaced, added=added, added_vectors=vectors)
+        report("publish", 3, 3)
         self._last_sync_at = time.time()
         return SyncReport(
             indexed=tuple(sorted(st.path for st, _ in changes if st.skip_reason is None)),
             removed=tuple(sorted(self._path_of_prov(p) for p in removed)),
-            skipped=skipped,
+            skipped=self._skipped(),
             chunks_added=len(added),
             chunks_removed=old_count,
             embedded=embedded,
@@ -779,6 +823,8 @@ class MemoryIndex:
             added_vectors=added_vectors,
         )
         new = await self._workers.run_sync(derive_generation, old, change)
+        # The number survives restarts, so every process reports the same generation.
+        await self._workers.run_sync(self._store.record_publication, change.number)
         self._publications += 1
         self._generation = new
 
@@ -1140,16 +1186,20 @@ class MemoryIndex:
         )
 
     # -- status -------------------------------------------------------------------
+    def _skipped(self) -> tuple[SkippedSource, ...]:
+        """Every source skipped as of the last sync, by path."""
+        return tuple(
+            SkippedSource(path=s.path, source=s.source, reason=s.skip_reason)
+            for s in sorted(self._sources.values(), key=lambda s: s.path)
+            if s.skip_reason is not None
+        )
+
     def status(self) -> IndexStatus:
         """A snapshot of the index (no I/O)."""
         gen = self._generation
         live_sessions = gen.is_session if gen.alive is None else gen.is_session & gen.alive
         sessions = int(live_sessions.sum())
-        skipped = tuple(
-            SkippedSource(path=s.path, source=s.source, reason=s.skip_reason)
-            for s in sorted(self._sources.values(), key=lambda s: s.path)
-            if s.skip_reason is not None
-        )
+        skipped = self._skipped()
         e = self._embedder
         return IndexStatus(
             workspace_dir=str(self._workspace),
@@ -1329,9 +1379,9 @@ def read_line_range(
         return _LineSpan([], 0, False, None, reason)
 
     if entry.symlink:
-        return refused("symlink (not followed)")
+        return refused(SYMLINK)
     if entry.size > max_bytes:
-        return refused(f"too large ({entry.size} bytes > {max_bytes})")
+        return refused(too_large(max_bytes, entry.size))
     last = None if lines is None else from_line - 1 + lines
     kept: list[str] = []
     chars = 0
@@ -1362,10 +1412,10 @@ def read_line_range(
         with os.fdopen(fd, "rb") as f:
             while block := f.read(_READ_BLOCK):
                 if size < _SNIFF_BYTES and b"\x00" in block[: _SNIFF_BYTES - size]:
-                    return refused("binary (contains NUL bytes)")
+                    return refused(BINARY)
                 size += len(block)
                 if size > max_bytes:
-                    return refused(f"too large (more than {max_bytes} bytes)")
+                    return refused(too_large(max_bytes))
                 digest.update(block)
                 pending += decoder.decode(block)
                 parts = pending.splitlines(keepends=True)
@@ -1375,9 +1425,9 @@ def read_line_range(
                 take([p.rstrip("\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029") for p in parts])
             pending += decoder.decode(b"", final=True)
     except OSError as exc:
-        return refused(f"unreadable ({exc.strerror or exc})")
+        return refused(unreadable(exc))
     except UnicodeDecodeError:
-        return refused("binary (not UTF-8 text)")
+        return refused(NOT_UTF8)
     take(pending.splitlines())
     if lines is None and total > from_line - 1 + len(kept):
         truncated = True

@@ -45,7 +45,7 @@ from claw.plugin_sdk import (
 
 from ._hash_embedder import HashEmbedder
 from ._http_embedder import OpenAIEmbedder
-from ._index import MemoryIndex, open_memory_index
+from ._index import MemoryIndex, SyncProgress, open_memory_index
 from ._runtime import build_capability
 from ._settings import MemoryCoreSettings
 from ._st_embedder import SentenceTransformerEmbedder
@@ -118,7 +118,10 @@ class MemoryCoreConfig:
         try:
             settings = MemoryCoreSettings(**settings_kwargs)
         except ConfigError as exc:
-            raise ConfigError(f"{prefix}.{exc.key_path}", str(exc).split(": ", 1)[-1]) from None
+            # The settings name their own fields ``memory_core.<name>``; under the plugin's
+            # table the key path is ``<prefix>.<name>``, as the user wrote it.
+            key = exc.key_path.removeprefix("memory_core.")
+            raise ConfigError(f"{prefix}.{key}", str(exc).split(": ", 1)[-1]) from None
         except (TypeError, ValueError) as exc:
             raise ConfigError(prefix, str(exc)) from None
         embedder = data.get("embedder", "claw-hash")
@@ -278,16 +281,23 @@ class MemoryCoreService:
         return tuple(self._indexes)
 
     @asynccontextmanager
-    async def use(self, agent_id: str, *, sync_on_open: bool = True) -> AsyncIterator[MemoryIndex]:
+    async def use(
+        self,
+        agent_id: str,
+        *,
+        sync_on_open: bool = True,
+        progress: SyncProgress | None = None,
+    ) -> AsyncIterator[MemoryIndex]:
         """Hold the open index of ``agent_id`` (opened, and synced, on first use).
 
         ``sync_on_open=False`` is for a caller about to sync itself (an explicit
-        reindex), so that its own sync does the work and reports it. The index stays
+        reindex), so that its own sync does the work and reports it. ``progress``
+        follows the sync of a first use (see :meth:`MemoryIndex.sync`). The index stays
         open while it is held; once released it may be closed to make room for another.
         """
         entry = self._indexes.get(agent_id)
         if entry is None:
-            entry = await self._open(agent_id, sync_on_open)
+            entry = await self._open(agent_id, sync_on_open, progress)
         else:
             self._indexes.move_to_end(agent_id)
         entry.users += 1
@@ -298,7 +308,9 @@ class MemoryCoreService:
             if entry.users == 0:
                 self._released.set()
 
-    async def _open(self, agent_id: str, sync_on_open: bool) -> _OpenIndex:
+    async def _open(
+        self, agent_id: str, sync_on_open: bool, progress: SyncProgress | None
+    ) -> _OpenIndex:
         async with self._lock:
             existing = self._indexes.get(agent_id)
             if existing is not None:
@@ -319,15 +331,16 @@ class MemoryCoreService:
                         workspace_dir=self.workspace_dir,
                         index_dir=self.index_dir(agent_id),
                         workers=self.api.workers,
-                        settings=self.config.settings
-                        if sync_on_open
-                        else attrs.evolve(self.config.settings, sync_on_open=False),
+                        # Synced below, where the first sync can report progress.
+                        settings=attrs.evolve(self.config.settings, sync_on_open=False),
                         embedder=self.embedder(),
                         transcripts=_AgentTranscripts(self.api.transcripts, agent_id)
                         if "sessions" in self.config.settings.sources
                         else None,
                     )
                 )
+                if sync_on_open and self.config.settings.sync_on_open:
+                    await index.sync(progress=progress)
                 entry = _OpenIndex(index=index, stack=stack)
                 if self.config.watch and self._nursery is not None:
                     entry.watch_scope = trio.CancelScope()

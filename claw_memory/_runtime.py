@@ -535,7 +535,7 @@ class MemoryCoreMaintenance:
         agent_id: str,
         context: MemoryCallerContext,
         force: bool = False,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> dict[str, Any]:
         _require_operator(context)
         async with self.service.use(agent_id, sync_on_open=False) as index:
@@ -549,6 +549,20 @@ class MemoryCoreMaintenance:
                 "embedded": report.embedded,
                 "generation": report.generation,
             }
+
+    async def warm(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> None:
+        """Open (and, as a first search would, sync) the agent's index, with progress."""
+        context.assert_current()
+        if not may_read_memory_files(self.service, context):
+            raise CapabilityDeniedError("warming Memory Core needs an operator or the owner")
+        async with self.service.use(agent_id, progress=progress):
+            context.assert_current()
 
     async def forget(
         self,

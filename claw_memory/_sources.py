@@ -20,6 +20,22 @@ from ._records import ChunkRecord, PreparedChunk
 ROOT_FILES = ("MEMORY.md", "memory.md", "DREAMS.md", "USER.md")
 _BINARY_SNIFF_BYTES = 8192
 
+# Why a source is skipped: the words a user reads in ``claw memory index`` and doctor.
+SYMLINK = "symlink (not followed)"
+BINARY = "binary (contains NUL bytes)"
+NOT_UTF8 = "not UTF-8 text"
+
+
+def too_large(max_bytes: int, size: int | None = None) -> str:
+    """The skip reason of a file over ``max_file_bytes`` (``size`` when known)."""
+    found = f"{size} bytes" if size is not None else "more"
+    return f"too large ({found} > max_file_bytes = {max_bytes})"
+
+
+def unreadable(exc: OSError) -> str:
+    """The skip reason of a file that could not be read."""
+    return f"unreadable ({exc.strerror or exc})"
+
 
 @attrs.frozen(slots=True)
 class FileEntry:
@@ -145,25 +161,25 @@ class ReadOutcome:
 
 
 def read_source(entry: FileEntry, max_bytes: int) -> ReadOutcome:
-    """Read a source file unless it is a symlink, too large, unreadable or binary."""
+    """Read a source file unless it is a symlink, too large, unreadable or not text."""
     if entry.symlink:
-        return ReadOutcome(None, None, "symlink (not followed)")
+        return ReadOutcome(None, None, SYMLINK)
     if entry.size > max_bytes:
-        return ReadOutcome(None, None, f"too large ({entry.size} bytes > {max_bytes})")
+        return ReadOutcome(None, None, too_large(max_bytes, entry.size))
     try:
         fd = os.open(entry.real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as f:
             data = f.read(max_bytes + 1)
     except OSError as exc:
-        return ReadOutcome(None, None, f"unreadable ({exc.strerror or exc})")
+        return ReadOutcome(None, None, unreadable(exc))
     if len(data) > max_bytes:
-        return ReadOutcome(None, None, f"too large (more than {max_bytes} bytes)")
+        return ReadOutcome(None, None, too_large(max_bytes))
     if b"\x00" in data[:_BINARY_SNIFF_BYTES]:
-        return ReadOutcome(None, None, "binary (contains NUL bytes)")
+        return ReadOutcome(None, None, BINARY)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return ReadOutcome(None, None, "binary (not UTF-8 text)")
+        return ReadOutcome(None, None, NOT_UTF8)
     return ReadOutcome(text, sha256_hex(data), None)
 
 

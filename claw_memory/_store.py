@@ -194,6 +194,14 @@ class Store:
             (key, value),
         )
 
+    def publications(self) -> int:
+        """The number of the last published generation (1 for a new index)."""
+        return int(self.get_meta("publications") or "1")
+
+    def record_publication(self, number: int) -> None:
+        """Remember the number of the generation being published."""
+        self._set_meta("publications", str(number))
+
     def ensure_identity(self, identity: str) -> tuple[int, bool]:
         """Return the index generation for ``identity``, starting a new one on mismatch.
 

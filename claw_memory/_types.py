@@ -100,7 +100,7 @@ class SkippedSource:
 
 @attrs.frozen
 class SyncReport:
-    """What one sync changed."""
+    """What one sync changed; ``skipped`` lists every source skipped now, changed or not."""
 
     indexed: tuple[str, ...]
     removed: tuple[str, ...]

@@ -168,6 +168,11 @@ class MemoryMaintenance(Protocol):
     ``describe`` may include local paths (it is for the operator's own terminal, never
     for the gateway).
 
+    ``progress(stage, done, total)`` reports a long sync stage by stage (Memory Core:
+    ``scan``, ``chunk``, ``embed``, ``publish``). A provider may also offer
+    ``warm(agent_id=, context=, progress=)``: do now, with progress, the work a first
+    search would do implicitly (the CLI calls it before a search).
+
     The write path is optional (the host reports a provider without it neutrally):
     ``add`` appends a memory and ``forget_reference`` removes what a reference names.
     The host routes both (``host.memory.add`` / ``host.memory.forget``) only for a
@@ -182,7 +187,7 @@ class MemoryMaintenance(Protocol):
         agent_id: str,
         context: MemoryCallerContext,
         force: bool = False,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> Mapping[str, Any]: ...
 
     async def forget(

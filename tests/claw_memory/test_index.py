@@ -129,11 +129,18 @@ async def test_unreadable_binary_and_huge_files_are_skipped_with_a_reason(
         async with _open(workspace, index_dir, workers, settings=settings) as index:
             reasons = {s.path: s.reason for s in index.status().skipped}
             assert reasons["memory/bin.md"].startswith("binary")
-            assert reasons["memory/latin1.md"].startswith("binary")
-            assert reasons["memory/huge.md"].startswith("too large")
+            assert reasons["memory/latin1.md"] == "not UTF-8 text"
+            assert reasons["memory/huge.md"] == "too large (5000 bytes > max_file_bytes = 4096)"
             if os.geteuid() != 0:  # root reads anything
                 assert reasons["memory/locked.md"].startswith("unreadable")
             assert [h.path for h in (await index.search("fine")).hits] == ["MEMORY.md"]
+            # Every sync reports what is still skipped, not only the one that found it.
+            again = await index.sync()
+            assert {s.path for s in again.skipped} == set(reasons)
+            _bump(workspace, "MEMORY.md", "fine content, changed")
+            changed = await index.sync()
+            assert changed.indexed == ("MEMORY.md",)
+            assert {s.path for s in changed.skipped} == set(reasons)
     finally:
         (workspace / "memory" / "locked.md").chmod(0o644)
 
@@ -605,3 +612,39 @@ async def test_closed_index_refuses_use(
         pass
     with pytest.raises(IndexClosedError):
         await index.search("x")
+
+
+async def test_a_first_sync_reports_every_stage_and_a_quiet_one_reports_only_the_scan(
+    workspace: Path, index_dir: Path, workers: InlineWorkerPool
+) -> None:
+    _write(workspace, "MEMORY.md", "alpha notes")
+    _write(workspace, "memory/a.md", "beta notes")
+    settings = attrs.evolve(NO_CUT, sync_on_open=False)
+    seen: list[tuple[str, int, int]] = []
+    async with _open(
+        workspace, index_dir, workers, settings=settings, embedder=HashEmbedder()
+    ) as index:
+        await index.sync(progress=lambda *event: seen.append(event))
+        stages = list(dict.fromkeys(stage for stage, _, _ in seen))
+        assert stages == ["scan", "chunk", "embed", "publish"]
+        assert ("scan", 2, 2) in seen and ("chunk", 2, 2) in seen
+        assert seen[-1] == ("publish", 3, 3)
+        embeds = [e for e in seen if e[0] == "embed"]
+        assert embeds[-1][1] == embeds[-1][2] > 0
+        seen.clear()
+        await index.sync(progress=lambda *event: seen.append(event))
+        assert seen == [("scan", 2, 2)]
+
+
+async def test_the_generation_number_survives_a_reopen(
+    workspace: Path, index_dir: Path, workers: InlineWorkerPool
+) -> None:
+    """Two processes (claw memory index, then status) report the same generation."""
+    _write(workspace, "MEMORY.md", "alpha notes")
+    async with _open(workspace, index_dir, workers) as index:
+        first = index.status().generation
+        _bump(workspace, "MEMORY.md", "alpha notes, changed")
+        report = await index.sync()
+        assert report.generation == index.status().generation == first + 1
+    async with _open(workspace, index_dir, workers) as index:
+        assert index.status().generation == first + 1

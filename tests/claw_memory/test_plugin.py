@@ -224,6 +224,16 @@ async def test_unknown_config_key_names_the_path(tmp_path: Path) -> None:
             pass  # pragma: no cover
 
 
+async def test_an_invalid_setting_names_its_key_path_without_a_stray_segment(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(claw.ConfigError) as caught:
+        async with claw.open_host(_config(tmp_path, chunk_tokens=-1), plugins=[claw_memory.plugin]):
+            pass  # pragma: no cover
+    assert caught.value.key_path == "plugins.entries.memory-core.config.chunk_tokens"
+    assert "memory_core." not in str(caught.value)
+
+
 async def test_lexical_only_when_embedder_is_none(tmp_path: Path) -> None:
     async with claw.open_host(
         _config(tmp_path, embedder="none"), plugins=[claw_memory.plugin]

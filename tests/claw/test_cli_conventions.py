@@ -1,0 +1,270 @@
+"""The claw command's conventions, each one a trap a new user fell into (issue 15)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import claw
+from claw._cli import Progress, build_parser
+from claw._demo import copy_sample_workspace, matching_lines
+
+from .test_cli import claw as run_claw
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return copy_sample_workspace(tmp_path / "ws")
+
+
+def test_global_options_count_before_and_after_the_subcommand(
+    workspace: Path, tmp_path: Path
+) -> None:
+    before = run_claw("--workspace", str(workspace), "doctor", "--json", cwd=tmp_path)
+    after = run_claw("doctor", "--json", "--workspace", str(workspace), cwd=tmp_path)
+    for result in (before, after):
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads(result.stdout)["workspace"] == str(workspace)
+    missing = run_claw("--config", "nope.toml", "doctor", cwd=workspace)
+    assert missing.returncode == 2
+    assert "nope.toml: config file not found" in missing.stderr
+    searched = run_claw("--workspace", str(workspace), "memory", "search", "apollo", "--json")
+    assert searched.returncode == 0, searched.stderr
+    assert json.loads(searched.stdout)["hits"]
+
+
+def test_environment_variables_name_the_workspace_and_config(
+    workspace: Path, tmp_path: Path
+) -> None:
+    found = run_claw("doctor", "--json", cwd=tmp_path, env={"CLAW_WORKSPACE": str(workspace)})
+    assert json.loads(found.stdout)["workspace"] == str(workspace)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[plugins\n", encoding="utf-8")
+    result = run_claw(
+        "memory", "status", cwd=tmp_path,
+        env={"CLAW_WORKSPACE": str(workspace), "CLAW_CONFIG": str(broken)},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "broken.toml: invalid TOML: Expected ']'" in result.stderr
+
+
+def test_version_and_help_texts() -> None:
+    version = run_claw("--version")
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"claw {claw.__version__}"
+    serve = run_claw("serve", "--help")
+    assert "Serve the claw gateway" in serve.stdout
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found.extend(_parsers(child))
+    return found
+
+
+def test_every_flag_and_command_has_help_text() -> None:
+    for parser in _parsers(build_parser()):
+        assert parser.description, parser.prog
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            assert action.help and action.help != argparse.SUPPRESS, (parser.prog, action.dest)
+
+
+def test_ports_outside_the_range_are_refused_and_a_busy_port_names_the_address(
+    workspace: Path,
+) -> None:
+    for port in ("80000", "-1", "http"):
+        result = run_claw("serve", "--workspace", str(workspace), "--port", port)
+        assert result.returncode == 2
+        assert "argument --port:" in result.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_claw(
+            "serve", "--workspace", str(workspace), "--port", str(port), "--token", "t"
+        )
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: the address is already in use" in result.stderr
+
+
+def test_a_closed_pipe_ends_the_demo_quietly() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "claw", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `| head -1` does
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 0
+    assert first.startswith(b"claw demo:")
+    assert stderr == ""
+
+
+def test_exit_codes_do_not_depend_on_json_and_json_errors_are_json(workspace: Path) -> None:
+    plain = run_claw("memory", "get", "NOPE.md", "--workspace", str(workspace))
+    as_json = run_claw("memory", "get", "NOPE.md", "--json", "--workspace", str(workspace))
+    assert plain.returncode == as_json.returncode == 2
+    assert json.loads(as_json.stdout) == {
+        "error": {"code": "NOT_FOUND", "message": "NOPE.md was not found in memory"}
+    }
+    usage = run_claw("memory", "search", "x", "--max-results", "0", "--json")
+    assert usage.returncode == 2
+    assert json.loads(usage.stdout)["error"]["code"] == "USAGE"
+    missing = run_claw("doctor", "--json", "--workspace", str(workspace / "nope"))
+    assert missing.returncode == 2
+    message = json.loads(missing.stdout)["error"]["message"]
+    assert message == f"--workspace {workspace / 'nope'}: not a directory"
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("search", "x", "--max-results", "0"), "--max-results"),
+        (("search", "x", "--max-results", "500"), "--max-results"),
+        (("search", "x", "--min-score", "nan"), "--min-score"),
+        (("search", "x", "--sources", "files"), "--sources"),
+        (("get", "MEMORY.md", "--from", "0"), "--from"),
+        (("get", "MEMORY.md", "--lines", "x"), "--lines"),
+    ],
+)
+def test_errors_name_the_flag_the_user_typed(
+    workspace: Path, args: tuple[str, ...], flag: str
+) -> None:
+    result = run_claw("memory", *args, "--workspace", str(workspace))
+    assert result.returncode == 2
+    assert f"argument {flag}:" in result.stderr
+    assert "maxResults" not in result.stderr and "minScore" not in result.stderr
+
+
+def test_a_misspelt_plugin_id_is_a_warning_and_fails_doctor(workspace: Path) -> None:
+    (workspace / "claw.toml").write_text("[plugins.entries.memroy-core]\n", encoding="utf-8")
+    result = run_claw("doctor", "--workspace", str(workspace))
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "claw: warning: plugins.entries.memroy-core configures a plugin that is not loaded"
+    )
+    assert "did you mean 'memory-core'?" in result.stderr
+    assert "problem: plugins.entries.memroy-core" in result.stdout
+
+
+def test_a_memory_core_setting_error_has_no_stray_segment(workspace: Path) -> None:
+    (workspace / "claw.toml").write_text(
+        "[plugins.entries.memory-core.config]\nchunk_tokens = -1\n", encoding="utf-8"
+    )
+    result = run_claw("memory", "status", "--workspace", str(workspace))
+    assert result.returncode == 2
+    assert "config plugins.entries.memory-core.config.chunk_tokens: must be positive" in (
+        result.stderr
+    )
+    assert "memory_core." not in result.stderr
+
+
+def test_search_shows_the_matching_lines_of_a_hit(workspace: Path) -> None:
+    result = run_claw("memory", "search", "release manager apollo", "--workspace", str(workspace))
+    assert result.returncode == 0, result.stderr
+    text = (workspace / "MEMORY.md").read_text(encoding="utf-8").splitlines()
+    number = next(i for i, line in enumerate(text, 1) if "release manager" in line)
+    assert f"    L{number}: {text[number - 1].strip()}" in result.stdout
+    assert "# Memory" not in result.stdout  # not the start of the chunk
+
+
+def test_matching_lines_ranks_by_shared_words_and_keeps_text_order() -> None:
+    text = "# Notes\n\n- the deploy window is Friday\n- lunch\n- deploys need a window ticket\n"
+    assert matching_lines(text, "deploy window", limit=2) == [
+        (2, "- the deploy window is Friday"),
+        (4, "- deploys need a window ticket"),
+    ]
+    assert matching_lines(text, "zebra") == [(0, "# Notes")]
+
+
+def test_demo_on_an_empty_folder_copies_the_sample_and_ends_with_next_commands(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "fresh"
+    result = run_claw("demo", "--workspace", str(target))
+    assert result.returncode == 0, result.stderr
+    assert (target / "MEMORY.md").is_file()
+    assert f"copied the sample workspace into {target}" in result.stdout
+    assert "From memory: - Alice prefers green tea" in result.stdout
+    tail = result.stdout.strip().splitlines()[-5:]
+    assert tail[0] == "next, try:"
+    assert f'claw memory search "deploy window" --workspace {target}' in tail[1]
+
+
+def test_init_copies_the_sample_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    target = tmp_path / "mine"
+    first = run_claw("init", str(target))
+    assert first.returncode == 0, first.stderr
+    assert (target / "MEMORY.md").is_file() and "next, try:" in first.stdout
+    (target / "MEMORY.md").write_text("my own\n", encoding="utf-8")
+    again = run_claw("init", str(target))
+    assert again.returncode == 2 and "already has MEMORY.md" in again.stderr
+    assert (target / "MEMORY.md").read_text(encoding="utf-8") == "my own\n"
+
+
+def test_index_and_status_agree_on_the_generation(workspace: Path) -> None:
+    index = json.loads(run_claw("memory", "index", "--json", "--workspace", str(workspace)).stdout)
+    status = json.loads(
+        run_claw("memory", "status", "--json", "--workspace", str(workspace)).stdout
+    )
+    assert index["generation"] == status["details"]["generation"]
+    (workspace / "memory" / "new.md").write_text("- a new note\n", encoding="utf-8")
+    again = json.loads(run_claw("memory", "index", "--json", "--workspace", str(workspace)).stdout)
+    assert again["generation"] == index["generation"] + 1
+    status = json.loads(
+        run_claw("memory", "status", "--json", "--workspace", str(workspace)).stdout
+    )
+    assert status["details"]["generation"] == again["generation"]
+
+
+def test_skipped_files_are_reported_on_every_run_with_their_reason(workspace: Path) -> None:
+    (workspace / "memory" / "latin1.md").write_bytes("caf\xe9 notes".encode("latin-1"))
+    (workspace / "claw.toml").write_text(
+        "[plugins.entries.memory-core.config]\nmax_file_bytes = 200\n", encoding="utf-8"
+    )
+    (workspace / "memory" / "big.md").write_text("x" * 300, encoding="utf-8")
+    for _ in range(2):
+        result = run_claw("memory", "index", "--workspace", str(workspace))
+        assert result.returncode == 0, result.stderr
+        assert "skipped memory/latin1.md: not UTF-8 text" in result.stdout
+        assert "skipped memory/big.md: too large (300 bytes > max_file_bytes = 200)" in (
+            result.stdout
+        )
+
+
+def test_progress_draws_every_stage_of_a_first_index_and_nothing_for_a_quiet_sync() -> None:
+    stream = io.StringIO()
+    progress = Progress(stream, enabled=True)
+    progress("scan", 3, 3)
+    progress.close()
+    assert stream.getvalue() == ""  # only scanned: nothing changed, nothing drawn
+    for event in [("scan", 3, 3), ("chunk", 3, 3), ("embed", 5, 10), ("embed", 10, 10)]:
+        progress(*event)
+    progress("publish", 3, 3)
+    progress.close()
+    drawn = stream.getvalue()
+    for label in ("scanning", "chunking", "embedding", "publishing"):
+        assert label in drawn
+    assert "10/10" in drawn
+    silent = io.StringIO()
+    quiet = Progress(silent)  # not a terminal
+    quiet("chunk", 1, 1)
+    quiet.close()
+    assert silent.getvalue() == ""

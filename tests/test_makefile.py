@@ -1,0 +1,36 @@
+"""The Makefile's two commands: ``make demo`` installs only what the demo needs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+
+
+def _plan(target: str, tmp_path: Path) -> str:
+    """The commands ``make`` would run for ``target`` on a fresh machine (nothing run)."""
+    result = subprocess.run(
+        ["make", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_demo_installs_only_the_runtime_and_make_test_adds_the_dev_tools(
+    tmp_path: Path,
+) -> None:
+    demo = _plan("demo", tmp_path)
+    assert "pip install --quiet -e ." in demo
+    assert "[dev]" not in demo
+    assert demo.strip().endswith("claw demo")
+    test = _plan("test", tmp_path)
+    assert "pip install --quiet -e '.[dev]'" in test
+    assert "ruff check" in test and "mypy" in test and "pytest" in test
