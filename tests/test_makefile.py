@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,8 +15,10 @@ ROOT = Path(__file__).parent.parent
 def _plan(target: str, tmp_path: Path) -> str:
     """The commands ``make`` would run for ``target`` on a fresh machine (nothing run)."""
     result = subprocess.run(
-        ["make", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"],
+        ["make", "--no-print-directory", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"],
         cwd=ROOT,
+        # Run from `make test` itself: the parent make's flags must not leak in.
+        env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")},
         capture_output=True,
         text=True,
         check=True,
