@@ -16,6 +16,7 @@ number of open sessions at :data:`MAX_SESSIONS`.
 from __future__ import annotations
 
 import hashlib
+import socket
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -27,6 +28,7 @@ from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend
 from mcp.server.auth.provider import AccessToken
 from starlette.middleware.authentication import AuthenticationMiddleware
 
+from .._errors import ClawError
 from ..gateway._auth import TokenTable
 
 if TYPE_CHECKING:
@@ -37,6 +39,26 @@ if TYPE_CHECKING:
 MCP_PATH = "/mcp"
 MAX_SESSIONS = 256
 SESSION_IDLE_TIMEOUT = 30 * 60.0
+
+
+class ListenError(ClawError, OSError):
+    """The HTTP server could not listen on the address it was given (names it)."""
+
+
+def _listen(bind_host: str, port: int) -> int:
+    """Bind and listen; the socket's file descriptor, for hypercorn's ``fd://`` bind.
+
+    claw binds the socket itself so that a failure names the address, and so that a
+    failed bind leaves no socket behind (hypercorn's own bind leaks one when it fails).
+    """
+    shown = f"[{bind_host}]" if ":" in bind_host else bind_host
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    try:
+        sock = socket.create_server((bind_host, port), family=family)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {shown}:{port}: {exc.strerror or exc}") from exc
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock.detach()
 
 
 @attrs.frozen
@@ -105,8 +127,7 @@ async def serve_http(
     limit = max_body_bytes or server.host.config.gateway.max_message_bytes
     app = build_app(server, bind_host=bind_host, tokens=tokens, max_body_bytes=limit)
     config = HypercornConfig()
-    shown = f"[{bind_host}]" if ":" in bind_host else bind_host
-    config.bind = [f"{shown}:{port}"]
+    config.bind = [f"fd://{_listen(bind_host, port)}"]
     config.accesslog = None
     config.graceful_timeout = 2.0
     async with trio.open_nursery() as nursery:

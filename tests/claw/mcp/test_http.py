@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 import claw
 from claw.gateway._auth import TokenTable
 from claw.mcp import MemoryMcpServer
+from claw.mcp._http import ListenError
 
 from .conftest import (
     NO_READ_TOKEN,
@@ -157,6 +158,20 @@ async def test_an_oversize_request_body_is_refused_and_the_server_keeps_serving(
         assert response.status_code == 413
         async with http_client(url, READ_TOKEN) as client:
             assert not (await client.call_tool("memory_status", {})).is_error
+
+
+async def test_a_port_in_use_is_an_error_naming_the_address(core_host: claw.Host) -> None:
+    taken = trio.socket.socket()
+    await taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    server = MemoryMcpServer(core_host)
+    tokens = TokenTable.from_config(core_host.config.gateway)
+    try:
+        with pytest.raises(ListenError, match=f"cannot listen on 127.0.0.1:{port}: "):
+            await server.serve_http("127.0.0.1", port, tokens=tokens)
+    finally:
+        taken.close()
 
 
 @pytest.mark.slow
