@@ -620,6 +620,11 @@ def _claw_config(ws: Path, state: Path, candidates: int | None) -> Any:
         "chunk_overlap": 0,
         "vector_weight": VECTOR_WEIGHT,
         "text_weight": TEXT_WEIGHT,
+        # The first stage alone: the fusion the floor and the exhaustive reference
+        # compute (the second, coverage stage re-scores the head of the ranking).
+        "coverage_weight": 0.0,
+        "near_coverage_weight": 0.0,
+        "far_coverage_weight": 0.0,
     }
     if candidates is not None:
         if candidates % RESULTS:
