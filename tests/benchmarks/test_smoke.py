@@ -135,6 +135,7 @@ def test_gateway_load_benchmark_runs_briefly(capsys: pytest.CaptureFixture[str])
         "clients",
         "server_cpu_us_per_request",
         "claw_over_echo",
+        "claw_over_echo_per_core",
     ):
         assert key in result
     assert result["wrong_or_lost"] == 0
