@@ -36,6 +36,11 @@ import attrs
 
 from claw._errors import ClawError
 
+_PENDING = (
+    "engine_id IS NOT NULL AND terminal_seq IS NOT NULL AND committed_at IS NULL "
+    "AND close_status IS NULL"
+)
+
 LEDGER_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS turn_ledger (
         turn_id TEXT PRIMARY KEY,
@@ -58,6 +63,9 @@ LEDGER_SCHEMA = (
     )""",
     """CREATE INDEX IF NOT EXISTS turn_ledger_by_session
         ON turn_ledger (session_id, first_seq)""",
+    # The commit queue: looked up before every turn, so it must not scan the ledger.
+    f"""CREATE INDEX IF NOT EXISTS turn_ledger_pending
+        ON turn_ledger (session_key) WHERE {_PENDING}""",
 )
 """Statements creating the ledger table; run in the transcript database's schema transaction."""
 
@@ -335,18 +343,23 @@ def open_turns(conn: sqlite3.Connection) -> tuple[AdmittedTurn, ...]:
 
 
 def select_turns(
-    conn: sqlite3.Connection, *, session_id: str | None, pending_only: bool
+    conn: sqlite3.Connection,
+    *,
+    session_id: str | None,
+    pending_only: bool,
+    session_key: str | None = None,
 ) -> tuple[AdmittedTurn, ...]:
-    """Ledger rows in admission order, optionally of one session, optionally only pending."""
+    """Ledger rows in admission order, optionally of one session (by id or key),
+    optionally only pending."""
     clauses, args = [], []
     if session_id is not None:
         clauses.append("session_id = ?")
         args.append(session_id)
+    if session_key is not None:
+        clauses.append("session_key = ?")
+        args.append(session_key)
     if pending_only:
-        clauses.append(
-            "engine_id IS NOT NULL AND terminal_seq IS NOT NULL AND committed_at IS NULL "
-            "AND close_status IS NULL"
-        )
+        clauses.append(_PENDING)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(f"SELECT {_COLUMNS} FROM turn_ledger {where} ORDER BY rowid", args)
     return tuple(_row_to_turn(row) for row in rows)

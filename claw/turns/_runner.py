@@ -350,9 +350,7 @@ class TurnRunner:
 
     async def _drain_commits(self, session_key: str) -> AdmittedTurn | None:
         """Retry the session's queued commits in order; the first still queued, if any."""
-        for turn in await self.store.pending_commits():
-            if turn.session_key != session_key:
-                continue
+        for turn in await self.store.pending_commits(session_key=session_key):
             if await self._commit(turn) == "failed":
                 return turn
         return None

@@ -559,9 +559,16 @@ class TranscriptStore:
         """The ids of every flush recorded as completed."""
         return await self._run(_flush_ids_sync)
 
-    async def pending_commits(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
-        """Turns that ended, name an engine and were not committed: retry these on start."""
-        return await self._run(_select_turns_sync, session_id, pending_only=True)
+    async def pending_commits(
+        self, session_id: str | None = None, *, session_key: str | None = None
+    ) -> tuple[AdmittedTurn, ...]:
+        """Turns that ended, name an engine and were not committed: retry these on start.
+
+        ``session_key`` selects every incarnation of one session (the runner's queue).
+        """
+        return await self._run(
+            _select_turns_sync, session_id, pending_only=True, session_key=session_key
+        )
 
     async def turns(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
         """Every ledger row (of one session, or all), in admission order."""
@@ -984,9 +991,15 @@ def _committed_sync(
 
 
 def _select_turns_sync(
-    conn: sqlite3.Connection, session_id: str | None, *, pending_only: bool
+    conn: sqlite3.Connection,
+    session_id: str | None,
+    *,
+    pending_only: bool,
+    session_key: str | None = None,
 ) -> tuple[AdmittedTurn, ...]:
-    return _ledger.select_turns(conn, session_id=session_id, pending_only=pending_only)
+    return _ledger.select_turns(
+        conn, session_id=session_id, pending_only=pending_only, session_key=session_key
+    )
 
 
 def _get_turn_sync(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:

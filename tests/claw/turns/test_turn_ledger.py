@@ -228,6 +228,7 @@ async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
     async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
         await run_turn(store, "t1")
     with sqlite3.connect(path) as conn:  # turn it back into what version 1 wrote
+        conn.execute("DROP INDEX turn_ledger_pending")
         for column in ("lifecycle_revision", "close_reason", "close_status", "closed_at"):
             conn.execute(f"ALTER TABLE turn_ledger DROP COLUMN {column}")
         conn.execute("PRAGMA user_version = 1")
@@ -238,3 +239,28 @@ async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
         await store.close_turn("t2", TurnStatus.FAILED, "boom")
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+async def test_the_commit_queue_of_a_session_key_is_an_index_search(
+    store: TranscriptStore,
+) -> None:
+    await run_turn(store, "t1")
+    await store.record_admitted(
+        KEY, "sess-2", UserMessage("q"), turn_id="t2", advancement_key="a2", engine_id="e"
+    )
+    await store.append(KEY, "sess-2", [AssistantMessage("a")], turn_id="t2", terminal=True)
+    await store.record_admitted(
+        "other", "sess-3", UserMessage("q"), turn_id="t3", advancement_key="a3", engine_id="e"
+    )
+    await store.append("other", "sess-3", [AssistantMessage("a")], turn_id="t3", terminal=True)
+    queued = await store.pending_commits(session_key=KEY)
+    assert [t.turn_id for t in queued] == ["t1", "t2"]  # every incarnation of the key
+    conn = store._conn
+    assert conn is not None
+    (plan,) = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT turn_id FROM turn_ledger WHERE session_key = ? AND "
+        "engine_id IS NOT NULL AND terminal_seq IS NOT NULL AND committed_at IS NULL "
+        "AND close_status IS NULL",
+        (KEY,),
+    ).fetchall()
+    assert "USING INDEX turn_ledger_pending" in plan[3]  # not a scan of the whole ledger
