@@ -20,7 +20,12 @@ class MemoryCoreError(ProviderError):
 
 
 class IndexLockedError(MemoryCoreError):
-    """Another process holds the index directory open."""
+    """Another process rebuilt the index directory with different settings.
+
+    Any number of processes share one index directory as long as they agree on what
+    it is built from (embedder, chunking, sources); one that opens it with other
+    settings rebuilds it, and the others can no longer follow it.
+    """
 
 
 class IndexClosedError(MemoryCoreError):

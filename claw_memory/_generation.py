@@ -135,7 +135,9 @@ class Generation:
             # The matrix itself backs this generation, without headroom: the first
             # derivation that adds rows moves them to a buffer that has some.
             data = np.ascontiguousarray(matrix, dtype=np.float32)
-            buffer = _VectorBuffer(data=data, used=len(records))
+            # A mapped, read-only matrix (a published file) backs no buffer: the
+            # first in-memory derivation copies it into one.
+            buffer = _VectorBuffer(data=data, used=len(records)) if data.flags.writeable else None
             view = _read_only(data[: len(records)])
         sessions = [r for r in records if r.source == "sessions"]
         return cls(
@@ -243,6 +245,47 @@ class Generation:
         rows (sharing their storage); once dead rows pass an eighth of the rows, the
         next generation is compacted instead.
         """
+        dead = self.dead_rows(replaced, removed_ids)
+        n_old = len(self.records)
+        vectors = self.added_rows(added_vectors, len(added))
+        if self.needs_compaction(dead, len(added)):
+            return self._compacted(number, searcher, dead, added, vectors)
+
+        n_new = n_old + len(added)
+        view = None
+        buffer = self._buffer
+        if self.matrix is not None and vectors is not None:
+            if buffer is None or buffer.used != n_old or buffer.data.shape[0] < n_new:
+                # Someone else owns the tail (or it is full, or the matrix is a
+                # read-only mapping): continue in a new buffer.
+                data = np.empty((_headroom(n_new), self.matrix.shape[1]), dtype=np.float32)
+                data[:n_old] = self.matrix
+                buffer = _VectorBuffer(data=data, used=n_old)
+            buffer.data[n_old:n_new] = vectors
+            buffer.used = n_new
+            view = _read_only(buffer.data[:n_new])
+        return self._appended(number, searcher, dead=dead, added=added, view=view, buffer=buffer)
+
+    def added_rows(
+        self, vectors: npt.NDArray[np.float32] | None, count: int
+    ) -> npt.NDArray[np.float32] | None:
+        """``count`` new rows for this generation's matrix, normalised (``None``
+        without a matrix)."""
+        if self.matrix is None:
+            return None
+        rows = (
+            normalise_rows(vectors)
+            if vectors is not None and count
+            else np.zeros((0, self.matrix.shape[1]), dtype=np.float32)
+        )
+        if rows.shape[0] != count:
+            raise ValueError("one vector row per added record is required")
+        return rows
+
+    def dead_rows(
+        self, replaced: frozenset[str] = frozenset(), removed_ids: frozenset[str] = frozenset()
+    ) -> list[int]:
+        """The live rows of ``replaced`` provenances and of ``removed_ids``, sorted."""
         dead = [r for prov in replaced for r in self.rows_of_provenance.get(prov, ())]
         if removed_ids:
             dead.extend(
@@ -251,22 +294,50 @@ class Generation:
                 for r in rows
                 if self.records[r].chunk_id in removed_ids
             )
-        dead = sorted(set(dead))
+        return sorted(set(dead))
+
+    def needs_compaction(self, dead: Sequence[int], added: int) -> bool:
+        """Whether a change killing ``dead`` rows and adding ``added`` should compact:
+        once dead rows pass an eighth of all rows, storage is rebuilt without them."""
         n_old = len(self.records)
         dead_total = n_old - self.live_count + len(dead)
-        vectors = None
-        if self.matrix is not None:
-            vectors = (
-                normalise_rows(added_vectors)
-                if added_vectors is not None and len(added)
-                else np.zeros((0, self.matrix.shape[1]), dtype=np.float32)
-            )
-            if vectors.shape[0] != len(added):
-                raise ValueError("one vector row per added record is required")
-        if dead_total > _MAX_DEAD_SHARE * (n_old + len(added)):
-            return self._compacted(number, searcher, dead, added, vectors)
+        return dead_total > _MAX_DEAD_SHARE * (n_old + added)
 
+    def appended(
+        self,
+        *,
+        number: int,
+        searcher: tantivy.Searcher | None,
+        dead: Sequence[int],
+        added: Sequence[ChunkRecord],
+        matrix: npt.NDArray[np.float32] | None,
+    ) -> Generation:
+        """The next generation over storage someone else extended: ``matrix`` holds
+        this generation's rows followed by one (normalised) row per ``added`` record.
+
+        This is how a process follows a published generation (a mapped matrix file
+        the writer appended to) without copying a single vector.
+        """
+        n_new = len(self.records) + len(added)
+        if matrix is not None:
+            if matrix.shape[0] != n_new:
+                raise ValueError("the matrix must hold one row per old and added record")
+            matrix = _read_only(matrix)
+        return self._appended(number, searcher, dead=dead, added=added, view=matrix, buffer=None)
+
+    def _appended(
+        self,
+        number: int,
+        searcher: tantivy.Searcher | None,
+        *,
+        dead: Sequence[int],
+        added: Sequence[ChunkRecord],
+        view: npt.NDArray[np.float32] | None,
+        buffer: _VectorBuffer | None,
+    ) -> Generation:
+        n_old = len(self.records)
         n_new = n_old + len(added)
+        dead_total = n_old - self.live_count + len(dead)
         alive = None
         if dead_total:
             alive = np.ones(n_new, dtype=np.bool_)
@@ -274,34 +345,21 @@ class Generation:
                 alive[:n_old] = self.alive
             alive[dead] = False
 
-        view = None
-        buffer = self._buffer
-        if self.matrix is not None and buffer is not None and vectors is not None:
-            if buffer.used != n_old or buffer.data.shape[0] < n_new:
-                # Someone else owns the tail (or it is full): continue in a new buffer.
-                data = np.empty((_headroom(n_new), buffer.data.shape[1]), dtype=np.float32)
-                data[:n_old] = self.matrix
-                buffer = _VectorBuffer(data=data, used=n_old)
-            buffer.data[n_old:n_new] = vectors
-            buffer.used = n_new
-            view = _read_only(buffer.data[:n_new])
-
         row_of_key = dict(self.row_of_key)
         for r in dead:
-            row_of_key.pop(self.records[r].key, None)
+            key = self.records[r].key
+            if row_of_key.get(key) == r:  # a newer live row may hold the same key
+                del row_of_key[key]
         for i, rec in enumerate(added):
             row_of_key[rec.key] = n_old + i
         rows_of_provenance = dict(self.rows_of_provenance)
-        for prov in replaced:
-            rows_of_provenance.pop(prov, None)
-        if removed_ids:
-            gone = set(dead)
-            for prov in {self.records[r].provenance for r in dead}:
-                left = [r for r in rows_of_provenance.get(prov, ()) if r not in gone]
-                if left:
-                    rows_of_provenance[prov] = left
-                else:
-                    rows_of_provenance.pop(prov, None)
+        gone = set(dead)
+        for prov in {self.records[r].provenance for r in dead}:
+            left = [r for r in rows_of_provenance.get(prov, ()) if r not in gone]
+            if left:
+                rows_of_provenance[prov] = left
+            else:
+                rows_of_provenance.pop(prov, None)
         for prov, rows in _by_provenance(added, n_old).items():
             rows_of_provenance[prov] = [*rows_of_provenance.get(prov, ()), *rows]
 

@@ -1,24 +1,29 @@
 """The Memory Core index engine: sync, search, read, forget, status, watch.
 
 :func:`open_memory_index` opens (or creates) an index directory for a workspace and
-yields a :class:`MemoryIndex`. The directory holds an OS lock file (one process at a
-time), the SQLite store (the durable owner) and one tantivy directory per index
-generation (``lexical/g<N>``; a new one is built when the index identity changes).
+yields a :class:`MemoryIndex`. Any number of processes may open the same directory.
+It holds the SQLite store (the durable owner, WAL), one tantivy directory per index
+generation (``lexical/g<N>``; a new one is built when the index identity changes),
+the published generations (:mod:`claw_memory._published`: a pointer file, a mapped
+vector matrix and a record log) and the writer lease (:mod:`claw_memory._lease`).
 
-Write path (sync, forget) runs under one lock, so that there is one tantivy writer
-task and one SQLite writer: prepare chunks on workers, embed (through the cache),
-commit to SQLite with a lexical journal entry per touched source, apply the same
-change to tantivy and commit it, clear the journal, then publish a new immutable
-:class:`Generation`. A crash anywhere leaves SQLite consistent; the next open
-replays the journal into tantivy before anything is searched. Searches read
-whichever generation was current when they started and never take the lock.
+Write path (sync, forget) runs under one lock in the process and under the writer
+lease across processes, so that there is one tantivy writer and one SQLite writer:
+prepare chunks on workers, embed (through the cache), commit to SQLite with a
+lexical journal entry per touched source, apply the same change to tantivy and
+commit it, clear the journal, append the change to the published files and flip the
+pointer. A crash anywhere leaves SQLite consistent and the pointer on the last
+complete publication; the next process to take the lease replays the journal into
+tantivy and republishes what was committed but not published. Every process
+(writers included) searches the published generations: a search follows the
+pointer when it moved (one ``stat`` when it did not), reads whichever generation
+was current when it started, and never takes a lock.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
-import fcntl
 import functools
 import hashlib
 import itertools
@@ -28,7 +33,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn, final
 
@@ -51,7 +56,19 @@ from ._errors import (
     SourcePathError,
 )
 from ._generation import Generation, normalise_rows
+from ._lease import LEASE_FILE, WriterLease
 from ._lexical import DOCUMENT_VERSION, LexicalIndex
+from ._published import (
+    Pointer,
+    flip_pointer,
+    follow_generation,
+    generation_after,
+    live_row_batches,
+    load_generation,
+    read_pointer,
+    write_epoch,
+    write_publication,
+)
 from ._ranking import RankedRow, RankParams, rank
 from ._records import ChunkRecord, PreparedChunk
 from ._settings import MemoryCoreSettings, SearchMode, SourceKind
@@ -93,31 +110,10 @@ _PRIVATE: Final = object()
 _MAX_PAGE = 1000
 
 
-def _acquire_lock(index_dir: Path) -> int:
-    """Take the index directory's exclusive OS lock, or raise :class:`IndexLockedError`."""
-    fd = os.open(index_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise IndexLockedError(
-            f"index is locked by another process: {index_dir} is already open elsewhere;"
-            " close the other host or give this one its own index directory"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
-
-
 def _resolve_dirs(workspace: Path, index_dir: Path) -> tuple[Path, Path]:
     index_dir = index_dir.resolve()
     index_dir.mkdir(parents=True, exist_ok=True)
     return workspace.resolve(), index_dir
-
-
-def _release_lock(fd: int) -> None:
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
 
 
 def _identity(settings: MemoryCoreSettings, embedder: EmbeddingProvider | None) -> str:
@@ -154,12 +150,44 @@ def _prepare_lexical_dir(root: Path, generation: int, fresh: bool) -> Path:
     return target
 
 
-def _matrix_from_blobs(blobs: Sequence[bytes | None], dims: int) -> npt.NDArray[np.float32]:
-    m = np.zeros((len(blobs), dims), dtype=np.float32)
-    for i, blob in enumerate(blobs):
-        if blob is not None and len(blob) == 4 * dims:
-            m[i] = np.frombuffer(blob, dtype=np.float32)
-    return normalise_rows(m)
+def _blob_batches(
+    blobs: Sequence[bytes | None], dims: int, step: int = 65_536
+) -> Iterator[npt.NDArray[np.float32]]:
+    """The stored vectors as normalised matrix rows, a bounded batch at a time."""
+    for start in range(0, len(blobs), step):
+        part = blobs[start : start + step]
+        m = np.zeros((len(part), dims), dtype=np.float32)
+        for i, blob in enumerate(part):
+            if blob is not None and len(blob) == 4 * dims:
+                m[i] = np.frombuffer(blob, dtype=np.float32)
+        yield normalise_rows(m)
+
+
+def publish_from_store(
+    store: Store,
+    index_dir: Path,
+    old: Pointer | None,
+    *,
+    index_generation: int,
+    identity: str,
+    dims: int | None,
+) -> None:
+    """Publish everything the store holds as a new epoch (a first open, changed settings,
+    or a writer that died between its commit and its publication)."""
+    version = store.version()
+    records, blobs = store.load_chunks()
+    pointer = write_epoch(
+        index_dir,
+        epoch=1 if old is None else old.epoch + 1,
+        number=1 if old is None else old.number + 1,
+        index_generation=index_generation,
+        identity=identity,
+        store_version=version,
+        dims=dims,
+        records=records,
+        row_batches=() if dims is None else _blob_batches(blobs, dims),
+    )
+    flip_pointer(index_dir, pointer)
 
 
 def _prepare_files(
@@ -272,13 +300,28 @@ class MemoryIndex:
         self._embedder: EmbeddingProvider | None = state["embedder"]
         self._workers: WorkerPool = state["workers"]
         self._transcripts: TranscriptSource | None = state["transcripts"]
-        self._lock_fd: int = state["lock_fd"]
         self._store: Store = state["store"]
-        self._lexical: LexicalIndex = state["lexical"]
-        self._index_generation: int = state["index_generation"]
-        self._generation: Generation = state["generation"]
-        self._sources: dict[str, SourceState] = state["sources"]
-        self._tombstones: frozenset[str] = state["tombstones"]
+        self._identity = _identity(self._settings, self._embedder)
+        self._identity_key = sha256_hex(self._identity)
+        self._lease = WriterLease(self._index_dir / LEASE_FILE)
+        # The published state this process follows: the pointer, the generation it
+        # names, and a read-only view of the lexical index (set together on the first
+        # follow, before the index is handed out).
+        self._pointer: Pointer | None = None
+        self._lexical: LexicalIndex
+        # inotify on the index directory: no event since the last look means the
+        # pointer was not replaced (None: read the pointer before every search).
+        self._pointer_watch: DirectoryWatch | None = None
+        self._follow_due = True
+        # The lexical writer, open only while this process holds the writer lease.
+        self._writer: LexicalIndex | None = None
+        self._index_generation = 0
+        self._generation = Generation.empty(
+            0, 0, None if self._embedder is None else self._embedder.dims
+        )
+        self._sources: dict[str, SourceState] = {}
+        self._tombstones: frozenset[str] = frozenset()
+        self._follow_lock = trio.Lock()
         self._sessions: dict[str, TranscriptSession] = {}
         self._known: dict[str, tuple[int | None, int | None]] | None = None
         self._queue: list[_BatchItem] = []
@@ -291,7 +334,6 @@ class MemoryIndex:
         # True once a full check or sync ran after every current watch was in place.
         self._watch_primed = False
         self._write_lock = trio.Lock()
-        self._publications = state["generation"].number
         self._last_sync_at: float | None = None
         self._active_searches = 0
         self._cache_entries = 0
@@ -312,47 +354,20 @@ class MemoryIndex:
         workspace, idx_dir = await workers.run_sync(
             _resolve_dirs, Path(workspace_dir), Path(index_dir)
         )
-        lock_fd = _acquire_lock(idx_dir)
-        store: Store | None = None
-        lexical: LexicalIndex | None = None
+        store = await workers.run_sync(Store, idx_dir / "index.sqlite3")
+        index = cls(
+            _PRIVATE,
+            workspace=workspace,
+            index_dir=idx_dir,
+            settings=settings,
+            embedder=embedder,
+            workers=workers,
+            transcripts=transcripts,
+            store=store,
+        )
         try:
-            store = await workers.run_sync(Store, idx_dir / "index.sqlite3")
-            generation, rebuilt = await workers.run_sync(
-                store.ensure_identity, _identity(settings, embedder)
-            )
-            lex_dir = await workers.run_sync(
-                _prepare_lexical_dir, idx_dir / "lexical", generation, rebuilt
-            )
-            lexical = await workers.run_sync(_open_lexical, store, lex_dir)
-            records, blobs = await workers.run_sync(store.load_chunks)
-            matrix = (
-                None
-                if embedder is None
-                else await workers.run_sync(_matrix_from_blobs, blobs, embedder.dims)
-            )
-            gen = Generation.build(
-                number=await workers.run_sync(store.publications),
-                index_generation=generation,
-                searcher=await workers.run_sync(lexical.searcher),
-                records=records,
-                matrix=matrix,
-            )
-            index = cls(
-                _PRIVATE,
-                workspace=workspace,
-                index_dir=idx_dir,
-                settings=settings,
-                embedder=embedder,
-                workers=workers,
-                transcripts=transcripts,
-                lock_fd=lock_fd,
-                store=store,
-                lexical=lexical,
-                index_generation=generation,
-                generation=gen,
-                sources=await workers.run_sync(store.load_sources),
-                tombstones=frozenset(await workers.run_sync(store.tombstones)),
-            )
+            index._pointer_watch = await workers.run_sync(open_directory_watch, [str(idx_dir)])
+            await index._attach()
             index._cache_entries = await workers.run_sync(store.cache_size)
             if "memory" in settings.sources:
                 # Watch before the first sync, so no change can fall between the two.
@@ -361,11 +376,7 @@ class MemoryIndex:
                 )
         except BaseException:
             with trio.CancelScope(shield=True):
-                if lexical is not None:
-                    await workers.run_sync(lexical.close)
-                if store is not None:
-                    await workers.run_sync(store.close)
-            _release_lock(lock_fd)
+                await index.aclose()
             raise
         try:
             if settings.sync_on_open:
@@ -377,18 +388,187 @@ class MemoryIndex:
         return index
 
     async def aclose(self) -> None:
-        """Close the writer, the database and the directory lock (idempotent)."""
+        """Close the database and the watch, and let the lease go (idempotent)."""
         if self._closed:
             return
         self._closed = True
         async with self._write_lock:
             try:
-                await self._workers.run_sync(self._lexical.close)
                 await self._workers.run_sync(self._store.close)
             finally:
-                if self._watch is not None:
-                    self._watch.close()
-                _release_lock(self._lock_fd)
+                for watch in (self._watch, self._pointer_watch):
+                    if watch is not None:
+                        watch.close()
+                self._lease.release()
+
+    # -- processes: the writer lease and the published generations ---------------
+    async def _attach(self) -> None:
+        """Follow the published generation, or take the lease and publish one when
+        there is none this index can read (first open, changed settings, or a writer
+        that died between committing a change and publishing it)."""
+        run = self._workers.run_sync
+        pointer = await run(read_pointer, self._index_dir)
+        if (
+            pointer is not None
+            and pointer.identity == self._identity_key
+            and pointer.store_version == await run(self._store.version)
+        ):
+            async with self._follow_lock:
+                await self._follow_locked()
+            return
+        async with self._write_lock, self._writing():
+            pass
+
+    @contextlib.asynccontextmanager
+    async def _writing(self, *, wait: bool = True) -> AsyncIterator[bool]:
+        """Hold the writer lease for one write (enter under ``_write_lock``).
+
+        Takes the lease (waiting for another process's write to end, or, with
+        ``wait=False``, yielding ``False`` at once if one is writing), brings this
+        process to the published state, repairs what a writer that died left behind
+        and opens the lexical writer; on exit closes it and gives the lease up.
+        """
+        if wait:
+            await self._lease.acquire()
+        elif not self._lease.try_acquire():
+            yield False
+            return
+        try:
+            async with self._follow_lock:
+                await self._take_over()
+                yield True
+        finally:
+            with trio.CancelScope(shield=True):
+                writer, self._writer = self._writer, None
+                try:
+                    if writer is not None:
+                        await self._workers.run_sync(writer.close)
+                finally:
+                    self._lease.release()
+
+    async def _take_over(self) -> None:
+        run = self._workers.run_sync
+        store = self._store
+        generation, rebuilt = await run(store.ensure_identity, self._identity)
+        lex_dir = await run(_prepare_lexical_dir, self._index_dir / "lexical", generation, rebuilt)
+        pending = await run(store.pending_lexical)
+        pointer = await run(read_pointer, self._index_dir)
+        repair = (
+            rebuilt
+            or bool(pending)
+            or pointer is None
+            or pointer.identity != self._identity_key
+            or pointer.index_generation != generation
+            or pointer.store_version != await run(store.version)
+        )
+        # Replaying the journal (and checking tantivy against SQLite) is needed only
+        # after a writer that did not finish; a directory that cannot be opened or
+        # replayed is rebuilt from SQLite either way.
+        self._writer = await run(_open_lexical, store, lex_dir, repair)
+        if repair:
+            await run(
+                functools.partial(
+                    publish_from_store,
+                    store,
+                    self._index_dir,
+                    pointer,
+                    index_generation=generation,
+                    identity=self._identity_key,
+                    dims=None if self._embedder is None else self._embedder.dims,
+                )
+            )
+        await self._follow_locked()
+
+    async def _follow(self) -> None:
+        """Follow the pointer if another process published since the last look.
+
+        With inotify, a search where no event arrived in the index directory costs one
+        non-blocking ``read``; otherwise (or after an event) the small pointer file is
+        read and compared, on the loop. Only a moved pointer costs a worker call. A
+        process holding the lease is the one publishing: it follows itself.
+        """
+        if self._lease.held:
+            return
+        watch = self._pointer_watch
+        if watch is not None and watch.changed():
+            self._follow_due = True
+        if not self._follow_due and watch is not None:
+            return
+        if read_pointer(self._index_dir) == self._pointer:
+            self._follow_due = False
+            return
+        async with self._follow_lock:
+            if not self._lease.held:
+                await self._follow_locked()
+
+    async def _follow_locked(self) -> None:
+        followed = await self._workers.run_sync(self._read_published)
+        self._follow_due = False
+        if followed is None:
+            return
+        pointer, lexical, gen, sources, tombstones = followed
+        self._pointer, self._lexical = pointer, lexical
+        self._generation = gen
+        self._index_generation = pointer.index_generation
+        self._sources = sources
+        self._tombstones = tombstones
+        self._known = None
+
+    def _read_published(
+        self,
+    ) -> (
+        tuple[
+            Pointer,
+            LexicalIndex,
+            Generation,
+            dict[str, SourceState],
+            frozenset[str],
+        ]
+        | None
+    ):
+        """What the pointer publishes now (blocking; on a worker)."""
+        for attempt in range(3):
+            pointer = read_pointer(self._index_dir)
+            if pointer is None:
+                return None
+            if pointer.identity != self._identity_key:
+                raise IndexLockedError(
+                    f"index {self._index_dir} was rebuilt by another process with different"
+                    " settings (embedder, chunking or sources); reopen it with the same"
+                    " settings, or give this one its own index directory"
+                )
+            old = self._pointer
+            if pointer == old:
+                sources = self._store.load_sources()
+                return pointer, self._lexical, self._generation, sources, self._tombstones
+            try:
+                if old is not None and old.index_generation == pointer.index_generation:
+                    lexical = self._lexical
+                else:
+                    lexical = LexicalIndex.open_reader(
+                        self._index_dir / "lexical" / f"g{pointer.index_generation}"
+                    )
+                searcher = lexical.searcher()
+                if old is None:
+                    gen = load_generation(self._index_dir, pointer, searcher)
+                else:
+                    gen = follow_generation(
+                        self._generation, self._index_dir, old, pointer, searcher
+                    )
+            except (OSError, ValueError, LexicalIndexError):
+                # A compaction or rebuild replaced what the pointer we read named
+                # before we opened it: read the pointer again.
+                if attempt == 2:
+                    raise
+                continue
+            return (
+                pointer,
+                lexical,
+                gen,
+                self._store.load_sources(),
+                frozenset(self._store.tombstones()),
+            )
+        return None
 
     def _watch_directories(self) -> list[str]:
         extra_dirs = []
@@ -446,13 +626,33 @@ class MemoryIndex:
         show where a long first index is.
         """
         self._check_open()
-        async with self._write_lock:
+        async with self._write_lock, self._writing():
             self._check_open()
             try:
                 return await self._sync_locked(force, progress)
             finally:
                 self._known = None
                 await self._refresh_watch()
+
+    async def _sync_if_free(self) -> bool:
+        """Sync unless another process is writing; ``False`` (no sync) if one is.
+
+        The writer publishes soon, and the next search looks at the sources again
+        (the watch is unprimed, so its stat check runs), so a change that writer
+        missed is still synced; a search never waits for another process's write.
+        """
+        self._check_open()
+        async with self._write_lock, self._writing(wait=False) as held:
+            self._check_open()
+            if not held:
+                self._watch_primed = False
+                return False
+            try:
+                await self._sync_locked(False)
+            finally:
+                self._known = None
+                await self._refresh_watch()
+        return True
 
     async def _scan_memory(self) -> dict[str, FileEntry]:
         if "memory" not in self._settings.sources:
@@ -792,14 +992,19 @@ class MemoryIndex:
     async def _publish_lexical(
         self, provenances: Sequence[str], documents: Sequence[tuple[ChunkRecord, str]]
     ) -> None:
+        writer = self._writer
+        if writer is None:
+            raise RuntimeError("the lexical writer is open only while holding the writer lease")
         try:
-            await self._workers.run_sync(self._lexical.replace, provenances, documents)
+            await self._workers.run_sync(writer.replace, provenances, documents)
         except LexicalIndexError as exc:
             # SQLite holds the change and its journal entry: rebuild rather than fail
             # every later sync on the same broken directory.
-            self._lexical = await self._workers.run_sync(
-                rebuild_lexical, self._store, self._lexical, self._lexical.path, exc
+            self._writer = await self._workers.run_sync(
+                rebuild_lexical, self._store, writer, writer.path, exc
             )
+            # The directory was replaced: search it through a fresh reader.
+            self._lexical = await self._workers.run_sync(LexicalIndex.open_reader, writer.path)
             return
         await self._workers.run_sync(self._store.clear_pending, provenances)
 
@@ -811,22 +1016,72 @@ class MemoryIndex:
         added: Sequence[ChunkRecord] = (),
         added_vectors: npt.NDArray[np.float32] | None = None,
     ) -> None:
-        """Build the next generation off the loop and swap it in (one assignment)."""
-        old = self._generation
-        searcher = await self._workers.run_sync(self._lexical.searcher)
-        change = _Publication(
-            number=self._publications + 1,
-            searcher=searcher,
-            replaced=replaced,
-            removed_ids=removed_ids,
-            added=added,
-            added_vectors=added_vectors,
+        """Publish the next generation: append it to the published files, flip the
+        pointer, and follow it (the pointer and generation change in one step, so a
+        cancellation leaves this process on the old pair and it follows later).
+
+        Rows that go are marked dead and new ones appended after the published rows
+        (the cost of the change, not of the index); once dead rows pass an eighth,
+        the live rows and the new ones are written as a new, compact epoch instead.
+        """
+        run = self._workers.run_sync
+        old, pointer = self._generation, self._pointer
+        if pointer is None or not self._lease.held:
+            raise RuntimeError("publishing needs the writer lease and a published pointer")
+        dead = old.dead_rows(replaced, removed_ids)
+        vectors = old.added_rows(added_vectors, len(added))
+        version = await run(self._store.version)
+        searcher = await run(self._lexical.searcher)
+        records: list[ChunkRecord] | None = None
+        if old.needs_compaction(dead, len(added)):
+            keep = np.ones(len(old.records), dtype=np.bool_)
+            if old.alive is not None:
+                keep &= old.alive
+            keep[dead] = False
+            rows = np.flatnonzero(keep)
+            records = [old.records[i] for i in rows.tolist()] + list(added)
+            new_pointer = await run(
+                functools.partial(
+                    write_epoch,
+                    self._index_dir,
+                    epoch=pointer.epoch + 1,
+                    number=pointer.number + 1,
+                    index_generation=pointer.index_generation,
+                    identity=pointer.identity,
+                    store_version=version,
+                    dims=pointer.dims,
+                    records=records,
+                    row_batches=live_row_batches(old.matrix, rows, vectors),
+                )
+            )
+        else:
+            new_pointer = await run(
+                functools.partial(
+                    write_publication,
+                    self._index_dir,
+                    pointer,
+                    number=pointer.number + 1,
+                    dead=dead,
+                    added=added,
+                    vectors=vectors,
+                    store_version=version,
+                )
+            )
+        await run(flip_pointer, self._index_dir, new_pointer)
+        new = await run(
+            functools.partial(
+                generation_after,
+                old,
+                self._index_dir,
+                new_pointer,
+                searcher,
+                dead=dead,
+                added=added,
+                records=records,
+            )
         )
-        new = await self._workers.run_sync(derive_generation, old, change)
-        # The number survives restarts, so every process reports the same generation.
-        await self._workers.run_sync(self._store.record_publication, change.number)
-        self._publications += 1
-        self._generation = new
+        # The pointer's number survives restarts: every process reports the same one.
+        self._pointer, self._generation = new_pointer, new
 
     def _known_files(self) -> dict[str, tuple[int | None, int | None]]:
         """``{virtual path: (size, mtime_ns)}`` of the memory files as last synced.
@@ -934,8 +1189,9 @@ class MemoryIndex:
         if not 0.0 <= cut <= 1.0 or math.isnan(cut):
             raise InvalidSearchError(f"min_score must be between 0 and 1, got {cut}")
 
+        await self._follow()
         if settings.sync_on_search and await self._sessions_changed():
-            await self.sync()
+            await self._sync_if_free()
         if not query.strip():
             return SearchResult(query, chosen, (), offset, None, self._generation.number)
         check_files = settings.sync_on_search and "memory" in settings.sources
@@ -947,7 +1203,7 @@ class MemoryIndex:
             if self._watch_primed:
                 check_files = False
                 if moved:
-                    await self.sync()
+                    await self._sync_if_free()
             else:
                 self._watch_primed = True
 
@@ -1001,7 +1257,7 @@ class MemoryIndex:
                 # would only lose the parallelism of separate workers: they go alone.
                 outcome = await self._workers.run_sync(_rank_one, item, self._lexical)
             if outcome is None:
-                await self.sync()
+                await self._sync_if_free()
                 gen = self._generation
                 ranked = await self._workers.run_sync(
                     functools.partial(
@@ -1155,7 +1411,7 @@ class MemoryIndex:
             raise InvalidSearchError("forget needs a path, session_id, agent_id or source")
         if source is not None and source not in ("memory", "sessions"):
             raise InvalidSearchError(f"unknown source {source!r}; use memory or sessions")
-        async with self._write_lock:
+        async with self._write_lock, self._writing():
             self._check_open()
             matches = await self._workers.run_sync(
                 lambda: self._store.select_chunks(
@@ -1321,30 +1577,6 @@ def rank_batch(
     return out
 
 
-@attrs.frozen(eq=False)
-class _Publication:
-    """What changes from one generation to the next."""
-
-    number: int
-    searcher: Any
-    replaced: frozenset[str]
-    removed_ids: frozenset[str]
-    added: Sequence[ChunkRecord]
-    added_vectors: npt.NDArray[np.float32] | None
-
-
-def derive_generation(old: Generation, change: _Publication) -> Generation:
-    """Build the generation after ``old`` (a named worker function: crash tests park on it)."""
-    return old.derive(
-        number=change.number,
-        searcher=change.searcher,
-        replaced=change.replaced,
-        removed_ids=change.removed_ids,
-        added=change.added,
-        added_vectors=change.added_vectors,
-    )
-
-
 @attrs.frozen
 class _LineSpan:
     """What :func:`read_line_range` kept of one file."""
@@ -1463,7 +1695,7 @@ def _recover_lexical(store: Store, lexical: LexicalIndex) -> None:
         lexical.reset(store.chunks_for(None))
 
 
-def _open_lexical(store: Store, lex_dir: Path) -> LexicalIndex:
+def _open_lexical(store: Store, lex_dir: Path, recover: bool = True) -> LexicalIndex:
     """Open the tantivy directory and bring it up to SQLite; rebuild it when that fails.
 
     A kill inside a tantivy commit can leave files ``meta.json`` does not reference
@@ -1474,7 +1706,8 @@ def _open_lexical(store: Store, lex_dir: Path) -> LexicalIndex:
     lexical: LexicalIndex | None = None
     try:
         lexical = LexicalIndex(lex_dir)
-        _recover_lexical(store, lexical)
+        if recover:
+            _recover_lexical(store, lexical)
     except LexicalIndexError as exc:
         return rebuild_lexical(store, lexical, lex_dir, exc)
     return lexical
@@ -1514,8 +1747,10 @@ async def open_memory_index(
 ) -> AsyncIterator[MemoryIndex]:
     """Open the index of ``workspace_dir`` stored in ``index_dir`` and close it on exit.
 
-    Raises :class:`IndexLockedError` if another process has the directory open. A
-    corrupt database is set aside and rebuilt from the sources, with a warning. With
+    Any number of processes may have the directory open: the one that syncs or
+    forgets holds the writer lease meanwhile (another process's write is waited for),
+    and every process searches the published generations. A corrupt database is set
+    aside and rebuilt from the sources, with a warning. With
     ``settings.sync_on_open`` (the default) the index is synced before it is yielded.
     ``embedder=None`` means lexical-only retrieval.
     """

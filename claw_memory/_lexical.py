@@ -311,9 +311,13 @@ def _schema() -> tantivy.Schema:
 
 
 class LexicalIndex:
-    """One tantivy index directory with its single writer (blocking; run on workers)."""
+    """One tantivy index directory with its single writer (blocking; run on workers).
 
-    def __init__(self, path: Path) -> None:
+    ``writable=False`` opens it for searching only (no writer, no tantivy writer lock):
+    how every process that does not hold the index's writer lease reads it.
+    """
+
+    def __init__(self, path: Path, *, writable: bool = True) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.schema = _schema()
@@ -321,14 +325,21 @@ class LexicalIndex:
             self._index = tantivy.Index(self.schema, path=str(path), reuse=True)
             self._index.register_tokenizer(_ANALYZER, _analyzer())
             self._index.config_reader(reload_policy="Manual")
-            self._writer: tantivy.IndexWriter | None = self._index.writer(
-                heap_size=_WRITER_HEAP, num_threads=1
+            self._writer: tantivy.IndexWriter | None = (
+                self._index.writer(heap_size=_WRITER_HEAP, num_threads=1) if writable else None
             )
         except ValueError as exc:
             raise LexicalIndexError(f"cannot open the lexical index at {path}: {exc}") from exc
         self._query_analyzer = _query_analyzer()
         self._fallback_query_analyzer = _fallback_query_analyzer()
         self._document_analyzer = _analyzer()
+
+    @classmethod
+    def open_reader(cls, path: Path) -> LexicalIndex:
+        """Open an existing index for searching only (see the class docstring)."""
+        if not (path / "meta.json").is_file():
+            raise LexicalIndexError(f"there is no lexical index at {path}")
+        return cls(path, writable=False)
 
     def _require_writer(self) -> tantivy.IndexWriter:
         if self._writer is None:

@@ -194,14 +194,6 @@ class Store:
             (key, value),
         )
 
-    def publications(self) -> int:
-        """The number of the last published generation (1 for a new index)."""
-        return int(self.get_meta("publications") or "1")
-
-    def record_publication(self, number: int) -> None:
-        """Remember the number of the generation being published."""
-        self._set_meta("publications", str(number))
-
     def ensure_identity(self, identity: str) -> tuple[int, bool]:
         """Return the index generation for ``identity``, starting a new one on mismatch.
 
@@ -220,7 +212,17 @@ class Store:
             self._set_meta("identity", identity)
             self._set_meta("generation", str(gen + 1))
             self._set_meta("schema_version", str(SCHEMA_VERSION))
+            self._bump_version()
         return gen + 1, True
+
+    def version(self) -> int:
+        """How many changes of the indexed content were committed (sources, chunks,
+        identity): a published generation records the version it reflects, so a writer
+        taking the lease over sees what its predecessor committed but never published."""
+        return int(self.get_meta("version") or "0")
+
+    def _bump_version(self) -> None:
+        self._set_meta("version", str(self.version() + 1))
 
     def _transaction(self) -> _Txn:
         """``with store._transaction():`` runs the block in one immediate transaction."""
@@ -262,6 +264,7 @@ class Store:
     def apply_changes(self, changes: Sequence[SourceChange]) -> None:
         """Replace the chunks of each changed source and journal it for the lexical index."""
         with self._transaction():
+            self._bump_version()
             for ch in changes:
                 self._db.execute("DELETE FROM chunks WHERE provenance = ?", (ch.provenance,))
                 self._db.execute(
@@ -370,6 +373,7 @@ class Store:
         """Tombstone and delete chunks, journalling their provenances for the lexical index."""
         now = time.time()
         with self._transaction():
+            self._bump_version()
             self._db.executemany(
                 "INSERT OR IGNORE INTO tombstones (id, provenance, path, forgotten_at)"
                 " VALUES (?, ?, ?, ?)",

@@ -1,4 +1,4 @@
-"""A child process for the fault tests: opens an index, then dies or holds it.
+"""A child process for the fault and multi-process tests: opens an index, then acts.
 
 ``python _child.py <workspace> <index_dir> kill <function> [<n>]``: sync with a worker
 pool that SIGKILLs the process just before it would run ``<function>`` for the ``n``-th
@@ -8,6 +8,12 @@ index open until stdin closes.
 ``python _child.py <workspace> <index_dir> churn``: open, then forever rewrite one of
 five memory files and sync, printing ``SYNCED <i>`` after each publication (the parent
 kills it at a moment of its choosing).
+``python _child.py <workspace> <index_dir> publish <n>``: open, then ``n`` times
+rewrite ``memory/note.md`` to ``plover round <i>`` and sync (one publication each).
+``python _child.py <workspace> <index_dir> race <name>``: open without syncing, print
+``READY``, wait for a line on stdin, then write ``memory/<name>.md`` and sync.
+``python _child.py <workspace> <index_dir> lease``: take the writer lease, print
+``HELD`` and hold it until stdin closes (or the process is killed).
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import attrs
 import trio
 
 from claw.plugin_sdk import InlineWorkerPool, WorkerPoolStatistics
 from claw_memory._hash_embedder import HashEmbedder
 from claw_memory._index import open_memory_index
+from claw_memory._lease import LEASE_FILE, WriterLease
 from claw_memory._settings import MemoryCoreSettings
 
 T = TypeVar("T")
@@ -52,19 +60,36 @@ def churn_text(i: int) -> str:
     return f"churn round {i} note {i * 7919 % 1000}"
 
 
-async def main(workspace: str, index_dir: str, action: str, victim: str, nth: str) -> None:
-    pool = KillingPool(victim, int(nth or 1)) if action == "kill" else InlineWorkerPool()
+def _rewrite(path: Path, text: str, round_: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    # A distinct mtime per round, so the cheap stat check always sees the change.
+    os.utime(path, ns=(1_000_000_000 * (1000 + round_), 1_000_000_000 * (1000 + round_)))
+
+
+async def main(workspace: str, index_dir: str, action: str, arg: str, nth: str) -> None:
+    if action == "lease":
+        lease = WriterLease(Path(index_dir) / LEASE_FILE)
+        await trio.Path(index_dir).mkdir(parents=True, exist_ok=True)
+        assert lease.try_acquire()
+        print("HELD", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.read)
+        return
+    pool = KillingPool(arg, int(nth or 1)) if action == "kill" else InlineWorkerPool()
+    settings = MemoryCoreSettings(min_score=0.0)
+    if action in ("publish", "race"):
+        settings = attrs.evolve(settings, sync_on_search=False, sync_on_open=action != "race")
     async with open_memory_index(
         workspace_dir=workspace,
         index_dir=index_dir,
         workers=pool,
-        settings=MemoryCoreSettings(min_score=0.0),
+        settings=settings,
         embedder=HashEmbedder(),
     ) as index:
         if action == "hold":
             print("OPEN", flush=True)
             await trio.to_thread.run_sync(sys.stdin.read)
-        if action in ("churn", "kill"):
+        elif action in ("churn", "kill"):
             for i in itertools.count():
                 path = Path(workspace) / "memory" / f"f{i % 5}.md"
                 path.write_text(churn_text(i), encoding="utf-8")
@@ -72,6 +97,15 @@ async def main(workspace: str, index_dir: str, action: str, victim: str, nth: st
                 print(f"SYNCED {i}", flush=True)
                 if action == "kill" and i >= 40:
                     return
+        elif action == "publish":
+            for i in range(int(arg)):
+                _rewrite(Path(workspace) / "memory" / "note.md", f"plover round {i}", i)
+                await index.sync()
+        elif action == "race":
+            print("READY", flush=True)
+            await trio.to_thread.run_sync(sys.stdin.readline)
+            _rewrite(Path(workspace) / "memory" / f"{arg}.md", f"raced note {arg}", 0)
+            await index.sync()
 
 
 if __name__ == "__main__":

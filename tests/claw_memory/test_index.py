@@ -545,8 +545,8 @@ async def test_a_search_never_sees_a_half_published_index(workspace: Path, index
     _write(workspace, "memory/b.md", "ocelot two")
     settings = MemoryCoreSettings(min_score=0.0, sync_on_search=False)
     async with _open(workspace, index_dir, pool, settings=settings) as index:
-        # Park the sync after tantivy committed but before the new generation exists.
-        parked, release = pool.gate("derive_generation")
+        # Park the sync after its publication is written but before the pointer flips.
+        parked, release = pool.gate("flip_pointer")
         async with trio.open_nursery() as nursery:
             _bump(workspace, "memory/a.md", "ocelot three")
             (workspace / "memory/b.md").unlink()
