@@ -413,20 +413,25 @@ class MemoryIndex:
             and pointer.identity == self._identity_key
             and pointer.store_version == await run(self._store.version)
         ):
-            async with self._follow_lock:
-                await self._follow_locked()
-            return
-        async with self._write_lock, self._writing():
+            try:
+                async with self._follow_lock:
+                    await self._follow_locked()
+            except LexicalIndexError:
+                pass  # a lexical directory that cannot be opened: the writer rebuilds it
+            else:
+                return
+        async with self._write_lock, self._writing(repair=True):
             pass
 
     @contextlib.asynccontextmanager
-    async def _writing(self, *, wait: bool = True) -> AsyncIterator[bool]:
+    async def _writing(self, *, wait: bool = True, repair: bool = False) -> AsyncIterator[bool]:
         """Hold the writer lease for one write (enter under ``_write_lock``).
 
         Takes the lease (waiting for another process's write to end, or, with
         ``wait=False``, yielding ``False`` at once if one is writing), brings this
         process to the published state, repairs what a writer that died left behind
-        and opens the lexical writer; on exit closes it and gives the lease up.
+        and opens the lexical writer (``repair``: check and republish everything, as
+        after a writer that did not finish); on exit closes it and gives the lease up.
         """
         if wait:
             await self._lease.acquire()
@@ -435,7 +440,7 @@ class MemoryIndex:
             return
         try:
             async with self._follow_lock:
-                await self._take_over()
+                await self._take_over(repair)
                 yield True
         finally:
             with trio.CancelScope(shield=True):
@@ -446,7 +451,7 @@ class MemoryIndex:
                 finally:
                     self._lease.release()
 
-    async def _take_over(self) -> None:
+    async def _take_over(self, repair: bool) -> None:
         run = self._workers.run_sync
         store = self._store
         generation, rebuilt = await run(store.ensure_identity, self._identity)
@@ -454,7 +459,8 @@ class MemoryIndex:
         pending = await run(store.pending_lexical)
         pointer = await run(read_pointer, self._index_dir)
         repair = (
-            rebuilt
+            repair
+            or rebuilt
             or bool(pending)
             or pointer is None
             or pointer.identity != self._identity_key
