@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import signal
 import subprocess
 import sys
@@ -190,3 +191,30 @@ async def test_a_follower_of_an_index_rebuilt_with_other_settings_gets_a_clear_e
             ]
         with pytest.raises(IndexLockedError, match="different settings"):
             await first.search("merlin")
+
+
+def _is_mapped(array: object) -> bool:
+    while array is not None:
+        if isinstance(array, mmap.mmap):
+            return True
+        array = getattr(array, "base", None)
+    return False
+
+
+async def test_every_open_index_maps_the_published_matrix_instead_of_copying_it(
+    workspace: Path, index_dir: Path
+) -> None:
+    (workspace / "MEMORY.md").write_text("heron\n\nplover")
+    async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)) as writer:
+        async with _open(workspace, index_dir) as reader:
+            for index in (writer, reader):
+                matrix = index._generation.matrix
+                assert matrix is not None and matrix.shape[0] == 1
+                assert _is_mapped(matrix)
+                assert not matrix.flags.writeable
+            (workspace / "memory").mkdir()
+            (workspace / "memory" / "b.md").write_text("bittern")
+            await writer.sync()
+            hits = (await reader.search("bittern", mode="vector", max_results=1)).hits
+            assert [h.path for h in hits] == ["memory/b.md"]
+            assert _is_mapped(reader._generation.matrix)
