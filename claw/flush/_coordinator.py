@@ -368,15 +368,17 @@ class FlushCoordinator:
         try:
             async with run.open_maintenance_run(flush_key) as flush_run:
                 if flush_run.audience is None:
+                    why = flush_run.no_audience_reason or "no audience"
                     logger.debug(
                         'memory flush of %s by plugin "%s" skipped: the source has no valid '
-                        "memory audience",
+                        "memory audience (%s)",
                         run.session_key,
                         plugin,
+                        why,
                     )
                     return attempt.finish(
                         "skipped",
-                        reason="the source turn has no valid memory audience",
+                        reason=f"the source turn has no valid memory audience ({why})",
                         flush_key=flush_key,
                     )
                 identity = flush_run.scope._mint(

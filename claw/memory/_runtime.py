@@ -376,6 +376,11 @@ class MemoryRuntime:
             raise CapabilityDeniedError("unknown caller authority")
         return agent_id if agent_id is not None else self._host.config.default_agent_id
 
+    async def await_current(self, context: MemoryCallerContext) -> None:
+        """Verify ``context`` with the host; while a session write is in flight, wait and retry."""
+        host = self._host
+        await _await_current(lambda: host.verify(context), host.sessions.wait_for_writes)
+
     def check_caller(self, context: MemoryCallerContext, agent_id: str | None) -> str:
         """Verify ``context`` (current, minted here) and return the agent it addresses."""
         self._host._check_open()
@@ -467,7 +472,7 @@ class MemoryRuntime:
         def verify(ctx: MemoryCallerContext) -> None:
             host.verify(ctx)
 
-        await _await_current(lambda: verify(context), sessions.wait_for_writes)
+        await self.await_current(context)
         agent = self._agent_for(context, agent_id)
         await self.require_known_agent(agent_id, agent)
         plugin_id, cap = self.selection()

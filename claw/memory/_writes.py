@@ -63,7 +63,7 @@ async def _call(runtime: MemoryRuntime, name: str, context: MemoryCallerContext,
         raise ProviderError(
             f'memory provider "{plugin_id}" failed in {name}: {type(exc).__name__}'
         ) from exc
-    context.assert_current()
+    await runtime.await_current(context)
     return plugin_id, result
 
 
@@ -75,6 +75,7 @@ async def add_memory(
     agent_id: str | None,
 ) -> MemoryAddResult:
     """See :meth:`MemoryRuntime.add`."""
+    await runtime.await_current(context)
     agent = runtime.check_caller(context, agent_id)
     require_writer(context)
     await runtime.require_known_agent(agent_id, agent)
@@ -96,6 +97,7 @@ async def forget_memory(
     dry_run: bool,
 ) -> MemoryForgetResult:
     """See :meth:`MemoryRuntime.forget`."""
+    await runtime.await_current(context)
     agent = runtime.check_caller(context, agent_id)
     require_writer(context)
     await runtime.require_known_agent(agent_id, agent)

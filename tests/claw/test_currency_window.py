@@ -16,7 +16,7 @@ import trio
 
 import claw
 from claw._capabilities import AUDIENCE_STALE_MESSAGE
-from claw.memory import MemorySearchRequest
+from claw.memory import Citation, MemoryAddResult, MemoryReference, MemorySearchRequest
 from claw.sessions._store import _run_transaction
 from claw_testing import MemoryRecord, RecordingMemoryProvider
 
@@ -138,3 +138,50 @@ async def test_a_provider_call_waits_for_the_write_then_rechecks(
         assert isinstance(error, claw.StaleCapabilityError)
         assert not isinstance(error, claw.CurrencyPendingError)
         assert provider.call_names().count("search") == before  # never reached the provider
+
+
+@attrs.define(eq=False)
+class RecordingAdds:
+    adds: list[str] = attrs.field(factory=list)
+
+    async def add(self, *, agent_id: str, context: claw.MemoryCallerContext, request: Any) -> Any:
+        self.adds.append(request.text)
+        return MemoryAddResult(
+            reference=MemoryReference(provider_id="rec", id="memory/today.md", fragment="L1-L1"),
+            citation=Citation(path="memory/today.md", start_line=1, end_line=1, source="memory"),
+            timestamp="2026-12-01T00:00:00Z",
+        )
+
+
+async def test_a_memory_write_waits_for_a_lineage_write_then_rechecks(
+    host_config: claw.HostConfig, pool: ParkingPool, provider: RecordingMemoryProvider
+) -> None:
+    adds = RecordingAdds()
+    capability = attrs.evolve(provider.capability(), maintenance=adds)
+    plugin = claw.Plugin(id="rec", register=lambda api: api.register_memory_capability(capability))
+    config = attrs.evolve(
+        host_config,
+        plugins=attrs.evolve(host_config.plugins, slots=claw.SlotsConfig(memory="rec")),
+    )
+    async with claw.open_host(config, plugins=[plugin], workers=pool) as host:  # type: ignore[arg-type]
+        await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+        async with host.open_run("dm:alice", sender_is_owner=True) as run:
+            await host.memory.add(run.caller, "first")
+            outcome: list[BaseException] = []
+            async with trio.open_nursery() as n:
+                await _reset_in_background(host, pool, n)
+
+                async def add() -> None:
+                    try:
+                        await host.memory.add(run.caller, "during the reset")
+                    except claw.ClawError as exc:
+                        outcome.append(exc)
+
+                n.start_soon(add)
+                await trio.testing.wait_all_tasks_blocked()
+                assert outcome == []  # waiting, not refused as pending, not written
+                pool.release.set()
+    (error,) = outcome
+    assert isinstance(error, claw.StaleCapabilityError)
+    assert not isinstance(error, claw.CurrencyPendingError)
+    assert adds.adds == ["first"]

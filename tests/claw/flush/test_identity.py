@@ -169,6 +169,8 @@ async def test_no_valid_audience_skips_a_tools_flush_with_a_debug_log(
             result = await env.turn(big_text(2100), session_key="dm:alice:task")
         assert result.flush.status == "skipped"
         assert "audience" in result.flush.reason
+        # ... and says why: the child's lineage is stale.
+        assert "stale lineage" in result.flush.reason
         assert any(
             r.levelno == logging.DEBUG and "audience" in r.getMessage() for r in caplog.records
         )
