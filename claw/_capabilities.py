@@ -320,8 +320,7 @@ class _Grant:
     stale_message: str | None = None
 
     def fields_unchanged(self, cap: Capability) -> bool:
-        current = _FIELD_READERS[type(cap)](cap)
-        return all(a is b for a, b in zip(current, self.fields, strict=True))
+        return all(map(operator.is_, _FIELD_READERS[type(cap)](cap), self.fields))
 
 
 @attrs.define(eq=False)

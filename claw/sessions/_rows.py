@@ -263,8 +263,12 @@ class _LookupView:
 
 def as_view(rows: SessionRows) -> SessionView:
     """Turn any accepted row source into a :class:`SessionView`."""
-    if isinstance(rows, SessionView):
-        return rows
+    # The same test as ``isinstance(rows, SessionView)``, without the runtime protocol
+    # machinery: this runs on every currency check, which is on the search hot path.
+    if callable(getattr(rows, "get_nowait", None)) and callable(
+        getattr(rows, "last_revision_nowait", None)
+    ):
+        return rows  # type: ignore[return-value]
     if isinstance(rows, Mapping):
         return _LookupView(rows.get)
     if callable(rows):
