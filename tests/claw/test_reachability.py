@@ -61,6 +61,7 @@ class Seen:
     """Everything the host handed the snooping plugin, by where it came from."""
 
     objects: dict[str, object] = attrs.field(factory=dict)
+    register_time_paths: list[str] | None = None
 
     def add(self, name: str, *values: object, **named: object) -> None:
         for index, value in enumerate(values):
@@ -178,6 +179,9 @@ def snoop_plugin(seen: Seen, engine_path: Path) -> claw.Plugin:
         return []
 
     def register(api: claw.PluginApi) -> None:
+        # While registration is open the facet holds the plugin registry, and through it
+        # what earlier plugins registered: walk it now, too.
+        seen.register_time_paths = find_minting_power({"api (registering)": api})
         seen.add("register", api)
         seen.add("api", transcripts=api.transcripts, workers=api.workers, config=api.config)
         api.register_tool(claw.Tool(name="snoop_tool", description="snoop", handler=tool))
@@ -218,7 +222,8 @@ async def snooped(host_config: claw.HostConfig, tmp_path: Path) -> AsyncIterator
     model = ScriptedModel(
         [ScriptedReply(tool_calls=[("snoop_tool", {"q": "x"})]), "done"], context_window=100_000
     )
-    plugins = [snoop_plugin(seen, tmp_path / "engine.sqlite3"), claw_memory.plugin]
+    # Memory Core registers first, so the snooping plugin's facet already leads to it.
+    plugins = [claw_memory.plugin, snoop_plugin(seen, tmp_path / "engine.sqlite3")]
     async with claw.open_host(config, plugins=plugins) as host:
         host.models.register_provider("scripted", lambda name: model)
         await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
@@ -232,13 +237,14 @@ async def snooped(host_config: claw.HostConfig, tmp_path: Path) -> AsyncIterator
             writer = scope.mint_caller_context(scope.mint_operator_authority({"operator.write"}))
             await host.memory.add(writer, "remember the friday deploy")
         # Walk while the host is open: a closed host's objects may have dropped references.
-        yield Snooped(seen.objects, host)
+        yield Snooped(seen.objects, host, seen.register_time_paths)
 
 
 @attrs.frozen
 class Snooped:
     objects: dict[str, object]
     host: claw.Host
+    register_time_paths: list[str] | None
 
 
 async def test_the_walk_sees_every_kind_of_object_a_plugin_receives(snooped: Snooped) -> None:
@@ -282,6 +288,7 @@ async def test_no_plugin_object_reaches_the_host_a_registry_or_a_mint_function(
 ) -> None:
     found = find_minting_power(snooped.objects)
     assert found == [], "\n".join(found)
+    assert snooped.register_time_paths == []
 
 
 async def test_a_facet_kept_after_loading_no_longer_holds_the_plugin_registry(
