@@ -73,6 +73,10 @@ def _headroom(rows: int) -> int:
     return rows + max(rows // 16, 256)
 
 
+# The most rows whose analysed terms a generation keeps for the second ranking stage
+# (which reads a few hundred per search, most of them again in the next search).
+MAX_TERM_ROWS = 8192
+
 # A derived generation is compacted (dead rows dropped, storage rebuilt) once dead
 # rows pass this share of all rows; below it, derivation appends and marks rows dead.
 _MAX_DEAD_SHARE = 0.125
@@ -218,12 +222,18 @@ class Generation:
     def rows_terms(
         self, rows: Sequence[int], analyse: Callable[[int], Iterable[str]]
     ) -> list[frozenset[str]]:
-        """The analysed terms of each of ``rows`` (``analyse(row)``), computed once per row."""
+        """The analysed terms of each of ``rows`` (``analyse(row)``), computed once per row.
+
+        At most :data:`MAX_TERM_ROWS` rows are kept (then the memo starts over): a
+        long-lived generation of large chunks must not grow without bound.
+        """
         terms: dict[int, frozenset[str]] = self._memo.setdefault("terms", {})
         out = []
         for row in rows:
             found = terms.get(row)
             if found is None:
+                if len(terms) >= MAX_TERM_ROWS:
+                    terms.clear()
                 found = terms[row] = frozenset(analyse(row))
             out.append(found)
         return out

@@ -247,3 +247,34 @@ async def test_concurrent_searches_and_changes_on_real_threads_stay_consistent(
             hits = (await index.search(text, mode="lexical", max_results=3)).hits
             assert hits[0].excerpt.strip() == text
         assert index.status().chunks == 40
+
+
+def test_adjacent_rows_follow_start_lines_within_a_provenance() -> None:
+    records = [_record("s", i, session=True) for i in (3, 1, 2, 5, 4)] + [_record("t", 1, True)]
+    gen = _built(records)
+    by_line = {r.start_line: i for i, r in enumerate(records[:5])}
+    one, two = gen.adjacent_rows(by_line[3])
+    assert set(one) == {by_line[2], by_line[4]}
+    assert set(two) == {by_line[1], by_line[5]}
+    assert gen.adjacent_rows(by_line[1]) == ((by_line[2],), (by_line[3],))
+    assert gen.adjacent_rows(5) == ((), ())  # alone in its provenance
+
+
+def test_the_term_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import claw_memory._generation as generation
+
+    monkeypatch.setattr(generation, "MAX_TERM_ROWS", 4)
+    gen = _built([_record("p", i) for i in range(10)])
+    calls: list[int] = []
+
+    def analyse(row: int) -> list[str]:
+        calls.append(row)
+        return [f"t{row}"]
+
+    assert gen.rows_terms([0, 1, 2], analyse) == [frozenset({f"t{r}"}) for r in (0, 1, 2)]
+    gen.rows_terms([0, 1], analyse)
+    assert calls == [0, 1, 2]  # remembered
+    gen.rows_terms([3, 4], analyse)  # a fifth row passes the bound: the memo starts over
+    gen.rows_terms([0], analyse)
+    assert calls == [0, 1, 2, 3, 4, 0]
+    assert len(gen._memo["terms"]) <= 4
