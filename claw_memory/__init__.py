@@ -8,6 +8,7 @@ notebook, with an embedder of your choice.
 from claw.plugin_sdk import fixup_module_metadata as _fixup_module_metadata
 
 from ._errors import EmbeddingError as EmbeddingError
+from ._errors import IndexBusyError as IndexBusyError
 from ._errors import IndexClosedError as IndexClosedError
 from ._errors import IndexLockedError as IndexLockedError
 from ._errors import InvalidSearchError as InvalidSearchError

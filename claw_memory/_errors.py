@@ -28,6 +28,14 @@ class IndexLockedError(MemoryCoreError):
     """
 
 
+class IndexBusyError(MemoryCoreError):
+    """Another process held the index's writer lease longer than a writer waits for it.
+
+    Retryable: the other process's write ends (or the process exits and the kernel
+    drops its lease), and the next attempt takes the lease.
+    """
+
+
 class IndexClosedError(MemoryCoreError):
     """The index was used after it was closed."""
 

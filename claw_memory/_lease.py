@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 import attrs
 import trio
+
+from ._errors import IndexBusyError
 
 LEASE_FILE = "LOCK"
 # How long a waiting writer sleeps between attempts (it doubles up to the cap): the
@@ -25,6 +28,13 @@ LEASE_FILE = "LOCK"
 # which a blocking flock in a thread would not be.
 _FIRST_WAIT = 0.005
 _MAX_WAIT = 0.1
+#: How long (seconds of real time) a writer waits for another process's write before it
+#: gives up with :class:`~claw_memory.IndexBusyError`. A write holds the lease for one
+#: sync, so only a hung process (or a very large first index) keeps it this long; a
+#: request must fail then, retryably, rather than wait without bound. Real time, not
+#: Trio's clock: the other side is another process, which a test's MockClock does not
+#: move.
+LEASE_WAIT_LIMIT = 60.0
 
 
 @attrs.define(eq=False)
@@ -62,9 +72,19 @@ class WriterLease:
         return True
 
     async def acquire(self) -> None:
-        """Wait (cancellably) until this process holds the lease."""
+        """Wait (cancellably, up to :data:`LEASE_WAIT_LIMIT`) until this process holds the lease.
+
+        Raises :class:`~claw_memory.IndexBusyError` when another process holds it longer.
+        """
         wait = _FIRST_WAIT
+        limit = LEASE_WAIT_LIMIT
+        deadline = time.monotonic() + limit
         while not self.try_acquire():
+            if time.monotonic() >= deadline:
+                raise IndexBusyError(
+                    f"another process has held the writer lease of {self.path.parent} for "
+                    f"more than {limit:g} s; retry when its write has finished"
+                )
             await trio.sleep(wait)
             wait = min(wait * 2, _MAX_WAIT)
 

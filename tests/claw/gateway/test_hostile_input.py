@@ -131,15 +131,18 @@ async def test_oversized_search_params_are_invalid_requests(
 
 
 async def test_a_provider_failure_is_unavailable_without_host_paths_never_internal(
-    core_host: claw.Host,
+    core_host: claw.Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Memory Core failing (here: another process holds an agent's index) is the
-    provider's failure, answered UNAVAILABLE; its message (which names the index
-    directory) stays in the log."""
+    """Memory Core failing (here: another process holds an agent's writer lease past
+    the wait limit) is the provider's failure, answered UNAVAILABLE; its message
+    (which names the index directory) stays in the log."""
     import fcntl
     import os
 
+    import claw_memory._lease
     from claw_memory._plugin import agent_dir_name
+
+    monkeypatch.setattr(claw_memory._lease, "LEASE_WAIT_LIMIT", 0.2)
 
     await core_host.sessions.create("dm:o", agent_id="other", chat_type="direct")
     index_dir = core_host.config.resolved_state_dir / "memory" / agent_dir_name("other")
@@ -155,6 +158,6 @@ async def test_a_provider_failure_is_unavailable_without_host_paths_never_intern
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
         assert info.value.code == "UNAVAILABLE"
-        assert "IndexLockedError" in info.value.message
+        assert "IndexBusyError" in info.value.message
         assert str(core_host.config.resolved_state_dir) not in info.value.message
         assert (await client.request("memory.search", params))["agentId"] == "other"
