@@ -17,6 +17,8 @@ import trio
 from claw._demo import copy_sample_workspace
 from claw.gateway import open_gateway_client
 
+from .._processes import reap
+
 pytestmark = pytest.mark.slow
 
 
@@ -172,12 +174,7 @@ def test_serve_prints_the_address_answers_and_stops_on_sigterm(workspace: Path) 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        reap(proc)
 
 
 def test_python_dash_m_and_console_script_agree() -> None:

@@ -27,6 +27,8 @@ import claw
 from claw.gateway import ERROR_CODES
 from claw.gateway._client import open_websocket_stream
 
+from ..._processes import reap
+
 pytestmark = pytest.mark.slow
 
 TOKEN = "serve-fuzz-token-0123"
@@ -91,11 +93,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, stderr.read_text()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        reap(proc)
     logged = stderr.read_text()
     assert "Traceback" not in logged, logged
     assert "failed (connection" not in logged, logged

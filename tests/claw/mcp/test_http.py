@@ -22,6 +22,7 @@ from claw.gateway._auth import TokenTable
 from claw.mcp import MemoryMcpServer
 from claw.mcp._http import ListenError
 
+from ..._processes import reap
 from .conftest import (
     NO_READ_TOKEN,
     READ_TOKEN,
@@ -199,12 +200,7 @@ def test_claw_mcp_http_serves_the_sdk_client_and_stops_on_sigterm(workspace: Pat
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        reap(proc)
 
 
 @pytest.mark.parametrize("bind", ["8080", "127.0.0.1:70000", "127.0.0.1:http", ":"])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
+from ..._processes import reap
 from .conftest import claw_mcp_command, structured, subprocess_env, text_of
 
 
@@ -125,9 +126,4 @@ def test_garbage_on_stdin_does_not_stop_the_server_from_answering(workspace: Pat
         assert proc.stderr is not None
         assert "Traceback" not in proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
+        reap(proc)

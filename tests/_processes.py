@@ -1,0 +1,20 @@
+"""Helpers for tests that start real child processes."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+
+def reap(proc: subprocess.Popen[Any]) -> None:
+    """Kill ``proc`` if it still runs, wait for it, and close its pipes.
+
+    Called from a ``finally`` so a failing test leaves no process and no open pipe
+    behind (an unclosed pipe is a ResourceWarning, an error under the suite's filters).
+    """
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None and not stream.closed:
+            stream.close()
