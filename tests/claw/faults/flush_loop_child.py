@@ -84,7 +84,9 @@ def config(state: Path) -> claw.HostConfig:
 
 
 def say(*parts: object) -> None:
-    print(*parts, flush=True)
+    """One line in one write, so a kill cannot leave half of it on the pipe."""
+    sys.stdout.write(" ".join(map(str, parts)) + "\n")
+    sys.stdout.flush()
 
 
 async def main(state: Path, seed: int) -> None:

@@ -83,7 +83,7 @@ def _kill_at_random(args: list[str], rng: random.Random, oracle: Oracle) -> None
             ready = False
             while seen < steps:
                 line = proc.stdout.readline()
-                if not line:
+                if not line.endswith("\n"):
                     pytest.fail(f"child exited early: {proc.stderr.read()}")
                 oracle.feed(line)
                 ready = ready or line.startswith("READY")
@@ -92,9 +92,11 @@ def _kill_at_random(args: list[str], rng: random.Random, oracle: Oracle) -> None
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        # Lines the child wrote before it died are facts too.
-        for line in proc.stdout.read().splitlines():
-            oracle.feed(line)
+        # Lines the child wrote before it died are facts too; a last line without its
+        # newline was torn by the kill and says nothing (a torn ACK leaves the op in flight).
+        for line in proc.stdout.read().splitlines(keepends=True):
+            if line.endswith("\n"):
+                oracle.feed(line)
     oracle.kills += 1
     if oracle.in_flight is not None:
         oracle.in_flight_ops[oracle.in_flight[0]] += 1

@@ -70,7 +70,9 @@ def plugin(engine: ReferenceContextEngine) -> claw.Plugin:
 
 
 def say(*parts: object) -> None:
-    print(*parts, flush=True)
+    """One line in one write, so a kill cannot leave half of it on the pipe."""
+    sys.stdout.write(" ".join(map(str, parts)) + "\n")
+    sys.stdout.flush()
 
 
 async def main(state: Path, engine_db: Path, seed: int) -> None:
