@@ -49,9 +49,8 @@ import trio
 
 from benchmarks._common import emit_json, machine, percentile, table
 from claw.plugin_sdk import EmbeddingProvider, ThreadWorkerPool, WorkerPool
-from claw_memory._hash_embedder import HashEmbedder
+from claw.plugin_sdk.search import QUERY_STOPWORDS, HashEmbedder
 from claw_memory._index import open_memory_index
-from claw_memory._lexical import QUERY_STOPWORDS
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
 from claw_memory._types import SearchFilter
@@ -246,7 +245,7 @@ def make_embedder(kind: str | None, workers: WorkerPool) -> EmbeddingProvider | 
         return HashEmbedder(workers=workers)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from claw_memory._st_embedder import SentenceTransformerEmbedder
+    from claw.plugin_sdk.search import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder(kind, workers=workers, device="cpu")
 

@@ -78,6 +78,10 @@ class ProviderError(ClawError, RuntimeError):
     """A memory provider failed; never turned into an empty success."""
 
 
+class EmbeddingError(ProviderError):
+    """An embedding provider failed or returned something that breaks its contract."""
+
+
 class HostClosedError(ClawError, RuntimeError):
     """The host, scope or run was used after it closed."""
 

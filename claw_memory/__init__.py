@@ -5,24 +5,24 @@ engine (:func:`open_memory_index`) can also be used on its own, for example from
 notebook, with an embedder of your choice.
 """
 
+from claw.plugin_sdk import EmbeddingError as EmbeddingError
 from claw.plugin_sdk import fixup_module_metadata as _fixup_module_metadata
+from claw.plugin_sdk.search import HashEmbedder as HashEmbedder
+from claw.plugin_sdk.search import OpenAIEmbedder as OpenAIEmbedder
+from claw.plugin_sdk.search import SentenceTransformerEmbedder as SentenceTransformerEmbedder
 
-from ._errors import EmbeddingError as EmbeddingError
 from ._errors import IndexBusyError as IndexBusyError
 from ._errors import IndexClosedError as IndexClosedError
 from ._errors import IndexLockedError as IndexLockedError
 from ._errors import InvalidSearchError as InvalidSearchError
 from ._errors import MemoryCoreError as MemoryCoreError
 from ._errors import SourcePathError as SourcePathError
-from ._hash_embedder import HashEmbedder as HashEmbedder
-from ._http_embedder import OpenAIEmbedder as OpenAIEmbedder
 from ._index import MemoryIndex as MemoryIndex
 from ._index import open_memory_index as open_memory_index
 from ._plugin import MemoryCoreConfig as MemoryCoreConfig
 from ._plugin import MemoryCoreService as MemoryCoreService
 from ._plugin import plugin as plugin
 from ._settings import MemoryCoreSettings as MemoryCoreSettings
-from ._st_embedder import SentenceTransformerEmbedder as SentenceTransformerEmbedder
 from ._transcripts import InMemoryTranscriptSource as InMemoryTranscriptSource
 from ._transcripts import TranscriptSession as TranscriptSession
 from ._transcripts import TranscriptSource as TranscriptSource

@@ -53,10 +53,6 @@ class LexicalIndexError(MemoryCoreError):
     """tantivy failed while indexing or searching; the message carries its reason."""
 
 
-class EmbeddingError(MemoryCoreError):
-    """An embedding provider failed or returned something that breaks its contract."""
-
-
 class SourcePathError(ClawError, PermissionError):
     """A read asked for a path that is not one of the index's sources."""
 

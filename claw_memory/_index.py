@@ -43,10 +43,9 @@ import numpy.typing as npt
 import trio
 
 from claw.plugin_sdk import EmbeddingProvider, WorkerPool
+from claw.plugin_sdk.search import embed_texts, sha256_hex
 
 from ._changes import DirectoryWatch, open_directory_watch, source_directories
-from ._chunking import sha256_hex
-from ._embedding_input import embed_texts
 from ._errors import (
     IndexClosedError,
     IndexCorruptError,

@@ -42,13 +42,11 @@ from claw.plugin_sdk import (
     PluginContracts,
     TranscriptReader,
 )
+from claw.plugin_sdk.search import HashEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
 
-from ._hash_embedder import HashEmbedder
-from ._http_embedder import OpenAIEmbedder
 from ._index import MemoryIndex, SyncProgress, open_memory_index
 from ._runtime import build_capability
 from ._settings import MemoryCoreSettings
-from ._st_embedder import SentenceTransformerEmbedder
 from ._tools import memory_tools
 from ._transcripts import TranscriptSession, TranscriptTurn
 

@@ -25,7 +25,8 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from ._chunking import has_cjk
+from claw.plugin_sdk.search import has_cjk
+
 from ._generation import Generation
 from ._lexical import LexicalIndex, lexical_search
 from ._settings import SearchMode

@@ -29,6 +29,7 @@ from claw.plugin_sdk import (
     AuthorizeSearchHitsRequest,
     CapabilityDeniedError,
     Citation,
+    EmbeddingError,
     HealthStatus,
     HostAuthority,
     LegacyReadResult,
@@ -334,7 +335,7 @@ class MemoryCoreHandle:
         try:
             async with self.service.use(self.agent_id) as index:
                 status = index.status()
-        except MemoryCoreError as exc:
+        except (MemoryCoreError, EmbeddingError) as exc:
             return MemoryHealth(status="unavailable", message=type(exc).__name__)
         state: HealthStatus = "degraded" if status.skipped else "ready"
         return MemoryHealth(

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import attrs
 
-from ._chunking import chunk_id_for, chunk_key, line_windows, sha256_hex, split_lines
+from claw.plugin_sdk.search import chunk_id_for, chunk_key, line_windows, sha256_hex, split_lines
+
 from ._records import ChunkRecord, PreparedChunk
 
 ROOT_FILES = ("MEMORY.md", "memory.md", "DREAMS.md", "USER.md")

@@ -18,7 +18,8 @@ from urllib.parse import quote
 
 import attrs
 
-from ._chunking import chunk_id_for, chunk_key, line_windows, sha256_hex
+from claw.plugin_sdk.search import chunk_id_for, chunk_key, line_windows, sha256_hex
+
 from ._lexical import LexicalContext
 from ._records import ChunkRecord, PreparedChunk
 

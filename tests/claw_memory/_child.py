@@ -30,7 +30,7 @@ import attrs
 import trio
 
 from claw.plugin_sdk import InlineWorkerPool, WorkerPoolStatistics
-from claw_memory._hash_embedder import HashEmbedder
+from claw.plugin_sdk.search import HashEmbedder
 from claw_memory._index import open_memory_index
 from claw_memory._lease import LEASE_FILE, WriterLease
 from claw_memory._settings import MemoryCoreSettings

@@ -11,8 +11,8 @@ import trio
 import trio.testing
 
 from claw.plugin_sdk import InlineWorkerPool, WorkerPoolStatistics
+from claw.plugin_sdk.search import HashEmbedder
 from claw_memory import _index
-from claw_memory._hash_embedder import HashEmbedder
 from claw_memory._index import open_memory_index
 from claw_memory._settings import MemoryCoreSettings
 

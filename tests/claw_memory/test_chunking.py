@@ -5,7 +5,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claw_memory._chunking import (
+from claw.plugin_sdk.search import (
     chunk_id_for,
     estimate_tokens,
     line_windows,

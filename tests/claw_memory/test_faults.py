@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from claw.plugin_sdk import InlineWorkerPool
-from claw_memory._hash_embedder import HashEmbedder
+from claw.plugin_sdk.search import HashEmbedder
 from claw_memory._index import open_memory_index
 from claw_memory._settings import MemoryCoreSettings
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claw.plugin_sdk import InlineWorkerPool
+from claw.plugin_sdk.search import HashEmbedder
 from claw_memory._generation import Generation, normalise_rows
-from claw_memory._hash_embedder import HashEmbedder
 from claw_memory._index import open_memory_index
 from claw_memory._records import ChunkRecord
 from claw_memory._settings import MemoryCoreSettings

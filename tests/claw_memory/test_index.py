@@ -12,8 +12,8 @@ import trio
 import trio.testing
 
 from claw.plugin_sdk import InlineWorkerPool, WorkerPoolStatistics
+from claw.plugin_sdk.search import HashEmbedder
 from claw_memory._errors import IndexClosedError, InvalidSearchError, SourcePathError
-from claw_memory._hash_embedder import HashEmbedder
 from claw_memory._index import MemoryIndex, open_memory_index
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn

@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claw.plugin_sdk import InlineWorkerPool
-from claw_memory._chunking import has_cjk, is_cjk
-from claw_memory._hash_embedder import HashEmbedder
+from claw.plugin_sdk.search import HashEmbedder, has_cjk, is_cjk
 from claw_memory._index import open_memory_index
 from claw_memory._lexical import lexical_search
 from claw_memory._ranking import narrow_filter, top_k

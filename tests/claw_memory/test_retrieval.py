@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 
 from claw.plugin_sdk import ConfigError, InlineWorkerPool
+from claw.plugin_sdk.search import QUERY_STOPWORDS
 from claw_memory._index import open_memory_index
-from claw_memory._lexical import QUERY_STOPWORDS, LexicalContext, LexicalIndex
+from claw_memory._lexical import LexicalContext, LexicalIndex
 from claw_memory._ranking import coverage
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import (
@@ -165,7 +166,7 @@ async def test_an_adjacent_turn_outweighs_a_farther_one(tmp_path: Path) -> None:
 
 
 def test_fusion_weights_follow_the_settings_then_the_embedders_hint() -> None:
-    from claw_memory._hash_embedder import HashEmbedder
+    from claw.plugin_sdk.search import HashEmbedder
 
     assert MemoryCoreSettings().fusion_weights(HashEmbedder()) == (0.3, 0.7)
     assert MemoryCoreSettings().fusion_weights(object()) == (0.5, 0.5)

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from ._errors import EmbeddingError
+from ..._errors import EmbeddingError
 
 _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from claw.plugin_sdk import ConfigError, WorkerPool
+from ..._errors import ConfigError
+from ..._workers import WorkerPool
 
 # sentence-transformers models count word pieces; one piece is at least one byte of
 # text and rarely more than four, so four bytes per position keeps inputs under the

@@ -13,10 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from claw.plugin_sdk import EmbeddingProvider
-
+from ..._embeddings import EmbeddingProvider
+from ..._errors import EmbeddingError
 from ._chunking import split_by_bytes
-from ._errors import EmbeddingError
 
 
 def plan_pieces(texts: Sequence[str], max_bytes: int) -> tuple[list[str], list[int]]:

@@ -16,10 +16,9 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from claw.plugin_sdk import WorkerPool
-
+from ..._workers import WorkerPool
 from ._chunking import has_cjk, is_cjk
-from ._lexical import QUERY_STOPWORDS
+from ._stopwords import QUERY_STOPWORDS
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 _SUFFIXES = (

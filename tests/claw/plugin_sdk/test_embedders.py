@@ -9,12 +9,17 @@ import numpy as np
 import pytest
 import trio
 
-from claw.plugin_sdk import ConfigError, EmbeddingProvider, InlineWorkerPool
-from claw_memory._embedding_input import embed_texts, plan_pieces
-from claw_memory._errors import EmbeddingError
-from claw_memory._hash_embedder import HashEmbedder, stem
-from claw_memory._http_embedder import OpenAIEmbedder, embeddings_url
-from claw_memory._st_embedder import SentenceTransformerEmbedder, max_input_bytes_for
+from claw.plugin_sdk import ConfigError, EmbeddingError, EmbeddingProvider, InlineWorkerPool
+from claw.plugin_sdk.search import (
+    HashEmbedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    embed_texts,
+    embeddings_url,
+    max_input_bytes_for,
+    plan_pieces,
+    stem,
+)
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
