@@ -23,6 +23,7 @@ from ._config import ModelsConfig as ModelsConfig
 from ._config import PluginEntryConfig as PluginEntryConfig
 from ._config import PluginsConfig as PluginsConfig
 from ._config import SlotsConfig as SlotsConfig
+from ._config import StateConfig as StateConfig
 from ._config import WorkersConfig as WorkersConfig
 from ._embeddings import EmbeddingProvider as EmbeddingProvider
 from ._errors import CapabilityDeniedError as CapabilityDeniedError

@@ -196,6 +196,19 @@ class GatewayConfig:
 
 
 @attrs.frozen
+class StateConfig:
+    """``[state]``: where sessions, transcripts and the turn ledger are kept.
+
+    ``backend`` ``"sqlite"`` (the default) keeps them in ``state_dir``; another name is
+    looked up in the ``claw.state_backends`` entry-point group. ``url`` is that
+    backend's database address (unused by ``"sqlite"``).
+    """
+
+    backend: str = attrs.field(default="sqlite", converter=_trim)
+    url: str | None = None
+
+
+@attrs.frozen
 class HostConfig:
     """Everything a host needs; every field has a default that works with no file.
 
@@ -213,6 +226,7 @@ class HostConfig:
     models: ModelsConfig = attrs.field(factory=ModelsConfig)
     workers: WorkersConfig = attrs.field(factory=WorkersConfig)
     gateway: GatewayConfig = attrs.field(factory=GatewayConfig)
+    state: StateConfig = attrs.field(factory=StateConfig)
 
     @property
     def resolved_state_dir(self) -> Path:

@@ -37,6 +37,8 @@ from ._errors import ClawError, ConfigError, ContractError, HostClosedError, Sta
 from ._events import EventLog
 from ._plugins import Plugin, PluginApi, PluginRegistry
 from ._runs import Run, open_run
+from ._sqlite_state import SQLiteStateBackend
+from ._state import SessionStorage, StateBackend, TranscriptLedger
 from ._transcript_reader import TranscriptReader
 from ._util import NoPublicConstructor, collapse_single_exception_group, final
 from ._workers import InlineWorkerPool, ThreadWorkerPool, WorkerPool
@@ -44,9 +46,7 @@ from .context._engines import ContextEngineSlot
 from .flush import FlushCoordinator
 from .memory._runtime import MemoryRuntime
 from .models import ModelRegistry, UserMessage, openai_compatible_provider
-from .sessions import SessionRow, SessionStore
-from .sessions._reader import SessionRowReader
-from .turns import TranscriptStore, open_transcript_store
+from .sessions import SessionRow
 from .turns._runner import TurnResult, TurnRunner
 from .turns._tools import ToolPolicy
 
@@ -57,7 +57,6 @@ C = TypeVar("C", bound=Capability)
 ENTRY_POINT_GROUP = "claw.plugins"
 LEGACY_ENGINE_ID = "legacy"
 MEMORY_CORE_ID = "memory-core"
-SESSIONS_FILE = "sessions.sqlite3"
 
 
 @final
@@ -156,9 +155,10 @@ class SlotSelection:
 class Host(metaclass=NoPublicConstructor):
     """A running claw host; obtained from :func:`open_host`, never constructed directly."""
 
-    def __init__(self, config: HostConfig, workers: WorkerPool) -> None:
+    def __init__(self, config: HostConfig, workers: WorkerPool, state: StateBackend) -> None:
         self.config: HostConfig = config
         self.workers: WorkerPool = workers
+        self._state = state
         self._capabilities = CapabilityRegistry()
         self._plugins = PluginRegistry()
         self._open = False
@@ -170,13 +170,13 @@ class Host(metaclass=NoPublicConstructor):
         self.clock: Callable[[], float] = time.time
         self.events: EventLog = EventLog()
         self.models: ModelRegistry = ModelRegistry()
-        self._sessions: SessionStore | None = None
+        self._sessions: SessionStorage | None = None
         self._transcript_readers: list[TranscriptReader] = []
         self._turns: TurnRunner | None = None
         self._flush: Any = None
 
     @property
-    def transcripts(self) -> TranscriptStore:
+    def transcripts(self) -> TranscriptLedger:
         """The durable transcript store (entries, cursor API, accepted-turns ledger)."""
         if self._turns is None:
             raise HostClosedError("the host is not open")
@@ -243,9 +243,7 @@ class Host(metaclass=NoPublicConstructor):
 
         It is given the stores' read paths, never the host: see the threat model.
         """
-        reader = TranscriptReader(
-            SessionRowReader(self.config.resolved_state_dir / SESSIONS_FILE, self.workers)
-        )
+        reader = TranscriptReader(self._state.session_lister(self.workers))
         if self._turns is not None and not self._closed:
             reader._attach(self._turns.store)
         self._transcript_readers.append(reader)
@@ -308,7 +306,7 @@ class Host(metaclass=NoPublicConstructor):
             self.events.emit("memory.refresh_omitted", row.session_key)
 
     @property
-    def sessions(self) -> SessionStore:
+    def sessions(self) -> SessionStorage:
         """The durable session store (create, get, reset, reassign, spawn_child, delete)."""
         if self._sessions is None:
             raise HostClosedError("the host is not open")
@@ -511,6 +509,44 @@ def _discover_plugins(skip: set[str]) -> list[Plugin]:
     return found
 
 
+STATE_BACKENDS_GROUP = "claw.state_backends"
+
+
+def state_backend(config: HostConfig) -> StateBackend:
+    """The backend ``config.state.backend`` names (see :class:`~claw.StateConfig`)."""
+    name = config.state.backend
+    if name == "sqlite":
+        return SQLiteStateBackend(config.resolved_state_dir)
+    found = [
+        ep for ep in importlib.metadata.entry_points(group=STATE_BACKENDS_GROUP) if ep.name == name
+    ]
+    if not found:
+        known = sorted(
+            {
+                "sqlite",
+                *(ep.name for ep in importlib.metadata.entry_points(group=STATE_BACKENDS_GROUP)),
+            }
+        )
+        raise ConfigError(
+            "state.backend",
+            f"no state backend {name!r} (known: {', '.join(known)}); install the package "
+            f"that registers it in the {STATE_BACKENDS_GROUP!r} entry-point group",
+            value=name,
+        )
+    try:
+        factory = found[0].load()
+        backend = factory(config)
+    except ClawError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            "state.backend",
+            f"state backend {name!r} ({found[0].value}) failed to load: {exc}",
+            value=name,
+        ) from exc
+    return backend  # type: ignore[no-any-return]
+
+
 class _StateLock:
     """An exclusive OS lock on the state directory, so two hosts never share one."""
 
@@ -545,6 +581,7 @@ async def open_host(
     plugins: Sequence[Plugin] = (),
     workers: WorkerPool | None = None,
     clock: Callable[[], float] = time.time,
+    state: StateBackend | None = None,
 ) -> AsyncIterator[Host]:
     """Open a host: lock its state directory, load plugins, select slots, own a nursery.
 
@@ -553,9 +590,10 @@ async def open_host(
     over a discovered one with the same id. ``workers`` replaces the shared worker pool
     (the harness passes an inline pool). ``clock`` (seconds since the epoch) stamps
     sessions, transcript entries and flush plans; tests pass a fixed or stepping clock to
-    make those timestamps deterministic. Before the host is handed out, turns a crashed
-    process left in flight are closed as ``aborted``, and turns whose commit was
-    interrupted are committed with their own keys.
+    make those timestamps deterministic. ``state`` replaces the durable-state backend
+    that ``[state] backend`` selects (see :mod:`claw._state`). Before the host is handed
+    out, turns a crashed process left in flight are closed as ``aborted``, and turns
+    whose commit was interrupted are committed with their own keys.
     """
     config = config if config is not None else HostConfig()
     if workers is None:
@@ -564,7 +602,7 @@ async def open_host(
             if config.workers.inline
             else ThreadWorkerPool(max_workers=config.workers.max_workers)
         )
-    host = Host._create(config, workers)
+    host = Host._create(config, workers, state if state is not None else state_backend(config))
     host.clock = clock
     lock = _StateLock(config.resolved_state_dir)
     lock.acquire()
@@ -572,15 +610,12 @@ async def open_host(
         async with AsyncExitStack() as stack:
             host._load_plugins(plugins)
             host._register_model_providers()
-            state = config.resolved_state_dir
-            host._sessions = await SessionStore.open(
-                state / SESSIONS_FILE, workers=workers, clock=clock
+            stores = await stack.enter_async_context(
+                host._state.open(workers=workers, clock=clock)
             )
-            stack.push_async_callback(_shielded_close, host._sessions.aclose)
+            host._sessions = stores.sessions
             host._sessions.add_listener(host._on_session_change)
-            transcripts = await stack.enter_async_context(
-                open_transcript_store(state / "transcripts.sqlite3", workers=workers, clock=clock)
-            )
+            transcripts = stores.transcripts
             for reader in host._transcript_readers:
                 reader._attach(transcripts)
             stack.push_async_callback(_shielded_close, host._close_transcript_readers)

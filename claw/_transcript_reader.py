@@ -17,10 +17,10 @@ import attrs
 
 from ._errors import HostClosedError
 from .models import AssistantMessage, UserMessage
-from .sessions._reader import SessionRowReader
 
 if TYPE_CHECKING:
-    from .turns import TranscriptCursor, TranscriptDelta, TranscriptStore
+    from ._state import SessionLister, TranscriptLedger
+    from .turns import TranscriptCursor, TranscriptDelta
 
 
 @attrs.frozen
@@ -55,8 +55,8 @@ class TranscriptReader:
     docs/threat-model.md).
     """
 
-    _sessions: SessionRowReader
-    _transcripts: TranscriptStore | None = attrs.field(default=None, init=False)
+    _sessions: SessionLister
+    _transcripts: TranscriptLedger | None = attrs.field(default=None, init=False)
     _session_version: int = attrs.field(default=0, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     _cache: dict[str | None, tuple[tuple[int, int], list[TranscriptSessionInfo]]] = attrs.field(
@@ -65,7 +65,7 @@ class TranscriptReader:
 
     # -- host side ---------------------------------------------------------------
 
-    def _attach(self, transcripts: TranscriptStore) -> None:
+    def _attach(self, transcripts: TranscriptLedger) -> None:
         """Called by the host once its stores are open."""
         self._transcripts = transcripts
 
@@ -78,7 +78,7 @@ class TranscriptReader:
         self._transcripts = None
         await self._sessions.aclose()
 
-    def _store(self) -> TranscriptStore:
+    def _store(self) -> TranscriptLedger:
         if self._closed:
             raise HostClosedError("the host is closed")
         if self._transcripts is None:

@@ -259,6 +259,28 @@ def _read(
         raise SessionStorageError(f"session store SQLite error: {exc}") from exc
 
 
+def _read_committed(conn: sqlite3.Connection, keys: tuple[str, ...]) -> SessionSnapshot:
+    """One read transaction: the rows and watermarks of ``keys`` as committed now."""
+    rows: dict[str, SessionRow] = {}
+    marks: dict[str, int] = {}
+    try:
+        conn.execute("BEGIN")
+        try:
+            for key in keys:
+                row = _fetch(conn, key)
+                if row is not None:
+                    rows[key] = row
+                else:
+                    mark = _watermark(conn, key)
+                    if mark:
+                        marks[key] = mark
+        finally:
+            conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise SessionStorageError(f"session store SQLite error: {exc}") from exc
+    return SessionSnapshot(rows, marks)
+
+
 def _connect(path: str) -> sqlite3.Connection:
     """Open the store's one connection: autocommit mode (we write BEGIN/COMMIT), WAL, FULL sync."""
     conn: sqlite3.Connection | None = None
@@ -406,6 +428,23 @@ class SessionStore:
         self._listeners.remove(listener)
 
     # ---- reads -------------------------------------------------------------------------
+
+    async def read_committed(self, keys: Iterable[str]) -> SessionSnapshot:
+        """The committed rows and deleted-key watermarks of ``keys``, read from SQLite now."""
+        wanted = tuple(dict.fromkeys(keys))
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            return await self._workers.run_sync(_read_committed, self._conn, wanted)
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the mirror current with other processes' commits until cancelled.
+
+        While the host holds its state directory exclusively there are none, so this
+        only waits.
+        """
+        task_status.started()
+        await trio.sleep_forever()
 
     async def get(self, key: str) -> SessionRow | None:
         """The durable row for ``key``, read from SQLite, or ``None``."""

@@ -10,6 +10,7 @@ separated from its result. Tokens before and after are recorded on the entry.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..context import CompactParams, CompactResult, estimate_tokens
 from ..models import (
@@ -20,7 +21,10 @@ from ..models import (
     ToolResult,
     UserMessage,
 )
-from ._transcript import TranscriptStore, parse_entry_id
+from ._transcript import parse_entry_id
+
+if TYPE_CHECKING:
+    from .._state import TranscriptStorage
 
 SUMMARY_PROMPT = (
     "You compact a conversation transcript. Write a faithful, dense summary of the "
@@ -67,7 +71,7 @@ def choose_boundary(messages: Sequence[Message], keep_recent_tokens: int) -> int
 async def runtime_compaction(
     params: CompactParams,
     *,
-    store: TranscriptStore,
+    store: TranscriptStorage,
     session_key: str,
     session_id: str,
     summarise: Summarise,

@@ -72,12 +72,13 @@ from ..sessions import SessionNotFoundError, SessionRow
 from ._compaction import runtime_compaction
 from ._ledger import AdmittedTurn, TurnStatus
 from ._tools import ToolContext, ToolPolicy, run_tool_call, select_tools, tool_specs
-from ._transcript import TranscriptStore, parse_entry_id
+from ._transcript import parse_entry_id
 
 if TYPE_CHECKING:
     from .._config import AgentDefaultsConfig
     from .._host import Host
     from .._runs import Run
+    from .._state import TranscriptLedger
 
 logger = logging.getLogger("claw.turns")
 
@@ -177,7 +178,7 @@ class TurnRunner:
     """Runs turns for one host; see the module docstring."""
 
     host: Host
-    store: TranscriptStore
+    store: TranscriptLedger
     slot: ContextEngineSlot
     models: ModelRegistry
     _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
@@ -283,7 +284,7 @@ class TurnRunner:
 
     async def recover(self) -> None:
         """At host start: close the turns a dead process left open, retry pending commits."""
-        for turn in await self.store.abort_open_turns(
+        for turn in await self.store.close_orphaned_turns(
             "the process ended before the turn reached its terminal entry"
         ):
             self._report_closed(turn)

@@ -48,6 +48,7 @@ import enum
 import json
 import sqlite3
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
@@ -324,6 +325,7 @@ class TranscriptStore:
     _clock: Callable[[], float] = attrs.field(alias="clock")
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _version: int = attrs.field(default=0, init=False)
+    _owner_id: str = attrs.field(factory=lambda: uuid.uuid4().hex, init=False)
 
     @property
     def version(self) -> int:
@@ -541,8 +543,13 @@ class TranscriptStore:
         """Reopen a failed or aborted turn (its session's latest) so it can be retried."""
         return await self._write(_ledger_write_sync, _ledger.reopen, turn_id)
 
-    async def abort_open_turns(self, reason: str) -> tuple[AdmittedTurn, ...]:
-        """Close every turn still in flight as ``aborted``; the host calls it at open.
+    @property
+    def owner_id(self) -> str:
+        """This process's owner id (the turns it admits are its own)."""
+        return self._owner_id
+
+    async def close_orphaned_turns(self, reason: str) -> tuple[AdmittedTurn, ...]:
+        """Close as ``aborted`` every open turn whose owner is dead; the host calls it at open.
 
         Only the process that holds the state lock runs turns, so at open no turn can
         still be in flight: an open one was left by a process that died.

@@ -215,10 +215,10 @@ async def test_open_turns_are_aborted_in_one_pass_and_counted_in_stats(
     await run_turn(store, "t1")
     await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t2", advancement_key="a2")
     assert (await store.stats(SID)).open_turn_seqs == (3,)
-    (aborted,) = await store.abort_open_turns("process died")
+    (aborted,) = await store.close_orphaned_turns("process died")
     assert (aborted.turn_id, aborted.status) == ("t2", TurnStatus.ABORTED)
     assert (await store.stats(SID)).open_turn_seqs == ()
-    assert await store.abort_open_turns("process died") == ()
+    assert await store.close_orphaned_turns("process died") == ()
 
 
 async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:

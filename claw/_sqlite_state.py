@@ -1,0 +1,60 @@
+"""The embedded state backend: the session store and the transcript database in SQLite.
+
+``<state_dir>/sessions.sqlite3`` holds the session rows; ``<state_dir>/transcripts.sqlite3``
+holds the transcripts and the turn ledger. Nothing outside :mod:`claw.sessions` and
+:mod:`claw.turns` issues SQL on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Final
+
+import attrs
+import trio
+
+from ._state import SessionLister, StateStores
+from ._workers import WorkerPool
+from .sessions._reader import SessionRowReader
+from .sessions._store import SessionStore
+from .turns._transcript import open_transcript_store
+
+SESSIONS_FILE: Final[str] = "sessions.sqlite3"
+TRANSCRIPTS_FILE: Final[str] = "transcripts.sqlite3"
+
+
+@attrs.frozen
+class SQLiteStateBackend:
+    """The default :class:`~claw._state.StateBackend`: two SQLite files in ``state_dir``."""
+
+    state_dir: Path = attrs.field(converter=Path)
+
+    @property
+    def name(self) -> str:
+        return "sqlite"
+
+    def session_lister(self, workers: WorkerPool) -> SessionLister:
+        return SessionRowReader(self.state_dir / SESSIONS_FILE, workers)
+
+    def open(
+        self, *, workers: WorkerPool, clock: Callable[[], float]
+    ) -> AbstractAsyncContextManager[StateStores]:
+        return self._open(workers, clock)
+
+    @asynccontextmanager
+    async def _open(
+        self, workers: WorkerPool, clock: Callable[[], float]
+    ) -> AsyncIterator[StateStores]:
+        sessions = await SessionStore.open(
+            self.state_dir / SESSIONS_FILE, workers=workers, clock=clock
+        )
+        try:
+            async with open_transcript_store(
+                self.state_dir / TRANSCRIPTS_FILE, workers=workers, clock=clock
+            ) as transcripts:
+                yield StateStores(sessions=sessions, transcripts=transcripts)
+        finally:
+            with trio.CancelScope(shield=True):
+                await sessions.aclose()

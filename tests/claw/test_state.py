@@ -1,0 +1,92 @@
+"""The state seam: the host opens its stores through a configurable backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import attrs
+import pytest
+
+import claw
+from claw._sqlite_state import SQLiteStateBackend
+from claw._state import SessionLister, StateBackend, StateStores
+from claw._workers import WorkerPool
+
+
+@attrs.define
+class _RecordingBackend:
+    """A backend that delegates to SQLite and records what the host asked of it."""
+
+    inner: SQLiteStateBackend
+    calls: list[str] = attrs.field(factory=list)
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    def session_lister(self, workers: WorkerPool) -> SessionLister:
+        self.calls.append("session_lister")
+        return self.inner.session_lister(workers)
+
+    def open(
+        self, *, workers: WorkerPool, clock: Callable[[], float]
+    ) -> AbstractAsyncContextManager[StateStores]:
+        return self._open(workers, clock)
+
+    @asynccontextmanager
+    async def _open(
+        self, workers: WorkerPool, clock: Callable[[], float]
+    ) -> AsyncIterator[StateStores]:
+        self.calls.append("open")
+        async with self.inner.open(workers=workers, clock=clock) as stores:
+            yield stores
+        self.calls.append("closed")
+
+
+async def test_the_host_opens_its_stores_through_the_backend_it_is_given(
+    host_config: claw.HostConfig,
+) -> None:
+    backend = _RecordingBackend(SQLiteStateBackend(host_config.resolved_state_dir))
+    typed: StateBackend = backend
+    async with claw.open_host(host_config, state=typed) as host:
+        assert backend.calls == ["open"]
+        row = await host.sessions.create("dm:a", agent_id="main", chat_type="direct")
+        assert host.sessions.get_nowait("dm:a") == row
+    assert backend.calls == ["open", "closed"]
+    # The same files, opened by the default backend, hold what was written.
+    async with claw.open_host(host_config) as host:
+        assert host.sessions.get_nowait("dm:a") == row
+
+
+async def test_an_unknown_state_backend_is_a_config_error_naming_the_key(
+    host_config: claw.HostConfig,
+) -> None:
+    config = attrs.evolve(host_config, state=claw.StateConfig(backend="nosuch"))
+    with pytest.raises(claw.ConfigError, match=r"state\.backend.*no state backend 'nosuch'"):
+        async with claw.open_host(config):
+            pass  # pragma: no cover
+
+
+def test_state_backend_is_read_from_toml() -> None:
+    config = claw.HostConfig.from_mapping({"state": {"backend": "sqlite"}})
+    assert config.state == claw.StateConfig(backend="sqlite", url=None)
+    with pytest.raises(claw.ConfigError, match=r"state\.bogus"):
+        claw.HostConfig.from_mapping({"state": {"bogus": 1}})
+
+
+async def test_read_committed_reads_rows_and_deleted_watermarks_from_the_database(
+    host: claw.Host,
+) -> None:
+    sessions = host.sessions
+    await sessions.create("dm:a", agent_id="main", chat_type="direct")
+    b = await sessions.create("dm:b", agent_id="main", chat_type="direct")
+    await sessions.reset("dm:b")
+    await sessions.delete("dm:a")
+    seen = await sessions.read_committed(["dm:a", "dm:b", "dm:never"])
+    assert seen.get_nowait("dm:a") is None
+    assert seen.last_revision_nowait("dm:a") == 1
+    row = seen.get_nowait("dm:b")
+    assert row is not None and row.lifecycle_revision == b.lifecycle_revision + 1
+    assert seen.get_nowait("dm:never") is None
+    assert seen.last_revision_nowait("dm:never") == 0
