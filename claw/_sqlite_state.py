@@ -2,7 +2,9 @@
 
 ``<state_dir>/sessions.sqlite3`` holds the session rows; ``<state_dir>/transcripts.sqlite3``
 holds the transcripts and the turn ledger. Nothing outside :mod:`claw.sessions` and
-:mod:`claw.turns` issues SQL on them.
+:mod:`claw.turns` issues SQL on them. Any number of processes open them at once (WAL,
+busy timeouts, one short transaction per call); each open host is an owner
+(:mod:`claw._owners`) so that only a dead process's turns are closed by another.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Final
 import attrs
 import trio
 
+from ._owners import OwnerLease
 from ._state import SessionLister, StateStores
 from ._workers import WorkerPool
 from .sessions._reader import SessionRowReader
@@ -47,14 +50,24 @@ class SQLiteStateBackend:
     async def _open(
         self, workers: WorkerPool, clock: Callable[[], float]
     ) -> AsyncIterator[StateStores]:
-        sessions = await SessionStore.open(
-            self.state_dir / SESSIONS_FILE, workers=workers, clock=clock
-        )
+        owner = await workers.run_sync(OwnerLease.acquire, self.state_dir)
         try:
-            async with open_transcript_store(
-                self.state_dir / TRANSCRIPTS_FILE, workers=workers, clock=clock
-            ) as transcripts:
-                yield StateStores(sessions=sessions, transcripts=transcripts)
+            sessions = await SessionStore.open(
+                self.state_dir / SESSIONS_FILE, workers=workers, clock=clock
+            )
+            try:
+                async with open_transcript_store(
+                    self.state_dir / TRANSCRIPTS_FILE,
+                    workers=workers,
+                    clock=clock,
+                    owner_id=owner.owner_id,
+                    is_alive=owner.is_alive,
+                ) as transcripts:
+                    yield StateStores(sessions=sessions, transcripts=transcripts)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await sessions.aclose()
         finally:
-            with trio.CancelScope(shield=True):
-                await sessions.aclose()
+            # Last: the turns this process owned are closed (or left for the next
+            # process to close) before it stops counting as alive.
+            owner.release()

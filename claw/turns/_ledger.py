@@ -12,12 +12,18 @@ the transcript entries it points at. A turn moves through
 
 A turn that cannot get there is *closed* instead, with a status and a reason:
 ``failed`` (its run raised before the terminal entry), ``aborted`` (the process
-died or the run was cancelled before the terminal entry; found at the next open),
+died or the run was cancelled before the terminal entry; a dead process's turn is
+closed by any other process that notices, at its open or before a turn of that
+session),
 ``stale`` (its session was reset since admission, so it must not be committed into
 the new incarnation) or ``abandoned`` (its engine is no longer the configured one,
 or no longer declares the durable contract). A closed turn is finished: readers
 show its entries, and nothing commits it. A failed or aborted turn that is still
 the latest of its session can be reopened to be retried.
+
+Every turn records its *owner* (``owner_id``), the process that admitted or reopened
+it; only a turn whose owner is dead (see :mod:`claw._owners`) is closed as ``aborted``
+by another process, so a live process's turn in flight is never aborted.
 
 A turn admitted with ``engine_id=None`` runs on the legacy path and never
 needs a commit; :meth:`TranscriptStore.pending_commits` lists only terminal,
@@ -58,6 +64,7 @@ LEDGER_SCHEMA = (
         close_status TEXT CHECK (close_status IN ('failed', 'aborted', 'stale', 'abandoned')),
         close_reason TEXT,
         lifecycle_revision INTEGER,
+        owner_id TEXT,
         FOREIGN KEY (session_id, first_seq) REFERENCES transcript_entries (session_id, seq),
         FOREIGN KEY (session_id, terminal_seq) REFERENCES transcript_entries (session_id, seq)
     )""",
@@ -78,10 +85,13 @@ LEDGER_MIGRATION_V1_V2 = (
 )
 """Statements bringing a version-1 ledger (no closed turns) to version 2."""
 
+LEDGER_MIGRATION_V2_V3 = ("ALTER TABLE turn_ledger ADD COLUMN owner_id TEXT",)
+"""Statements bringing a version-2 ledger (no turn owners) to version 3."""
+
 _COLUMNS = (
     "turn_id, session_key, session_id, advancement_key, engine_id, first_seq, terminal_seq, "
     "admitted_at, terminal_at, committed_at, commit_outcome, closed_at, close_status, "
-    "close_reason, lifecycle_revision"
+    "close_reason, lifecycle_revision, owner_id"
 )
 
 
@@ -137,6 +147,9 @@ class AdmittedTurn:
     close_reason: str | None = None
     #: The session's lifecycle revision at admission (``None`` for version-1 rows).
     lifecycle_revision: int | None = None
+    #: The process that admitted (or reopened) the turn and runs it (``None`` for rows
+    #: written before owners were recorded); see :mod:`claw._owners`.
+    owner_id: str | None = None
 
     @property
     def status(self) -> TurnStatus:
@@ -195,6 +208,7 @@ def insert_admitted(
     first_seq: int,
     now: float,
     lifecycle_revision: int | None = None,
+    owner_id: str | None = None,
 ) -> AdmittedTurn:
     """Insert a new ledger row (inside the caller's transaction)."""
     clash = conn.execute(
@@ -209,7 +223,7 @@ def insert_admitted(
         )
     conn.execute(
         f"INSERT INTO turn_ledger ({_COLUMNS}) "
-        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, NULL, NULL, NULL, ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, NULL, NULL, NULL, ?, ?)",
         (
             turn_id,
             session_key,
@@ -219,6 +233,7 @@ def insert_admitted(
             first_seq,
             now,
             lifecycle_revision,
+            owner_id,
         ),
     )
     return get_turn(conn, turn_id)
@@ -310,8 +325,11 @@ def close(
     return get_turn(conn, turn_id)
 
 
-def reopen(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:
-    """Reopen a failed or aborted turn for a retry; it must be its session's latest turn."""
+def reopen(conn: sqlite3.Connection, turn_id: str, *, owner_id: str | None = None) -> AdmittedTurn:
+    """Reopen a failed or aborted turn for a retry; it must be its session's latest turn.
+
+    The reopened turn belongs to ``owner_id``, the process that runs the retry.
+    """
     turn = get_turn(conn, turn_id)
     if turn.status not in (TurnStatus.FAILED, TurnStatus.ABORTED):
         raise TurnLedgerError(
@@ -326,9 +344,9 @@ def reopen(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:
             f"turn {turn_id!r} cannot be retried: turn {later[0]!r} was admitted after it"
         )
     conn.execute(
-        "UPDATE turn_ledger SET closed_at = NULL, close_status = NULL, close_reason = NULL "
-        "WHERE turn_id = ?",
-        (turn_id,),
+        "UPDATE turn_ledger SET closed_at = NULL, close_status = NULL, close_reason = NULL, "
+        "owner_id = ? WHERE turn_id = ?",
+        (owner_id, turn_id),
     )
     return get_turn(conn, turn_id)
 

@@ -212,6 +212,11 @@ class TurnRunner:
             row = self._row(session_key)
             blocked = await self._drain_commits(session_key)
             stats = await self.store.stats(row.session_id)
+            if stats.open_turn_seqs:
+                # A turn in flight of this session: if its process died, close it now
+                # (a live process's turn is left alone) so the session goes on.
+                await self.close_orphaned_turns()
+                stats = await self.store.stats(row.session_id)
             first_seq = stats.last_seq + 1
             durable = self.slot.durable_engine() if blocked is None else None
             engine_id = self.slot.selected_id if durable is not None else None
@@ -284,11 +289,20 @@ class TurnRunner:
 
     async def recover(self) -> None:
         """At host start: close the turns a dead process left open, retry pending commits."""
-        for turn in await self.store.close_orphaned_turns(
-            "the process ended before the turn reached its terminal entry"
-        ):
-            self._report_closed(turn)
+        await self.close_orphaned_turns()
         await self.recover_pending_commits()
+
+    async def close_orphaned_turns(self) -> int:
+        """Close as ``aborted`` the turns in flight whose process died; returns how many.
+
+        Turns in flight in a live process, this one or another, are never closed.
+        """
+        closed = await self.store.close_orphaned_turns(
+            "the process ended before the turn reached its terminal entry"
+        )
+        for turn in closed:
+            self._report_closed(turn)
+        return len(closed)
 
     def _report_closed(self, turn: AdmittedTurn) -> None:
         logger.warning(

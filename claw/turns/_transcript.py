@@ -77,8 +77,9 @@ from ._ledger import AdmittedTurn, TurnStatus
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
-"""Version 1 had no closed turns in the ledger; opening it adds their columns."""
+SCHEMA_VERSION = 3
+"""Version 1 had no closed turns in the ledger, version 2 no turn owners; opening an
+older database adds their columns."""
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS transcript_sessions (
@@ -324,8 +325,11 @@ class TranscriptStore:
     _workers: WorkerPool = attrs.field(alias="workers")
     _clock: Callable[[], float] = attrs.field(alias="clock")
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _owner_id: str = attrs.field(factory=lambda: uuid.uuid4().hex, alias="owner_id", kw_only=True)
+    _is_alive: Callable[[str | None], bool] | None = attrs.field(
+        default=None, alias="is_alive", kw_only=True
+    )
     _version: int = attrs.field(default=0, init=False)
-    _owner_id: str = attrs.field(factory=lambda: uuid.uuid4().hex, init=False)
 
     @property
     def version(self) -> int:
@@ -512,6 +516,7 @@ class TranscriptStore:
             advancement_key=advancement_key,
             engine_id=engine_id,
             lifecycle_revision=lifecycle_revision,
+            owner_id=self._owner_id,
             now=self._clock(),
         )
 
@@ -541,22 +546,32 @@ class TranscriptStore:
 
     async def reopen_turn(self, turn_id: str) -> AdmittedTurn:
         """Reopen a failed or aborted turn (its session's latest) so it can be retried."""
-        return await self._write(_ledger_write_sync, _ledger.reopen, turn_id)
+        return await self._write(
+            _ledger_write_sync, _ledger.reopen, turn_id, owner_id=self._owner_id
+        )
 
     @property
     def owner_id(self) -> str:
         """This process's owner id (the turns it admits are its own)."""
         return self._owner_id
 
-    async def close_orphaned_turns(self, reason: str) -> tuple[AdmittedTurn, ...]:
-        """Close as ``aborted`` every open turn whose owner is dead; the host calls it at open.
+    def _owner_alive(self, owner_id: str | None) -> bool:
+        if owner_id == self._owner_id:
+            return True
+        return self._is_alive is not None and self._is_alive(owner_id)
 
-        Only the process that holds the state lock runs turns, so at open no turn can
-        still be in flight: an open one was left by a process that died.
+    async def close_orphaned_turns(self, reason: str) -> tuple[AdmittedTurn, ...]:
+        """Close as ``aborted`` every open turn whose owner process is dead.
+
+        The host calls it at open and before each turn; a turn in flight in a live
+        process (this one or another) is never closed. Without a liveness test (a store
+        opened on its own) every other owner counts as dead.
         """
-        if not await self._run(_ledger.open_turns):
+        open_turns = await self._run(_ledger.open_turns)
+        dead = {t.owner_id for t in open_turns if not self._owner_alive(t.owner_id)}
+        if not dead:
             return ()
-        return await self._write(_abort_open_sync, reason=reason, now=self._clock())
+        return await self._write(_abort_orphans_sync, owners=dead, reason=reason, now=self._clock())
 
     async def record_flush_completed(self, flush_id: str, session_key: str) -> None:
         """Record durably that the flush ``flush_id`` completed (idempotent)."""
@@ -683,18 +698,23 @@ def _admit_sync(
     advancement_key: str,
     engine_id: str | None,
     lifecycle_revision: int | None,
+    owner_id: str | None,
     now: float,
 ) -> tuple[TranscriptEntry, AdmittedTurn]:
     for name, value in (("turn_id", turn_id), ("advancement_key", advancement_key)):
         if not isinstance(value, str) or not value:
             raise TranscriptError(f"{name} must be a non-empty string, got {value!r}")
+    payload = _encode(message)
     with _transaction(conn):
         _claim_session(conn, session_key, session_id, now)
+        recorded = _same_admission(conn, turn_id, advancement_key, session_id, payload)
+        if recorded is not None:
+            return recorded
         seq = _last_seq(conn, session_id) + 1
         conn.execute(
             "INSERT INTO transcript_entries (session_id, seq, kind, created_at, payload, "
             "turn_id, advancement_key) VALUES (?, ?, 'user', ?, ?, ?, ?)",
-            (session_id, seq, now, _encode(message), turn_id, advancement_key),
+            (session_id, seq, now, payload, turn_id, advancement_key),
         )
         turn = _ledger.insert_admitted(
             conn,
@@ -706,6 +726,7 @@ def _admit_sync(
             first_seq=seq,
             now=now,
             lifecycle_revision=lifecycle_revision,
+            owner_id=owner_id,
         )
     entry = TranscriptEntry(
         session_key=session_key,
@@ -718,6 +739,31 @@ def _admit_sync(
         advancement_key=advancement_key,
     )
     return entry, turn
+
+
+def _same_admission(
+    conn: sqlite3.Connection, turn_id: str, advancement_key: str, session_id: str, payload: str
+) -> tuple[TranscriptEntry, AdmittedTurn] | None:
+    """The recorded admission, when this one repeats it exactly (same turn, key, session
+    and message): admitting it again, from this process or another, records one turn.
+    Anything less than an exact repeat is left to the ledger to refuse."""
+    row = conn.execute(
+        "SELECT turn_id, session_id, first_seq FROM turn_ledger WHERE advancement_key = ?",
+        (advancement_key,),
+    ).fetchone()
+    if row is None or row[0] != turn_id or row[1] != session_id:
+        return None
+    first = int(row[2])
+    (entry,) = _read_entries_sync(
+        conn, session_id, after_seq=first - 1, through_seq=first, limit=1
+    )
+    stored = conn.execute(
+        "SELECT payload FROM transcript_entries WHERE session_id = ? AND seq = ?",
+        (session_id, first),
+    ).fetchone()
+    if stored is None or stored[0] != payload:
+        return None
+    return entry, _ledger.get_turn(conn, turn_id)
 
 
 def _terminal_sync(
@@ -741,13 +787,24 @@ async def open_transcript_store(
     *,
     workers: WorkerPool,
     clock: Callable[[], float] = time.time,
+    owner_id: str | None = None,
+    is_alive: Callable[[str | None], bool] | None = None,
 ) -> AsyncIterator[TranscriptStore]:
     """Open (creating if needed) the transcript database at ``path``; close it on exit.
 
     ``clock`` stamps ``created_at`` and ledger times (seconds since the epoch).
+    ``owner_id`` is recorded as the owner of the turns this store admits (a fresh id
+    if omitted); ``is_alive(owner_id)`` tells whether another owner's process lives
+    (see :mod:`claw._owners`); without it, every other owner counts as dead.
     """
     conn = await workers.run_sync(_connect, str(path))
-    store = TranscriptStore(conn=conn, workers=workers, clock=clock)
+    store = TranscriptStore(
+        conn=conn,
+        workers=workers,
+        clock=clock,
+        owner_id=owner_id if owner_id is not None else uuid.uuid4().hex,
+        is_alive=is_alive,
+    )
     try:
         yield store
     finally:
@@ -765,15 +822,21 @@ def _connect(path: str) -> sqlite3.Connection:
         _check_wal(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], path)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        _check_version(version, path)
+        # The version is read inside the write transaction: two processes opening one
+        # database at once then migrate it once, the second finding it done.
         with _transaction(conn):
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            _check_version(version, path)
             if version == 1:
                 for statement in _ledger.LEDGER_MIGRATION_V1_V2:
                     conn.execute(statement)
+            if version in (1, 2):
+                for statement in _ledger.LEDGER_MIGRATION_V2_V3:
+                    conn.execute(statement)
             for statement in (*_SCHEMA, *_ledger.LEDGER_SCHEMA):
                 conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if version != SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise TranscriptStorageError(
@@ -819,7 +882,7 @@ def _check_wal(mode: object, path: str) -> None:
 
 
 def _check_version(version: object, path: str) -> None:
-    if version not in (0, 1, SCHEMA_VERSION):
+    if version not in (0, 1, 2, SCHEMA_VERSION):
         raise TranscriptError(
             f"transcript database {path} has schema version {version}; this claw "
             f"understands version {SCHEMA_VERSION}"
@@ -1038,11 +1101,14 @@ def _ledger_write_sync(
         return fn(conn, turn_id, **kwargs)
 
 
-def _abort_open_sync(
-    conn: sqlite3.Connection, *, reason: str, now: float
+def _abort_orphans_sync(
+    conn: sqlite3.Connection, *, owners: set[str | None], reason: str, now: float
 ) -> tuple[AdmittedTurn, ...]:
+    """Close the turns still open of the ``owners`` found dead (re-read in the transaction:
+    a turn that ended, or was reopened by a live process, since is left alone)."""
     with _transaction(conn):
         return tuple(
             _ledger.close(conn, t.turn_id, status=TurnStatus.ABORTED, reason=reason, now=now)
             for t in _ledger.open_turns(conn)
+            if t.owner_id in owners
         )

@@ -209,16 +209,44 @@ async def test_a_closed_turn_is_finished_never_committed_and_reopened_only_if_la
     assert await store.pending_commits() == ()
 
 
-async def test_open_turns_are_aborted_in_one_pass_and_counted_in_stats(
-    store: TranscriptStore,
+async def test_a_dead_owners_open_turns_are_aborted_in_one_pass_and_counted_in_stats(
+    store: TranscriptStore, tmp_path: Path
 ) -> None:
     await run_turn(store, "t1")
     await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t2", advancement_key="a2")
     assert (await store.stats(SID)).open_turn_seqs == (3,)
-    (aborted,) = await store.close_orphaned_turns("process died")
-    assert (aborted.turn_id, aborted.status) == ("t2", TurnStatus.ABORTED)
-    assert (await store.stats(SID)).open_turn_seqs == ()
+    assert (await store.get_turn("t2")).owner_id == store.owner_id
+    # Its own turn in flight is alive to the store that admitted it.
     assert await store.close_orphaned_turns("process died") == ()
+    # A second store on the file is another owner, to which this one is dead.
+    async with open_transcript_store(tmp_path / "t.db", workers=InlineWorkerPool()) as next_one:
+        (aborted,) = await next_one.close_orphaned_turns("process died")
+        assert (aborted.turn_id, aborted.status) == ("t2", TurnStatus.ABORTED)
+        assert (await next_one.stats(SID)).open_turn_seqs == ()
+        assert await next_one.close_orphaned_turns("process died") == ()
+
+
+async def test_a_live_owners_open_turn_is_not_closed_by_another_store(
+    store: TranscriptStore, tmp_path: Path
+) -> None:
+    await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="a1")
+    async with open_transcript_store(
+        tmp_path / "t.db", workers=InlineWorkerPool(), is_alive=lambda o: o == store.owner_id
+    ) as other:
+        assert await other.close_orphaned_turns("process died") == ()
+    assert (await store.get_turn("t1")).open
+
+
+async def test_repeating_an_admission_exactly_records_one_turn(store: TranscriptStore) -> None:
+    first = await store.record_admitted(
+        KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="a1"
+    )
+    again = await store.record_admitted(
+        KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="a1"
+    )
+    assert again == first
+    assert len(await store.turns()) == 1
+    assert len(await store.read_entries(SID)) == 1
 
 
 async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
@@ -229,7 +257,13 @@ async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
         await run_turn(store, "t1")
     with sqlite3.connect(path) as conn:  # turn it back into what version 1 wrote
         conn.execute("DROP INDEX turn_ledger_pending")
-        for column in ("lifecycle_revision", "close_reason", "close_status", "closed_at"):
+        for column in (
+            "owner_id",
+            "lifecycle_revision",
+            "close_reason",
+            "close_status",
+            "closed_at",
+        ):
             conn.execute(f"ALTER TABLE turn_ledger DROP COLUMN {column}")
         conn.execute("PRAGMA user_version = 1")
     async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
@@ -238,7 +272,26 @@ async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
         await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t2", advancement_key="a2")
         await store.close_turn("t2", TurnStatus.FAILED, "boom")
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+async def test_a_version_2_ledger_gains_turn_owners(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "t.db"
+    async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
+        await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="a1")
+    with sqlite3.connect(path) as conn:  # what version 2 wrote: no owners
+        conn.execute("ALTER TABLE turn_ledger DROP COLUMN owner_id")
+        conn.execute("PRAGMA user_version = 2")
+    async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
+        (turn,) = await store.turns()
+        assert turn.open and turn.owner_id is None
+        # A turn with no recorded owner was left by a process of an older claw: dead.
+        (aborted,) = await store.close_orphaned_turns("process died")
+        assert aborted.status is TurnStatus.ABORTED
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 async def test_the_commit_queue_of_a_session_key_is_an_index_search(
