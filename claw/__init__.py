@@ -36,7 +36,6 @@ from ._errors import HostClosedError as HostClosedError
 from ._errors import ProviderError as ProviderError
 from ._errors import SlotConflictError as SlotConflictError
 from ._errors import StaleCapabilityError as StaleCapabilityError
-from ._errors import StateLockedError as StateLockedError
 from ._errors import UnknownAgentError as UnknownAgentError
 from ._errors import UnsupportedRequestError as UnsupportedRequestError
 from ._events import EventLog as EventLog

@@ -84,7 +84,3 @@ class EmbeddingError(ProviderError):
 
 class HostClosedError(ClawError, RuntimeError):
     """The host, scope or run was used after it closed."""
-
-
-class StateLockedError(ClawError, RuntimeError):
-    """Another process holds the lock on a state or index directory."""

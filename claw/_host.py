@@ -10,7 +10,6 @@ Plugins never see the host, only their :class:`~claw.PluginApi` facet.
 from __future__ import annotations
 
 import difflib
-import fcntl
 import importlib.metadata
 import logging
 import os
@@ -18,7 +17,6 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
@@ -29,14 +27,16 @@ from ._capabilities import (
     Capability,
     CapabilityRegistry,
     HostAuthority,
+    MemoryAudience,
     MemoryCallerContext,
     OperatorAuthority,
+    SessionAuthority,
 )
 from ._config import HostConfig
-from ._errors import ClawError, ConfigError, ContractError, HostClosedError, StateLockedError
+from ._errors import ClawError, ConfigError, ContractError, HostClosedError
 from ._events import EventLog
 from ._plugins import Plugin, PluginApi, PluginRegistry
-from ._runs import Run, open_run
+from ._runs import AudienceLineage, Run, open_run
 from ._sqlite_state import SQLiteStateBackend
 from ._state import SessionStorage, StateBackend, TranscriptLedger
 from ._transcript_reader import TranscriptReader
@@ -174,6 +174,10 @@ class Host(metaclass=NoPublicConstructor):
         self._transcript_readers: list[TranscriptReader] = []
         self._turns: TurnRunner | None = None
         self._flush: Any = None
+        #: The lineage each minted audience was resolved at (see ``verify_committed``).
+        self._lineages: weakref.WeakKeyDictionary[MemoryAudience, AudienceLineage] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def transcripts(self) -> TranscriptLedger:
@@ -391,6 +395,42 @@ class Host(metaclass=NoPublicConstructor):
         """
         self._capabilities.verify(capability, session_key=session_key)
 
+    async def verify_committed(self, context: MemoryCallerContext) -> None:
+        """The release check: :meth:`verify`, and then the database's word on the lineage.
+
+        For a context whose authority carries a memory audience, re-read from the
+        session store (not the mirror) the committed incarnation of every session in
+        the audience's lineage, and of the lineages it was delegated from; if any
+        changed (a reset, reassignment or delete committed by any process), revoke the
+        audience and raise :class:`~claw.StaleCapabilityError`. Fail closed: a store
+        that cannot answer raises too. Authorities with no audience carry no lineage
+        and cost no read. May raise :class:`~claw.CurrencyPendingError` (retryable)
+        while a write of this process to the lineage is in flight.
+        """
+        self.verify(context)
+        authority = context.authority
+        audience = authority.audience if isinstance(authority, SessionAuthority) else None
+        if audience is None:
+            return
+        chain: list[AudienceLineage] = []
+        link: MemoryAudience | None = audience
+        while link is not None:
+            entry = self._lineages.get(link)
+            if entry is None:  # pragma: no cover - every minted audience is recorded
+                self._capabilities.revoke(audience, "its lineage is unknown")
+                break
+            chain.append(entry)
+            link = entry.parent
+        keys = dict.fromkeys(key for entry in chain for key in entry.keys)
+        committed = await self.sessions.read_committed(keys)
+        if not all(entry.current_in(committed) for entry in chain):
+            self._capabilities.revoke(
+                audience,
+                "a session in its lineage changed incarnation (committed in the session store)",
+            )
+        # Raises for the revocation above, and for anything revoked while we read.
+        self.verify(context)
+
     # -- plugins and slots -------------------------------------------------------
 
     @property
@@ -547,33 +587,6 @@ def state_backend(config: HostConfig) -> StateBackend:
     return backend  # type: ignore[no-any-return]
 
 
-class _StateLock:
-    """An exclusive OS lock on the state directory, so two hosts never share one."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self._path = state_dir / "host.lock"
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StateLockedError(
-                f"state directory {self._path.parent} is locked by another claw host; "
-                "use another state_dir or stop the other host"
-            ) from None
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-
 @asynccontextmanager
 async def open_host(
     config: HostConfig | None = None,
@@ -583,7 +596,10 @@ async def open_host(
     clock: Callable[[], float] = time.time,
     state: StateBackend | None = None,
 ) -> AsyncIterator[Host]:
-    """Open a host: lock its state directory, load plugins, select slots, own a nursery.
+    """Open a host: load plugins, open the durable state, select slots, own a nursery.
+
+    Any number of processes may open hosts on one state directory at once; each sees
+    the others' session changes (see docs/architecture.md, "The process model").
 
     ``plugins`` are loaded in addition to those discovered through the ``claw.plugins``
     entry-point group (unless ``plugins.discover = false``); an explicit plugin wins
@@ -604,8 +620,6 @@ async def open_host(
         )
     host = Host._create(config, workers, state if state is not None else state_backend(config))
     host.clock = clock
-    lock = _StateLock(config.resolved_state_dir)
-    lock.acquire()
     try:
         async with AsyncExitStack() as stack:
             host._load_plugins(plugins)
@@ -629,6 +643,9 @@ async def open_host(
                     host._nursery = nursery
                     host._open = True
                     try:
+                        # Other processes' session changes reach the mirror (and revoke
+                        # what they make stale) from here on.
+                        await nursery.start(host._sessions.watch)
                         for name, service in host._plugins.services:
                             await nursery.start(service)
                             logger.debug("plugin service %s started", name)
@@ -640,7 +657,6 @@ async def open_host(
     finally:
         host._closed = True
         host._open = False
-        lock.release()
 
 
 async def _shielded_close(close: Callable[[], Awaitable[None]]) -> None:

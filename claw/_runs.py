@@ -37,10 +37,12 @@ from ._errors import CapabilityDeniedError, CurrencyPendingError
 from ._util import NoPublicConstructor, final
 from .sessions import (
     ChatType,
+    LineageLink,
     NoAudience,
     ResolvedAudience,
     SessionNotFoundError,
     SessionRow,
+    SessionView,
     explain_audience,
     explain_detached_child,
     is_lineage_current,
@@ -207,7 +209,7 @@ def _mint_audience(
             return False
         return is_lineage_current(store, lineage)
 
-    return scope._mint(
+    audience = scope._mint(
         MemoryAudience,
         kind=resolved.kind,
         agent_id=resolved.agent_id,
@@ -218,6 +220,24 @@ def _mint_audience(
         check=current,
         stale_message=AUDIENCE_STALE_MESSAGE,
     )
+    host._lineages[audience] = AudienceLineage(lineage, parent)
+    return audience
+
+
+@attrs.frozen
+class AudienceLineage:
+    """What the release check re-reads for one audience: the incarnations it was minted
+    for, and the audience it was delegated from (whose lineage must be current too)."""
+
+    links: tuple[LineageLink, ...]
+    parent: MemoryAudience | None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(link.key for link in self.links)
+
+    def current_in(self, view: SessionView) -> bool:
+        return is_lineage_current(view, self.links)
 
 
 def _mint_recall_pass(

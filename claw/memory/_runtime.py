@@ -106,6 +106,7 @@ class GuardedMemoryHandle:
     _authorize: Callable[[AuthorizeSearchHitsRequest], Awaitable[Any]] | None
     _verify: Callable[[MemoryCallerContext], None]
     _wait_for_writes: Callable[[], Awaitable[None]]
+    _verify_committed: Callable[[MemoryCallerContext], Awaitable[None]]
     _closed: bool = attrs.field(default=False, init=False)
 
     def _check_open(self) -> None:
@@ -134,7 +135,19 @@ class GuardedMemoryHandle:
         """Check currency; while a session write is in flight, wait for it and check again."""
         await _await_current(self._check, self._wait_for_writes)
 
-    async def _call(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+    async def _released(self) -> None:
+        """The release check, right before a result leaves the guard: currency by the
+        host's records, then the committed lineage read from the session store, so a
+        reset committed by another process refuses the result even if this process has
+        not heard of it yet (see ``Host.verify_committed``)."""
+        self._check()
+        verify_committed = self._verify_committed
+        context = self._context
+        await _await_current_async(lambda: verify_committed(context), self._wait_for_writes)
+
+    async def _call(
+        self, what: str, fn: Callable[[], Awaitable[T]], *, release: bool = False
+    ) -> T:
         await self._current()
         try:
             result = await fn()
@@ -144,7 +157,10 @@ class GuardedMemoryHandle:
             raise ProviderError(
                 f'memory provider "{self.provider_id}" failed in {what}: {type(exc).__name__}'
             ) from exc
-        await self._current()
+        if release:
+            await self._released()
+        else:
+            await self._current()
         return result
 
     def _unsupported(self, capability: str, detail: str) -> UnsupportedRequestError:
@@ -193,6 +209,7 @@ class GuardedMemoryHandle:
                 continue
             hits.append(hit)
         admitted = await self._authorize_hits(tuple(hits[: request.max_results]))
+        await self._released()
         return attrs.evolve(result, hits=admitted)
 
     async def _authorize_hits(
@@ -238,7 +255,7 @@ class GuardedMemoryHandle:
                 f'reference belongs to provider "{ref.provider_id}", not the selected memory '
                 f'provider "{self.provider_id}"'
             )
-        result = await self._call("get", lambda: self._handle.get(request))
+        result = await self._call("get", lambda: self._handle.get(request), release=True)
         if not isinstance(result, MemoryGetResult):
             raise ContractError(
                 f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
@@ -279,7 +296,7 @@ class GuardedMemoryHandle:
         if request.active_project_keys and not caps.project_filter:
             raise self._unsupported("project filtering", "active_project_keys were supplied")
         fn = self._handle.candidates  # type: ignore[attr-defined]
-        result = await self._call("candidates", lambda: fn(request))
+        result = await self._call("candidates", lambda: fn(request), release=True)
         if not isinstance(result, MemoryCandidatesResult):
             raise ContractError(
                 f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
@@ -309,6 +326,18 @@ async def _await_current(
     while True:
         try:
             check()
+        except CurrencyPendingError:
+            await wait_for_writes()
+            continue
+        return
+
+
+async def _await_current_async(
+    check: Callable[[], Awaitable[None]], wait_for_writes: Callable[[], Awaitable[None]]
+) -> None:
+    while True:
+        try:
+            await check()
         except CurrencyPendingError:
             await wait_for_writes()
             continue
@@ -380,6 +409,14 @@ class MemoryRuntime:
         """Verify ``context`` with the host; while a session write is in flight, wait and retry."""
         host = self._host
         await _await_current(lambda: host.verify(context), host.sessions.wait_for_writes)
+
+    async def await_committed(self, context: MemoryCallerContext) -> None:
+        """:meth:`await_current`, then the release check against the committed lineage
+        (``Host.verify_committed``): what a write checks before its effect."""
+        host = self._host
+        await _await_current_async(
+            lambda: host.verify_committed(context), host.sessions.wait_for_writes
+        )
 
     def check_caller(self, context: MemoryCallerContext, agent_id: str | None) -> str:
         """Verify ``context`` (current, minted here) and return the agent it addresses."""
@@ -545,6 +582,7 @@ class MemoryRuntime:
                 authorize=authorize if callable(authorize) else None,
                 verify=verify,
                 wait_for_writes=sessions.wait_for_writes,
+                verify_committed=host.verify_committed,
             )
             await guarded._current()
             yield guarded

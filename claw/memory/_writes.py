@@ -75,7 +75,7 @@ async def add_memory(
     agent_id: str | None,
 ) -> MemoryAddResult:
     """See :meth:`MemoryRuntime.add`."""
-    await runtime.await_current(context)
+    await runtime.await_committed(context)
     agent = runtime.check_caller(context, agent_id)
     require_writer(context)
     await runtime.require_known_agent(agent_id, agent)
@@ -97,7 +97,7 @@ async def forget_memory(
     dry_run: bool,
 ) -> MemoryForgetResult:
     """See :meth:`MemoryRuntime.forget`."""
-    await runtime.await_current(context)
+    await runtime.await_committed(context)
     agent = runtime.check_caller(context, agent_id)
     require_writer(context)
     await runtime.require_known_agent(agent_id, agent)

@@ -21,7 +21,6 @@ from .._errors import CurrencyPendingError as CurrencyPendingError
 from .._errors import EmbeddingError as EmbeddingError
 from .._errors import ProviderError as ProviderError
 from .._errors import StaleCapabilityError as StaleCapabilityError
-from .._errors import StateLockedError as StateLockedError
 from .._errors import UnsupportedRequestError as UnsupportedRequestError
 from .._plugins import ContextEngineFactoryContext as ContextEngineFactoryContext
 from .._plugins import Plugin as Plugin

@@ -8,14 +8,18 @@ committed rows and calls its listeners on the event loop thread. The mirror
 is what the synchronous :meth:`SessionStore.get_nowait` answers from, which
 is how capability currency can be checked without blocking.
 
-The store assumes it is the only writer of its database file; a second
-process writing the same file would not be seen by the mirror.
+Other processes may write the same file. Their commits reach the mirror through
+:meth:`SessionStore.watch` (a thread that notices them, then :meth:`SessionStore.refresh`,
+which calls the listeners as for a change made here); that is for promptness only.
+What keeps a stale capability from releasing data is the host's release check, which
+reads the committed rows with :meth:`SessionStore.read_committed`.
 """
 
 from __future__ import annotations
 
 import builtins
 import functools
+import logging
 import os
 import sqlite3
 import time
@@ -47,6 +51,9 @@ from ._rows import (
     validate_session_id,
 )
 from ._schema import COLUMNS, PLACEHOLDERS, ensure_schema, row_from_sql, row_to_sql
+from ._watch import CommitWatcher
+
+logger = logging.getLogger("claw.sessions")
 
 T = TypeVar("T")
 
@@ -207,10 +214,36 @@ def _op_delete(conn: sqlite3.Connection, *, key: str) -> _Change:
     return _Change(key, None, old.lifecycle_revision)
 
 
+def _data_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+def _op_refresh(
+    conn: sqlite3.Connection, last: int
+) -> tuple[int, dict[str, SessionRow], dict[str, int]] | None:
+    """The committed rows and watermarks, when another connection committed since ``last``."""
+    try:
+        if _data_version(conn) == last:
+            return None
+        conn.execute("BEGIN")
+        try:
+            version = _data_version(conn)
+            rows, marks = _read_all(conn)
+        finally:
+            conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise SessionStorageError(f"session store SQLite error: {exc}") from exc
+    return version, rows, marks
+
+
 def _op_load(
     conn: sqlite3.Connection, *, where: str
 ) -> tuple[dict[str, SessionRow], dict[str, int]]:
     ensure_schema(conn, where)
+    return _read_all(conn)
+
+
+def _read_all(conn: sqlite3.Connection) -> tuple[dict[str, SessionRow], dict[str, int]]:
     rows = {
         row.session_key: row
         for row in (
@@ -342,6 +375,9 @@ class SessionStore:
     _clock: Callable[[], float]
     _rows: dict[str, SessionRow]
     _watermarks: dict[str, int]
+    #: This connection's ``data_version`` when the mirror last matched the database:
+    #: only other connections' commits move it.
+    _data_version: int
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _listeners: builtins.list[SessionListener] = attrs.field(factory=builtins.list, init=False)
     _closed: bool = attrs.field(default=False, init=False)
@@ -384,7 +420,8 @@ class SessionStore:
             _run_transaction, conn, box, functools.partial(_op_load, where=where)
         )
         rows, marks = box[0]
-        return cls(conn, workers, where, clock, rows, marks)
+        version = await workers.run_sync(_data_version, conn)
+        return cls(conn, workers, where, clock, rows, marks, version)
 
     async def aclose(self) -> None:
         """Close the connection; later calls raise :class:`claw.HostClosedError`."""
@@ -440,11 +477,45 @@ class SessionStore:
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the mirror current with other processes' commits until cancelled.
 
-        While the host holds its state directory exclusively there are none, so this
-        only waits.
+        A :class:`~claw.sessions._watch.CommitWatcher` thread notices commits; each time,
+        :meth:`refresh` brings them into the mirror and calls the listeners.
         """
-        task_status.started()
-        await trio.sleep_forever()
+        if self._where == ":memory:":  # no other connection can reach it
+            task_status.started()
+            await trio.sleep_forever()
+        await CommitWatcher(self._where).run(self._refresh_quietly, task_status=task_status)
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except SessionStorageError:
+            # The next commit (or the next check) tries again; the release check, not
+            # the watcher, is what keeps stale capabilities from releasing data.
+            logger.warning("could not refresh the session mirror of %s", self._where, exc_info=True)
+
+    async def refresh(self) -> int:
+        """Bring other processes' committed changes into the mirror; returns how many keys.
+
+        Listeners are called for every key whose row or watermark changed, as for a
+        change made here. Cheap when nothing changed elsewhere: one ``data_version``
+        read on the store's connection.
+        """
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            found = await self._workers.run_sync(_op_refresh, self._conn, self._data_version)
+            if found is None:
+                return 0
+            self._data_version, rows, marks = found
+            old_rows, old_marks = self._rows, self._watermarks
+            changed = [
+                key
+                for key in sorted(set(rows) | set(old_rows) | set(marks) | set(old_marks))
+                if rows.get(key) != old_rows.get(key) or marks.get(key) != old_marks.get(key)
+            ]
+            self._rows, self._watermarks = rows, marks
+            self._notify(changed)
+            return len(changed)
 
     async def get(self, key: str) -> SessionRow | None:
         """The durable row for ``key``, read from SQLite, or ``None``."""
@@ -655,16 +726,22 @@ class SessionStore:
         else:
             self._rows[change.key] = change.row
             self._watermarks.pop(change.key, None)
+        self._notify((change.key,))
+
+    def _notify(self, keys: Iterable[str]) -> None:
         errors: builtins.list[Exception] = []
-        for listener in builtins.list(self._listeners):
-            try:
-                listener(change.key)
-            except Exception as exc:
-                errors.append(exc)
+        keys = tuple(keys)
+        for key in keys:
+            for listener in builtins.list(self._listeners):
+                try:
+                    listener(key)
+                except Exception as exc:
+                    errors.append(exc)
         if len(errors) == 1:
             raise errors[0]
         if errors:
-            raise ExceptionGroup(f"session listeners failed for {change.key!r}", errors)
+            named = ", ".join(map(repr, keys))
+            raise ExceptionGroup(f"session listeners failed for {named}", errors)
 
 
 @asynccontextmanager

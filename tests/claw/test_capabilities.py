@@ -230,12 +230,12 @@ async def test_host_closes_and_refuses_new_scopes(host_config: claw.HostConfig) 
             pass  # pragma: no cover
 
 
-async def test_two_hosts_cannot_share_a_state_dir(
+async def test_two_hosts_share_a_state_dir_and_see_each_others_sessions(
     host: claw.Host, host_config: claw.HostConfig
 ) -> None:
-    with pytest.raises(claw.StateLockedError, match="locked by another claw host"):
-        async with claw.open_host(host_config):
-            pass  # pragma: no cover
+    async with claw.open_host(host_config) as second:
+        row = await second.sessions.create("dm:a", agent_id="main", chat_type="direct")
+        assert await host.sessions.get("dm:a") == row
 
 
 def test_errors_subclass_the_nearest_builtin() -> None:

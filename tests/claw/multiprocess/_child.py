@@ -1,0 +1,166 @@
+"""A claw host in a child process, driven by the multi-process tests.
+
+Usage: ``python _child.py MODE STATE_DIR [ARGS...]``. Every report is one line written
+in one ``write`` (a reader never sees half of one). Modes:
+
+* ``open-race N GO``: wait for the file ``GO`` to exist, open a host on a fresh state
+  directory at the same moment as the other children, create ``dm:N``, print ``OK``.
+* ``holder [deaf]``: open a host whose memory slot holds a recording provider with one
+  owner-private record, open an owner run of ``dm:alice``, print ``RUN``, then obey
+  stdin: ``search`` prints ``HITS n`` or ``STALE ...``. Every session change the mirror
+  sees prints ``CHANGED key``. ``deaf`` disables the watcher that brings other
+  processes' commits into the mirror, so only the release check can refuse.
+* ``hang-turn``: admit a turn of ``dm:alice`` whose model never answers; print
+  ``ADMITTED turn_id`` and wait to be killed.
+* ``admit GO TURN KEY``: wait for ``GO``, then admit turn ``TURN`` with advancement key
+  ``KEY`` into ``dm:alice``'s transcript directly; print ``OK turn_id``.
+* ``commit GO ENGINE_DB``: wait for ``GO``, then open a host whose engine is the
+  reference engine on ``ENGINE_DB`` (opening retries the pending commits); print
+  ``OK``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+
+import claw
+from claw.memory import MemorySearchRequest
+from claw.models import AssistantMessage, Message, ToolSpec
+from claw.sessions._store import SessionStore
+from claw_testing import (
+    MemoryRecord,
+    RecordingMemoryProvider,
+    ReferenceContextEngine,
+    harness_config,
+    memory_provider_plugin,
+)
+
+
+def say(line: str) -> None:
+    os.write(1, (line + "\n").encode())
+
+
+def wait_for(go: Path) -> None:
+    while not go.exists():  # real processes: a short real sleep is the point
+        time.sleep(0.001)
+
+
+def _config(state: Path, **kw: object) -> claw.HostConfig:
+    return harness_config(state.parent, state, **kw)  # type: ignore[arg-type]
+
+
+async def open_race(state: Path, n: str, go: Path) -> None:
+    wait_for(go)
+    async with claw.open_host(_config(state)) as host:
+        await host.sessions.create(f"dm:{n}", agent_id="main", chat_type="direct")
+    say("OK")
+
+
+async def _deaf_watch(
+    self: SessionStore, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    task_status.started()
+    await trio.sleep_forever()
+
+
+async def holder(state: Path, deaf: bool) -> None:
+    if deaf:
+        SessionStore.watch = _deaf_watch  # type: ignore[method-assign]
+    provider = RecordingMemoryProvider(
+        provider_id="rec",
+        records=[MemoryRecord(id="r1", text="alice likes tea", visibility="owner-private")],
+    )
+    plugin = memory_provider_plugin(provider, plugin_id="rec")
+    async with claw.open_host(_config(state, memory="rec"), plugins=[plugin]) as host:
+        host.sessions.add_listener(lambda key: say(f"CHANGED {key}"))
+        async with host.open_run("dm:alice", sender_is_owner=True) as run:
+            assert run.audience is not None
+            say("RUN")
+            while line := (await trio.to_thread.run_sync(sys.stdin.readline)).strip():
+                if line != "search":
+                    say(f"UNKNOWN {line}")
+                    continue
+                try:
+                    async with host.memory.open(run.caller) as handle:
+                        result = await handle.search(MemorySearchRequest(query="tea"))
+                except claw.StaleCapabilityError as exc:
+                    say(f"STALE {exc}")
+                else:
+                    say(f"HITS {len(result.hits)}")
+
+
+class _SilentModel:
+    """A model that never answers: its turn stays in flight until the process dies."""
+
+    context_window = 32_768
+
+    async def complete(
+        self, *, messages: Sequence[Message], system_prompt: str, tools: Sequence[ToolSpec]
+    ) -> AssistantMessage:
+        say("IN_MODEL")
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def hang_turn(state: Path) -> None:
+    async with claw.open_host(_config(state)) as host:
+        host.models.register_provider("scripted", lambda name: _SilentModel())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                functools.partial(
+                    host.run_turn, "dm:alice", claw.UserMessage("question"), sender_is_owner=True
+                )
+            )
+            await trio.sleep_forever()
+
+
+async def admit(state: Path, go: Path, turn_id: str, key: str) -> None:
+    async with claw.open_host(_config(state)) as host:
+        row = host.sessions.get_nowait("dm:alice")
+        assert row is not None
+        wait_for(go)
+        _, turn = await host.transcripts.record_admitted(
+            "dm:alice", row.session_id, claw.UserMessage("q"), turn_id=turn_id, advancement_key=key
+        )
+        say(f"OK {turn.turn_id}")
+
+
+async def commit(state: Path, go: Path, engine_db: Path) -> None:
+    engine = ReferenceContextEngine(engine_db)
+    plugin = claw.Plugin(
+        id="reference-plugin",
+        register=lambda api: api.register_context_engine("reference", lambda ctx: engine),
+    )
+    wait_for(go)
+    async with claw.open_host(_config(state, context_engine="reference"), plugins=[plugin]):
+        pass
+    engine.close()
+    say("OK")
+
+
+def main(argv: list[str]) -> None:
+    mode, state, *args = argv
+    path = Path(state)
+    if mode == "open-race":
+        trio.run(open_race, path, args[0], Path(args[1]))
+    elif mode == "holder":
+        trio.run(holder, path, args[:1] == ["deaf"])
+    elif mode == "hang-turn":
+        trio.run(hang_turn, path)
+    elif mode == "admit":
+        trio.run(admit, path, Path(args[0]), args[1], args[2])
+    elif mode == "commit":
+        trio.run(commit, path, Path(args[0]), Path(args[1]))
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
