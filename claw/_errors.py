@@ -82,5 +82,9 @@ class EmbeddingError(ProviderError):
     """An embedding provider failed or returned something that breaks its contract."""
 
 
+class LexicalIndexError(ProviderError):
+    """tantivy failed while indexing or searching; the message carries its reason."""
+
+
 class HostClosedError(ClawError, RuntimeError):
     """The host, scope or run was used after it closed."""

@@ -49,10 +49,6 @@ class IndexCorruptError(IndexStoreError):
     opening the index sets it aside and rebuilds it from the sources."""
 
 
-class LexicalIndexError(MemoryCoreError):
-    """tantivy failed while indexing or searching; the message carries its reason."""
-
-
 class SourcePathError(ClawError, PermissionError):
     """A read asked for a path that is not one of the index's sources."""
 

@@ -17,16 +17,9 @@ import numpy as np
 import numpy.typing as npt
 import tantivy
 
+from claw.plugin_sdk.search import normalise_rows
+
 from ._records import ChunkRecord, dated_epoch
-
-
-def normalise_rows(m: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Rows scaled to unit length (zero rows stay zero)."""
-    m = np.asarray(m, dtype=np.float32)
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    out: npt.NDArray[np.float32] = (m / norms).astype(np.float32, copy=False)
-    return out
 
 
 def _codes(values: Sequence[str | None], index: dict[str, int]) -> npt.NDArray[np.int32]:

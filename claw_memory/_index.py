@@ -42,8 +42,8 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from claw.plugin_sdk import EmbeddingProvider, WorkerPool
-from claw.plugin_sdk.search import embed_texts, sha256_hex
+from claw.plugin_sdk import EmbeddingProvider, LexicalIndexError, WorkerPool
+from claw.plugin_sdk.search import embed_texts, normalise_rows, sha256_hex
 
 from ._changes import DirectoryWatch, open_directory_watch, source_directories
 from ._errors import (
@@ -51,10 +51,9 @@ from ._errors import (
     IndexCorruptError,
     IndexLockedError,
     InvalidSearchError,
-    LexicalIndexError,
     SourcePathError,
 )
-from ._generation import Generation, normalise_rows
+from ._generation import Generation
 from ._lease import LEASE_FILE, WriterLease
 from ._lexical import DOCUMENT_VERSION, LexicalIndex
 from ._published import (

@@ -25,10 +25,10 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from claw.plugin_sdk.search import has_cjk
+from claw.plugin_sdk.search import has_cjk, lexical_search, top_k
 
 from ._generation import Generation
-from ._lexical import LexicalIndex, lexical_search
+from ._lexical import LexicalIndex
 from ._settings import SearchMode
 from ._transcripts import date_text
 from ._types import SearchFilter
@@ -116,36 +116,8 @@ def _filter_mask(gen: Generation, f: SearchFilter) -> npt.NDArray[np.bool_] | No
     return mask
 
 
-_SAMPLE_STRIDE = 32
 # The fewest first-stage candidates the second stage re-scores.
 _SECOND_STAGE_MIN = 32
-
-
-def top_k(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
-    """Indices of the ``k`` highest scores, best first (exact).
-
-    A full partition of a large array costs about a millisecond per 100k rows. Instead a
-    strided sample gives a score that several times ``k`` rows are expected to reach;
-    only the rows at or above it are partitioned. When fewer than ``k`` rows reach it
-    (an unlucky sample, or ``-inf`` filler) the whole array is partitioned, so the
-    answer is always the exact top ``k``.
-    """
-    n = scores.shape[0]
-    if k >= n:
-        idx: npt.NDArray[np.intp] = np.arange(n)
-    else:
-        found = None
-        if n >= 32 * _SAMPLE_STRIDE:
-            sample = scores[::_SAMPLE_STRIDE]
-            m = sample.shape[0]
-            j = min(m, (k // _SAMPLE_STRIDE) * 4 + 8)
-            threshold = np.partition(sample, m - j)[m - j]
-            candidates = np.flatnonzero(scores >= threshold)
-            c = candidates.shape[0]
-            if c >= k:
-                found = candidates[np.argpartition(scores[candidates], c - k)[c - k :]]
-        idx = found if found is not None else np.argpartition(scores, n - k)[n - k :]
-    return idx[np.argsort(-scores[idx], kind="stable")]
 
 
 def _rows_terms(

@@ -34,6 +34,7 @@ from claw.plugin_sdk import (
     HostAuthority,
     LegacyReadResult,
     LegacySearchResult,
+    LexicalIndexError,
     MemoryAddRequest,
     MemoryAddResult,
     MemoryCallerContext,
@@ -335,7 +336,7 @@ class MemoryCoreHandle:
         try:
             async with self.service.use(self.agent_id) as index:
                 status = index.status()
-        except (MemoryCoreError, EmbeddingError) as exc:
+        except (MemoryCoreError, EmbeddingError, LexicalIndexError) as exc:
             return MemoryHealth(status="unavailable", message=type(exc).__name__)
         state: HealthStatus = "degraded" if status.skipped else "ready"
         return MemoryHealth(

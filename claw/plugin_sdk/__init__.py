@@ -19,6 +19,7 @@ from .._errors import ConfigError as ConfigError
 from .._errors import ContractError as ContractError
 from .._errors import CurrencyPendingError as CurrencyPendingError
 from .._errors import EmbeddingError as EmbeddingError
+from .._errors import LexicalIndexError as LexicalIndexError
 from .._errors import ProviderError as ProviderError
 from .._errors import StaleCapabilityError as StaleCapabilityError
 from .._errors import UnsupportedRequestError as UnsupportedRequestError

@@ -13,9 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claw.plugin_sdk import InlineWorkerPool
-from claw.plugin_sdk.search import HashEmbedder, has_cjk, is_cjk
+from claw.plugin_sdk.search import HashEmbedder, has_cjk, is_cjk, lexical_search
 from claw_memory._index import open_memory_index
-from claw_memory._lexical import lexical_search
 from claw_memory._ranking import narrow_filter, top_k
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._types import SearchFilter

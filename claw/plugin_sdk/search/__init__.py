@@ -24,10 +24,19 @@ from ._hash_embedder import HashEmbedder as HashEmbedder
 from ._hash_embedder import stem as stem
 from ._http_embedder import OpenAIEmbedder as OpenAIEmbedder
 from ._http_embedder import embeddings_url as embeddings_url
+from ._lexical import ANALYZER as ANALYZER
+from ._lexical import any_of as any_of
+from ._lexical import cjk_bigrams as cjk_bigrams
+from ._lexical import document_analyzer as document_analyzer
+from ._lexical import fallback_query_analyzer as fallback_query_analyzer
+from ._lexical import lexical_search as lexical_search
+from ._lexical import query_analyzer as query_analyzer
 from ._st_embedder import BYTES_PER_POSITION as BYTES_PER_POSITION
 from ._st_embedder import SentenceTransformerEmbedder as SentenceTransformerEmbedder
 from ._st_embedder import max_input_bytes_for as max_input_bytes_for
 from ._stopwords import QUERY_STOPWORDS as QUERY_STOPWORDS
+from ._vectors import normalise_rows as normalise_rows
+from ._vectors import top_k as top_k
 
 _fixup_module_metadata(__name__, globals())
 del _fixup_module_metadata
