@@ -31,9 +31,12 @@ from ._errors import ClawError as ClawError
 from ._errors import ConfigError as ConfigError
 from ._errors import ContractError as ContractError
 from ._errors import CurrencyPendingError as CurrencyPendingError
+from ._errors import DatabaseError as DatabaseError
+from ._errors import DatabaseUnavailableError as DatabaseUnavailableError
 from ._errors import ForgedCapabilityError as ForgedCapabilityError
 from ._errors import HostClosedError as HostClosedError
 from ._errors import ProviderError as ProviderError
+from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import SlotConflictError as SlotConflictError
 from ._errors import StaleCapabilityError as StaleCapabilityError
 from ._errors import UnknownAgentError as UnknownAgentError

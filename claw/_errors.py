@@ -88,3 +88,28 @@ class LexicalIndexError(ProviderError):
 
 class HostClosedError(ClawError, RuntimeError):
     """The host, scope or run was used after it closed."""
+
+
+class DatabaseUnavailableError(ClawError, ConnectionError):
+    """The state database cannot be reached, or the connection to it was lost.
+
+    Retryable once the server is back. The message names the server (never the DSN's
+    password) and the driver's cause.
+    """
+
+
+class DatabaseError(ClawError, RuntimeError):
+    """A statement against the state database failed; names the operation and the SQLSTATE."""
+
+    sqlstate: str | None
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        self.sqlstate = sqlstate
+        super().__init__(message)
+
+
+class SchemaVersionError(ClawError, RuntimeError):
+    """The state database's schema is older than, or unknown to, this build of claw.
+
+    Names the migration that is missing or unknown and what to do about it.
+    """
