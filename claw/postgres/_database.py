@@ -186,7 +186,7 @@ class Database:
         if failure:
             exc = failure[0]
             if isinstance(exc, psycopg.Error | psycopg_pool.PoolTimeout):
-                what = getattr(fn, "__name__", "query")
+                what = getattr(getattr(fn, "func", fn), "__name__", "query")
                 raise translate(exc, what=what, dsn=self._dsn) from chainable(exc, self._dsn)
             raise exc
         return result[0]

@@ -1,0 +1,91 @@
+"""Opening the PostgreSQL state of one host process: schema, owner lock, stores, watchers.
+
+:func:`open_state` migrates (or refuses) the state schema in one transaction, takes
+this process's owner lock (the advisory lock that tells other hosts its unfinished
+turns are not orphans), loads the session mirror, and runs the two LISTEN watchers
+(session changes into the mirror and the listeners; transcript writes into
+``version``) in its own nursery until the block ends.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import psycopg
+import trio
+
+from .._workers import WorkerPool
+from ._database import Database, open_database
+from ._migrations import migrate
+from ._schema import COMPONENT, OWNER_LOCK_CLASS, STATE_MIGRATIONS
+from ._sessions import PostgresSessionStore
+from ._transcripts import PostgresTranscriptStore
+from ._translate import chainable, translate
+
+
+@attrs.frozen
+class PostgresState:
+    """The open state of one host process (what :func:`open_state` yields)."""
+
+    database: Database
+    sessions: PostgresSessionStore
+    transcripts: PostgresTranscriptStore
+
+
+def _migrate(conn: psycopg.Connection[Any], where: str) -> tuple[str, ...]:
+    return migrate(conn, COMPONENT, STATE_MIGRATIONS, where=where)
+
+
+def _hold_owner_lock(dsn: str, owner_id: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner_id))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+@asynccontextmanager
+async def open_state(
+    dsn: str,
+    *,
+    workers: WorkerPool,
+    clock: Callable[[], float] = time.time,
+    max_connections: int = 8,
+    dsn_key: str = "state.dsn",
+) -> AsyncIterator[PostgresState]:
+    """Open this host's PostgreSQL state; every store closes when the block ends.
+
+    Raises :class:`~claw.SchemaVersionError` when the database's state schema is
+    unknown to this build, :class:`~claw.DatabaseUnavailableError` when the server
+    cannot be reached, :class:`~claw.ConfigError` for a malformed DSN.
+    """
+    async with open_database(
+        dsn, workers=workers, max_size=max_connections, dsn_key=dsn_key, name="claw-state"
+    ) as db:
+        await db.transaction(functools.partial(_migrate, where=db.name))
+        transcripts = PostgresTranscriptStore(db, clock)
+        try:
+            owner = await trio.to_thread.run_sync(_hold_owner_lock, dsn, transcripts.owner_id)
+        except psycopg.Error as exc:
+            raise translate(exc, what="owner lock", dsn=dsn) from chainable(exc, dsn)
+        try:
+            sessions = await PostgresSessionStore.open(db, clock=clock)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(sessions.watch)
+                await nursery.start(transcripts.watch)
+                try:
+                    yield PostgresState(database=db, sessions=sessions, transcripts=transcripts)
+                finally:
+                    nursery.cancel_scope.cancel()
+                    await sessions.aclose()
+                    await transcripts.aclose()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(owner.close)

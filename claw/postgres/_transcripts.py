@@ -1,0 +1,800 @@
+"""Transcripts and the accepted-turns ledger in PostgreSQL, shared by every host.
+
+The same contracts as the SQLite store (:mod:`claw.turns._transcript`,
+:mod:`claw.turns._ledger`), whose value types and validation it reuses:
+
+* An append (or an admission: the user entry and the ledger row) is one transaction.
+  Entries of one transcript are numbered under a transaction-scoped advisory lock on
+  its session id, so two hosts appending to one session interleave, never clash.
+* Admission is idempotent by advancement key across hosts: the ledger row is written
+  with ``INSERT ... ON CONFLICT DO NOTHING`` in the admitting transaction; a host that
+  loses the race (or retries) rolls its entry back and gets the recorded turn.
+* A turn belongs to the host process that admitted it (``owner_id``). That process
+  holds a session-level advisory lock on its owner id while it lives (see the backend);
+  :meth:`close_orphaned_turns` closes only the open turns whose owner's lock it can
+  take inside its own transaction: the owner's connection is gone, so it is dead, and
+  two hosts doing it at once close each turn once.
+* Every write sends ``NOTIFY claw_transcript_changes`` so other hosts' ``version``
+  moves (readers cache derived views against it).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import attrs
+import psycopg
+import trio
+
+from .._errors import HostClosedError
+from ..models import CompactionSummary, Message, ToolCall, UserMessage
+from ..turns._ledger import (
+    CLOSED_STATUSES,
+    AdmittedTurn,
+    TurnLedgerError,
+    TurnStatus,
+    UnknownTurnError,
+)
+from ..turns._transcript import (
+    _KIND_OF,
+    Appendable,
+    CompactionInfo,
+    TranscriptCursor,
+    TranscriptDelta,
+    TranscriptEntry,
+    TranscriptEntryKind,
+    TranscriptError,
+    TranscriptStats,
+    UnknownEntryError,
+    _encode,
+    _row_to_entry,
+    entry_id,
+    parse_entry_id,
+)
+from ._database import Database
+from ._schema import OWNER_LOCK_CLASS, TRANSCRIPT_LOCK_CLASS
+
+Connection = psycopg.Connection[Any]
+
+TRANSCRIPT_CHANNEL: Final[str] = "claw_transcript_changes"
+
+_ENTRY_COLUMNS: Final[str] = (
+    "s.session_key, e.session_id, e.seq, e.kind, e.created_at, e.payload, e.turn_id, "
+    "e.advancement_key, e.first_kept_seq, e.tokens_before, e.tokens_after"
+)
+_FROM: Final[str] = (
+    "FROM claw_transcript_entries e JOIN claw_transcript_sessions s USING (session_id)"
+)
+_INVISIBLE: Final[str] = "('tool_call', 'compaction')"
+_TURN_COLUMNS: Final[str] = (
+    "turn_id, session_key, session_id, advancement_key, engine_id, first_seq, terminal_seq, "
+    "admitted_at, terminal_at, committed_at, commit_outcome, closed_at, close_status, "
+    "close_reason, lifecycle_revision"
+)
+_PENDING: Final[str] = (
+    "engine_id IS NOT NULL AND terminal_seq IS NOT NULL AND committed_at IS NULL "
+    "AND close_status IS NULL"
+)
+_OPEN: Final[str] = "terminal_seq IS NULL AND close_status IS NULL"
+
+
+class _AlreadyAdmitted(Exception):
+    """Rolls back an admission whose advancement key another transaction recorded."""
+
+
+def _turn(row: Sequence[Any]) -> AdmittedTurn:
+    return AdmittedTurn(*row)
+
+
+def _get_turn(conn: Connection, turn_id: str, *, lock: bool = False) -> AdmittedTurn:
+    sql = f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger WHERE turn_id = %s"
+    row = conn.execute(sql + (" FOR UPDATE" if lock else ""), (turn_id,)).fetchone()
+    if row is None:
+        raise UnknownTurnError(f"no admitted turn {turn_id!r} in the ledger")
+    return _turn(row)
+
+
+def _lock_transcript(conn: Connection, session_id: str) -> None:
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TRANSCRIPT_LOCK_CLASS, session_id)
+    )
+
+
+def _changed(conn: Connection, session_key: str) -> None:
+    conn.execute("SELECT pg_notify(%s, %s)", (TRANSCRIPT_CHANNEL, session_key[:200]))
+
+
+def _claim_session(conn: Connection, session_key: str, session_id: str, now: float) -> None:
+    for name, value in (("session_key", session_key), ("session_id", session_id)):
+        if not isinstance(value, str) or not value:
+            raise TranscriptError(f"{name} must be a non-empty string, got {value!r}")
+    _lock_transcript(conn, session_id)
+    conn.execute(
+        "INSERT INTO claw_transcript_sessions (session_id, session_key, created_at) "
+        "VALUES (%s, %s, %s) ON CONFLICT (session_id) DO NOTHING",
+        (session_id, session_key, now),
+    )
+    (owner,) = conn.execute(
+        "SELECT session_key FROM claw_transcript_sessions WHERE session_id = %s", (session_id,)
+    ).fetchone() or (None,)
+    if owner != session_key:
+        raise TranscriptError(
+            f"session id {session_id!r} has its transcript under session key {owner!r}, "
+            f"not {session_key!r}"
+        )
+
+
+def _last_seq(conn: Connection, session_id: str) -> int:
+    row = conn.execute(
+        "SELECT MAX(seq) FROM claw_transcript_entries WHERE session_id = %s", (session_id,)
+    ).fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def _latest_compaction(conn: Connection, session_id: str) -> tuple[int, int] | None:
+    row = conn.execute(
+        "SELECT seq, first_kept_seq FROM claw_transcript_entries "
+        "WHERE session_id = %s AND kind = 'compaction' ORDER BY seq DESC LIMIT 1",
+        (session_id,),
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+def _set_terminal(
+    conn: Connection, turn_id: str, *, session_id: str, terminal_seq: int, now: float
+) -> AdmittedTurn:
+    turn = _get_turn(conn, turn_id, lock=True)
+    if turn.session_id != session_id:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
+        )
+    if turn.close_status is not None:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
+            "reopen it to retry it"
+        )
+    if turn.terminal_seq is not None:
+        if turn.terminal_seq == terminal_seq:
+            return turn
+        raise TurnLedgerError(
+            f"turn {turn_id!r} already ended at entry {turn.terminal_entry_id}; "
+            f"cannot end it again at {session_id}:{terminal_seq}"
+        )
+    if terminal_seq < turn.first_seq:
+        raise TurnLedgerError(
+            f"terminal entry {session_id}:{terminal_seq} of turn {turn_id!r} is before its "
+            f"user entry {turn.first_entry_id}"
+        )
+    conn.execute(
+        "UPDATE claw_turn_ledger SET terminal_seq = %s, terminal_at = %s WHERE turn_id = %s",
+        (terminal_seq, now, turn_id),
+    )
+    return _get_turn(conn, turn_id)
+
+
+def _append(
+    conn: Connection,
+    *,
+    session_key: str,
+    session_id: str,
+    rows: list[tuple[TranscriptEntryKind, str, Appendable]],
+    turn_id: str | None,
+    advancement_key: str | None,
+    terminal: bool,
+    now: float,
+) -> tuple[TranscriptEntry, ...]:
+    _claim_session(conn, session_key, session_id, now)
+    if turn_id is not None:
+        turn = _get_turn(conn, turn_id)
+        if turn.session_id != session_id:
+            raise TranscriptError(
+                f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
+            )
+        if advancement_key is not None and advancement_key != turn.advancement_key:
+            raise TranscriptError(
+                f"turn {turn_id!r} has advancement key {turn.advancement_key!r}, "
+                f"not {advancement_key!r}"
+            )
+        advancement_key = turn.advancement_key
+    seq = _last_seq(conn, session_id)
+    entries = []
+    with conn.cursor() as cur:
+        for kind, payload, message in rows:
+            seq += 1
+            cur.execute(
+                "INSERT INTO claw_transcript_entries (session_id, seq, kind, created_at, "
+                "payload, turn_id, advancement_key) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (session_id, seq, kind.value, now, payload, turn_id, advancement_key),
+            )
+            entries.append(
+                TranscriptEntry(
+                    session_key=session_key, session_id=session_id, seq=seq, kind=kind,
+                    created_at=now, payload=message, turn_id=turn_id,
+                    advancement_key=advancement_key,
+                )
+            )
+    if terminal:
+        assert turn_id is not None
+        _set_terminal(conn, turn_id, session_id=session_id, terminal_seq=seq, now=now)
+    _changed(conn, session_key)
+    return tuple(entries)
+
+
+def _append_compaction(
+    conn: Connection,
+    *,
+    session_key: str,
+    session_id: str,
+    message: CompactionSummary,
+    first_kept_seq: int | None,
+    tokens_before: int | None,
+    tokens_after: int | None,
+    turn_id: str | None,
+    now: float,
+) -> TranscriptEntry:
+    _claim_session(conn, session_key, session_id, now)
+    seq = _last_seq(conn, session_id) + 1
+    kept = seq if first_kept_seq is None else first_kept_seq
+    previous = _latest_compaction(conn, session_id)
+    floor = 1 if previous is None else previous[1]
+    if not isinstance(kept, int) or not floor <= kept <= seq:
+        raise TranscriptError(
+            f"first_kept_seq must be between {floor} (the previous compaction's first "
+            f"kept entry) and {seq} (this compaction), got {first_kept_seq!r}"
+        )
+    for name, value in (("tokens_before", tokens_before), ("tokens_after", tokens_after)):
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise TranscriptError(f"{name} must be a non-negative int, got {value!r}")
+    conn.execute(
+        "INSERT INTO claw_transcript_entries (session_id, seq, kind, created_at, payload, "
+        "turn_id, first_kept_seq, tokens_before, tokens_after) "
+        "VALUES (%s, %s, 'compaction', %s, %s, %s, %s, %s, %s)",
+        (session_id, seq, now, _encode(message), turn_id, kept, tokens_before, tokens_after),
+    )
+    _changed(conn, session_key)
+    return TranscriptEntry(
+        session_key=session_key, session_id=session_id, seq=seq,
+        kind=TranscriptEntryKind.COMPACTION, created_at=now, payload=message, turn_id=turn_id,
+        compaction=CompactionInfo(kept, tokens_before, tokens_after),
+    )
+
+
+def _admit(
+    conn: Connection,
+    *,
+    session_key: str,
+    session_id: str,
+    message: UserMessage,
+    turn_id: str,
+    advancement_key: str,
+    engine_id: str | None,
+    lifecycle_revision: int | None,
+    owner_id: str,
+    now: float,
+) -> tuple[TranscriptEntry, AdmittedTurn]:
+    recorded = conn.execute(
+        f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger WHERE advancement_key = %s OR "
+        "turn_id = %s",
+        (advancement_key, turn_id),
+    ).fetchone()
+    if recorded is not None:
+        raise _AlreadyAdmitted
+    _claim_session(conn, session_key, session_id, now)
+    seq = _last_seq(conn, session_id) + 1
+    conn.execute(
+        "INSERT INTO claw_transcript_entries (session_id, seq, kind, created_at, payload, "
+        "turn_id, advancement_key) VALUES (%s, %s, 'user', %s, %s, %s, %s)",
+        (session_id, seq, now, _encode(message), turn_id, advancement_key),
+    )
+    # Another host admitting the same key waits here on the unique index until the
+    # first transaction ends, then records nothing: exactly one turn per key.
+    inserted = conn.execute(
+        f"INSERT INTO claw_turn_ledger ({_TURN_COLUMNS}, owner_id) VALUES "
+        "(%s, %s, %s, %s, %s, %s, NULL, %s, NULL, NULL, NULL, NULL, NULL, NULL, %s, %s) "
+        "ON CONFLICT DO NOTHING",
+        (turn_id, session_key, session_id, advancement_key, engine_id, seq, now,
+         lifecycle_revision, owner_id),
+    ).rowcount
+    if inserted != 1:
+        raise _AlreadyAdmitted
+    _changed(conn, session_key)
+    entry = TranscriptEntry(
+        session_key=session_key, session_id=session_id, seq=seq, kind=TranscriptEntryKind.USER,
+        created_at=now, payload=message, turn_id=turn_id, advancement_key=advancement_key,
+    )
+    return entry, _get_turn(conn, turn_id)
+
+
+def _recorded_admission(
+    conn: Connection, session_id: str, turn_id: str, advancement_key: str
+) -> tuple[TranscriptEntry, AdmittedTurn]:
+    row = conn.execute(
+        f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger WHERE advancement_key = %s OR "
+        "turn_id = %s ORDER BY position LIMIT 1",
+        (advancement_key, turn_id),
+    ).fetchone()
+    if row is None:  # pragma: no cover - the conflicting transaction rolled back
+        raise TurnLedgerError(
+            f"advancement key {advancement_key!r} clashed with a turn that no longer exists; "
+            "retry the admission"
+        )
+    turn = _turn(row)
+    if turn.session_id != session_id or (
+        turn.turn_id == turn_id and turn.advancement_key != advancement_key
+    ):
+        what = "turn id" if turn.turn_id == turn_id else "advancement key"
+        raise TurnLedgerError(
+            f"{what} already recorded for turn {turn.turn_id!r} (advancement key "
+            f"{turn.advancement_key!r}) of session id {turn.session_id!r}; admit each logical "
+            "turn once and reuse its record on retry"
+        )
+    entries = _read_entries(conn, session_id, turn.first_seq - 1, turn.first_seq, 1)
+    return entries[0], turn
+
+
+def _terminal(conn: Connection, turn_id: str, terminal_seq: int, now: float) -> AdmittedTurn:
+    turn = _get_turn(conn, turn_id)
+    _lock_transcript(conn, turn.session_id)
+    if not 0 < terminal_seq <= _last_seq(conn, turn.session_id):
+        raise TranscriptError(
+            f"entry {entry_id(turn.session_id, terminal_seq)} does not exist; append "
+            "the terminal entry before marking it"
+        )
+    result = _set_terminal(
+        conn, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
+    )
+    _changed(conn, turn.session_key)
+    return result
+
+
+def _committed(conn: Connection, turn_id: str, outcome: str, now: float) -> AdmittedTurn:
+    turn = _get_turn(conn, turn_id, lock=True)
+    if turn.committed_at is not None:
+        return turn
+    if turn.close_status is not None:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
+            "a closed turn is never committed"
+        )
+    if turn.terminal_seq is None:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} has no terminal entry yet; record it before marking the commit"
+        )
+    conn.execute(
+        "UPDATE claw_turn_ledger SET committed_at = %s, commit_outcome = %s WHERE turn_id = %s",
+        (now, outcome, turn_id),
+    )
+    return _get_turn(conn, turn_id)
+
+
+def _close(
+    conn: Connection, turn_id: str, status: TurnStatus, reason: str, now: float
+) -> AdmittedTurn:
+    if status not in CLOSED_STATUSES:
+        raise TurnLedgerError(f"{status!r} is not a closing status")
+    if not isinstance(reason, str) or not reason:
+        raise TurnLedgerError("closing a turn needs a non-empty reason")
+    turn = _get_turn(conn, turn_id, lock=True)
+    if turn.close_status is not None:
+        return turn
+    if turn.committed_at is not None:
+        raise TurnLedgerError(f"turn {turn_id!r} was committed; it cannot be closed")
+    if turn.terminal_seq is not None and status in (TurnStatus.FAILED, TurnStatus.ABORTED):
+        raise TurnLedgerError(
+            f"turn {turn_id!r} reached its terminal entry; it cannot have {status.value}"
+        )
+    conn.execute(
+        "UPDATE claw_turn_ledger SET closed_at = %s, close_status = %s, close_reason = %s "
+        "WHERE turn_id = %s",
+        (now, status.value, reason, turn_id),
+    )
+    return _get_turn(conn, turn_id)
+
+
+def _reopen(conn: Connection, turn_id: str, owner_id: str) -> AdmittedTurn:
+    turn = _get_turn(conn, turn_id, lock=True)
+    if turn.status not in (TurnStatus.FAILED, TurnStatus.ABORTED):
+        raise TurnLedgerError(
+            f"turn {turn_id!r} is {turn.status.value}; only a failed or aborted turn is reopened"
+        )
+    later = conn.execute(
+        "SELECT turn_id FROM claw_turn_ledger WHERE session_id = %s AND first_seq > %s LIMIT 1",
+        (turn.session_id, turn.first_seq),
+    ).fetchone()
+    if later is not None:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} cannot be retried: turn {later[0]!r} was admitted after it"
+        )
+    # The host reopening it runs the retry, so the turn becomes its own.
+    conn.execute(
+        "UPDATE claw_turn_ledger SET closed_at = NULL, close_status = NULL, close_reason = NULL, "
+        "owner_id = %s WHERE turn_id = %s",
+        (owner_id, turn_id),
+    )
+    return _get_turn(conn, turn_id)
+
+
+def _close_orphans(
+    conn: Connection, owner_id: str, reason: str, now: float
+) -> tuple[AdmittedTurn, ...]:
+    owners = [
+        str(r[0])
+        for r in conn.execute(
+            f"SELECT DISTINCT owner_id FROM claw_turn_ledger WHERE {_OPEN} AND owner_id <> %s",
+            (owner_id,),
+        ).fetchall()
+    ]
+    closed: list[AdmittedTurn] = []
+    for owner in owners:
+        # A live owner holds this lock on its own connection; taking it here (until our
+        # commit) proves the owner is gone and keeps a second closer out meanwhile.
+        (dead,) = conn.execute(
+            "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner)
+        ).fetchone() or (False,)
+        if not dead:
+            continue
+        ids = [
+            str(r[0])
+            for r in conn.execute(
+                f"SELECT turn_id FROM claw_turn_ledger WHERE {_OPEN} AND owner_id = %s "
+                "ORDER BY position",
+                (owner,),
+            ).fetchall()
+        ]
+        for turn_id in ids:
+            turn = _close(conn, turn_id, TurnStatus.ABORTED, reason, now)
+            closed.append(turn)
+            _changed(conn, turn.session_key)
+    return tuple(closed)
+
+
+def _read_entries(
+    conn: Connection, session_id: str, after_seq: int, through_seq: int | None,
+    limit: int | None,
+) -> tuple[TranscriptEntry, ...]:
+    sql = f"SELECT {_ENTRY_COLUMNS} {_FROM} WHERE e.session_id = %s AND e.seq > %s"
+    args: list[object] = [session_id, after_seq]
+    if through_seq is not None:
+        sql += " AND e.seq <= %s"
+        args.append(through_seq)
+    sql += " ORDER BY e.seq"
+    if limit is not None:
+        if limit < 0:
+            raise TranscriptError(f"limit must not be negative, got {limit}")
+        sql += " LIMIT %s"
+        args.append(limit)
+    return tuple(_row_to_entry(row) for row in conn.execute(sql, args).fetchall())
+
+
+def _stats(conn: Connection, session_id: str) -> TranscriptStats:
+    row = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(octet_length(payload)), 0), COALESCE(MAX(seq), 0), "
+        "COUNT(*) FILTER (WHERE kind = 'compaction'), MAX(seq) FILTER (WHERE kind = 'compaction') "
+        "FROM claw_transcript_entries WHERE session_id = %s",
+        (session_id,),
+    ).fetchone()
+    assert row is not None
+    count, size, last, compactions, last_compaction = row
+    open_seqs = tuple(
+        int(r[0])
+        for r in conn.execute(
+            f"SELECT first_seq FROM claw_turn_ledger WHERE session_id = %s AND {_OPEN} "
+            "ORDER BY first_seq",
+            (session_id,),
+        ).fetchall()
+    )
+    return TranscriptStats(
+        session_id=session_id,
+        entry_count=int(count),
+        byte_size=int(size),
+        last_seq=int(last),
+        compaction_count=int(compactions),
+        last_compaction_seq=None if last_compaction is None else int(last_compaction),
+        open_turn_seqs=open_seqs,
+    )
+
+
+def _session_ids(conn: Connection, session_key: str) -> tuple[str, ...]:
+    rows = conn.execute(
+        "SELECT session_id FROM claw_transcript_sessions WHERE session_key = %s "
+        "ORDER BY created_at, position",
+        (session_key,),
+    ).fetchall()
+    return tuple(str(r[0]) for r in rows)
+
+
+def _delta(conn: Connection, session_id: str, cursor: TranscriptCursor | None) -> TranscriptDelta:
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    last = _last_seq(conn, session_id)
+    compaction = _latest_compaction(conn, session_id)
+    epoch = 0 if compaction is None else compaction[0]
+    rebuilt = cursor is None or cursor.epoch != epoch or cursor.seq > last
+    head: list[TranscriptEntry] = []
+    if rebuilt:
+        start = 1 if compaction is None else compaction[1]
+        if compaction is not None:
+            head = list(_read_entries(conn, session_id, compaction[0] - 1, compaction[0], 1))
+    else:
+        assert cursor is not None
+        start = cursor.seq + 1
+    rows = conn.execute(
+        f"SELECT {_ENTRY_COLUMNS} {_FROM} WHERE e.session_id = %s AND e.seq >= %s "
+        f"AND e.kind NOT IN {_INVISIBLE} ORDER BY e.seq",
+        (session_id, start),
+    ).fetchall()
+    entries = head + [_row_to_entry(r) for r in rows]
+    messages = tuple(e.payload for e in entries if not isinstance(e.payload, ToolCall))
+    return TranscriptDelta(
+        messages=messages,
+        entry_ids=tuple(e.entry_id for e in entries),
+        cursor=TranscriptCursor(session_id, epoch, last),
+        rebuilt=rebuilt,
+    )
+
+
+def _select_turns(
+    conn: Connection, session_id: str | None, pending_only: bool, session_key: str | None
+) -> tuple[AdmittedTurn, ...]:
+    clauses: list[str] = []
+    args: list[object] = []
+    if session_id is not None:
+        clauses.append("session_id = %s")
+        args.append(session_id)
+    if session_key is not None:
+        clauses.append("session_key = %s")
+        args.append(session_key)
+    if pending_only:
+        clauses.append(_PENDING)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = conn.execute(
+        f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger {where} ORDER BY position", args
+    ).fetchall()
+    return tuple(_turn(r) for r in rows)
+
+
+def _flush_done(conn: Connection, flush_id: str, session_key: str, now: float) -> None:
+    conn.execute(
+        "INSERT INTO claw_flush_completions (flush_id, session_key, completed_at) "
+        "VALUES (%s, %s, %s) ON CONFLICT (flush_id) DO NOTHING",
+        (flush_id, session_key, now),
+    )
+
+
+def _flush_ids(conn: Connection) -> frozenset[str]:
+    return frozenset(
+        str(r[0]) for r in conn.execute("SELECT flush_id FROM claw_flush_completions").fetchall()
+    )
+
+
+@attrs.define(eq=False)
+class PostgresTranscriptStore:
+    """Transcripts and the turn ledger in PostgreSQL (``host.transcripts``).
+
+    Implements :class:`claw._state.TranscriptLedger`. ``owner_id`` is this host
+    process's; the backend holds the advisory lock that says it is alive.
+    """
+
+    _db: Database
+    _clock: Callable[[], float]
+    _owner_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    _version: int = attrs.field(default=0, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def owner_id(self) -> str:
+        return self._owner_id
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await trio.lowlevel.checkpoint()
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Move :attr:`version` on other hosts' writes until cancelled."""
+        async with self._db.listen(TRANSCRIPT_CHANNEL) as events:
+            task_status.started()
+            async for event in events:
+                # A (re)connection may have missed writes too: move either way.
+                del event
+                self._version += 1
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HostClosedError("the transcript store is closed")
+
+    async def _write(self, fn: Callable[..., Any], *args: object) -> Any:
+        self._check_open()
+        try:
+            return await self._db.transaction(fn, *args)
+        finally:
+            self._version += 1
+
+    async def _read(self, fn: Callable[..., Any], *args: object) -> Any:
+        self._check_open()
+        return await self._db.transaction(fn, *args)
+
+    async def append(
+        self,
+        session_key: str,
+        session_id: str,
+        messages: Sequence[Appendable],
+        *,
+        turn_id: str | None = None,
+        advancement_key: str | None = None,
+        terminal: bool = False,
+    ) -> tuple[TranscriptEntry, ...]:
+        if not messages:
+            raise TranscriptError("append needs at least one message")
+        for i, message in enumerate(messages):
+            candidate: object = message
+            if type(candidate) not in _KIND_OF:
+                hint = "; use append_compaction" if isinstance(candidate, CompactionSummary) else ""
+                raise TranscriptError(
+                    f"messages[{i}]: cannot append a {type(message).__name__}{hint}"
+                )
+        if terminal and turn_id is None:
+            raise TranscriptError("terminal=True needs the turn_id of an admitted turn")
+        rows = [(_KIND_OF[type(m)], _encode(m), m) for m in messages]
+        result: tuple[TranscriptEntry, ...] = await self._write(
+            functools.partial(
+                _append, session_key=session_key, session_id=session_id, rows=rows,
+                turn_id=turn_id, advancement_key=advancement_key, terminal=terminal,
+                now=self._clock(),
+            )
+        )
+        return result
+
+    async def append_compaction(
+        self,
+        session_key: str,
+        session_id: str,
+        summary: str,
+        *,
+        first_kept_seq: int | None = None,
+        tokens_before: int | None = None,
+        tokens_after: int | None = None,
+        turn_id: str | None = None,
+    ) -> TranscriptEntry:
+        result: TranscriptEntry = await self._write(
+            functools.partial(
+                _append_compaction, session_key=session_key, session_id=session_id,
+                message=CompactionSummary(summary), first_kept_seq=first_kept_seq,
+                tokens_before=tokens_before, tokens_after=tokens_after, turn_id=turn_id,
+                now=self._clock(),
+            )
+        )
+        return result
+
+    async def read_entries(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        through_seq: int | None = None,
+        limit: int | None = None,
+    ) -> tuple[TranscriptEntry, ...]:
+        result: tuple[TranscriptEntry, ...] = await self._read(
+            _read_entries, session_id, after_seq, through_seq, limit
+        )
+        return result
+
+    async def read_entry(self, entry_id: str) -> TranscriptEntry:
+        session_id, seq = parse_entry_id(entry_id)
+        found = await self.read_entries(session_id, after_seq=seq - 1, through_seq=seq, limit=1)
+        if not found:
+            raise UnknownEntryError(f"no transcript entry {entry_id!r}")
+        return found[0]
+
+    async def stats(self, session_id: str) -> TranscriptStats:
+        result: TranscriptStats = await self._read(_stats, session_id)
+        return result
+
+    async def session_ids(self, session_key: str) -> tuple[str, ...]:
+        result: tuple[str, ...] = await self._read(_session_ids, session_key)
+        return result
+
+    async def read_session_transcript_visible_message_delta(
+        self, session_id: str, cursor: TranscriptCursor | None = None
+    ) -> TranscriptDelta:
+        if cursor is not None and cursor.session_id != session_id:
+            raise TranscriptError(
+                f"cursor belongs to session id {cursor.session_id!r}, not {session_id!r}; "
+                "a reset session with a new id starts from no cursor"
+            )
+        result: TranscriptDelta = await self._read(_delta, session_id, cursor)
+        return result
+
+    async def visible_messages(self, session_id: str) -> tuple[Message, ...]:
+        return (await self.read_session_transcript_visible_message_delta(session_id)).messages
+
+    async def record_admitted(
+        self,
+        session_key: str,
+        session_id: str,
+        user_message: UserMessage,
+        *,
+        turn_id: str,
+        advancement_key: str,
+        engine_id: str | None = None,
+        lifecycle_revision: int | None = None,
+    ) -> tuple[TranscriptEntry, AdmittedTurn]:
+        """Admit a turn (user entry and ledger row in one transaction), idempotently.
+
+        An advancement key already recorded for the same session id (by this host or
+        another) returns the recorded entry and turn and writes nothing; recorded for
+        another session, or a turn id reused with another key, is refused.
+        """
+        if not isinstance(user_message, UserMessage):
+            raise TranscriptError(f"a turn is admitted by a UserMessage, not {user_message!r}")
+        for name, value in (("turn_id", turn_id), ("advancement_key", advancement_key)):
+            if not isinstance(value, str) or not value:
+                raise TranscriptError(f"{name} must be a non-empty string, got {value!r}")
+        try:
+            result: tuple[TranscriptEntry, AdmittedTurn] = await self._write(
+                functools.partial(
+                    _admit, session_key=session_key, session_id=session_id,
+                    message=user_message, turn_id=turn_id, advancement_key=advancement_key,
+                    engine_id=engine_id, lifecycle_revision=lifecycle_revision,
+                    owner_id=self._owner_id, now=self._clock(),
+                )
+            )
+        except _AlreadyAdmitted:
+            result = await self._read(
+                _recorded_admission, session_id, turn_id, advancement_key
+            )
+        return result
+
+    async def mark_terminal(self, turn_id: str, terminal_seq: int) -> AdmittedTurn:
+        result: AdmittedTurn = await self._write(_terminal, turn_id, terminal_seq, self._clock())
+        return result
+
+    async def mark_committed(self, turn_id: str, *, outcome: str = "committed") -> AdmittedTurn:
+        if not outcome:
+            raise TranscriptError("outcome must be a non-empty string")
+        result: AdmittedTurn = await self._write(_committed, turn_id, outcome, self._clock())
+        return result
+
+    async def close_turn(self, turn_id: str, status: TurnStatus, reason: str) -> AdmittedTurn:
+        result: AdmittedTurn = await self._write(_close, turn_id, status, reason, self._clock())
+        return result
+
+    async def reopen_turn(self, turn_id: str) -> AdmittedTurn:
+        result: AdmittedTurn = await self._write(_reopen, turn_id, self._owner_id)
+        return result
+
+    async def close_orphaned_turns(self, reason: str) -> tuple[AdmittedTurn, ...]:
+        """Close as ``aborted`` the open turns of every host process that is gone."""
+        result: tuple[AdmittedTurn, ...] = await self._write(
+            _close_orphans, self._owner_id, reason, self._clock()
+        )
+        return result
+
+    async def record_flush_completed(self, flush_id: str, session_key: str) -> None:
+        await self._write(_flush_done, flush_id, session_key, self._clock())
+
+    async def completed_flush_ids(self) -> frozenset[str]:
+        result: frozenset[str] = await self._read(_flush_ids)
+        return result
+
+    async def pending_commits(
+        self, session_id: str | None = None, *, session_key: str | None = None
+    ) -> tuple[AdmittedTurn, ...]:
+        result: tuple[AdmittedTurn, ...] = await self._read(
+            _select_turns, session_id, True, session_key
+        )
+        return result
+
+    async def turns(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
+        result: tuple[AdmittedTurn, ...] = await self._read(_select_turns, session_id, False, None)
+        return result
+
+    async def get_turn(self, turn_id: str) -> AdmittedTurn:
+        result: AdmittedTurn = await self._read(_get_turn, turn_id)
+        return result
+

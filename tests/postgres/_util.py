@@ -1,0 +1,21 @@
+"""Helpers for tests against the real server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+
+async def until(predicate: Callable[[], bool], *, guard: float = 30.0) -> None:
+    """Wait until ``predicate()`` holds, checking every few milliseconds.
+
+    Polling is the point here: the change comes from a real server (another
+    connection, another thread). ``guard`` only keeps a broken test from hanging; no
+    test asserts on how long this takes.
+    """
+    with trio.fail_after(guard):
+        while True:
+            if predicate():
+                return
+            await trio.sleep(0.005)
