@@ -2,7 +2,7 @@
 
 Each component that keeps tables in the database (``"state"``: sessions, transcripts
 and the ledger; the record provider has its own) owns an ordered tuple of
-:class:`Migration`\\ s. The ``claw_migrations`` table records, per component, which
+:class:`Migration` steps. The ``claw_migrations`` table records, per component, which
 names were applied and in what position. Opening a component's schema, in one
 transaction under an advisory lock (so two hosts starting together do not both
 migrate), does exactly one of:

@@ -274,7 +274,7 @@ _READ_KEYS: Final[str] = (
 )
 
 
-def read_committed_keys(conn: Connection, keys: tuple[str, ...]) -> SessionSnapshot:
+def read_committed_sessions(conn: Connection, keys: tuple[str, ...]) -> SessionSnapshot:
     """The committed rows and watermarks of ``keys``, in one statement (one snapshot).
 
     A function of a connection, so a caller guarding data in the same database (the
@@ -292,7 +292,7 @@ def read_committed_keys(conn: Connection, keys: tuple[str, ...]) -> SessionSnaps
 
 
 def _read_change(conn: Connection, key: str) -> _Change:
-    snap = read_committed_keys(conn, (key,))
+    snap = read_committed_sessions(conn, (key,))
     row = snap.rows.get(key)
     return _Change(key, row, row.lifecycle_revision if row else snap.watermarks.get(key, 0))
 
@@ -365,7 +365,7 @@ class PostgresSessionStore:
     async def read_committed(self, keys: Iterable[str]) -> SessionSnapshot:
         """The committed rows and watermarks of ``keys``, read from PostgreSQL now."""
         self._check_open()
-        return await self._db.run(read_committed_keys, tuple(dict.fromkeys(keys)))
+        return await self._db.run(read_committed_sessions, tuple(dict.fromkeys(keys)))
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Bring other hosts' commits into the mirror (and the listeners) until cancelled."""

@@ -322,14 +322,14 @@ def _recorded_admission(
             "retry the admission"
         )
     turn = _turn(row)
-    if turn.session_id != session_id or (
-        turn.turn_id == turn_id and turn.advancement_key != advancement_key
+    if (turn.turn_id, turn.advancement_key, turn.session_id) != (
+        turn_id, advancement_key, session_id
     ):
         what = "turn id" if turn.turn_id == turn_id else "advancement key"
         raise TurnLedgerError(
             f"{what} already recorded for turn {turn.turn_id!r} (advancement key "
-            f"{turn.advancement_key!r}) of session id {turn.session_id!r}; admit each logical "
-            "turn once and reuse its record on retry"
+            f"{turn.advancement_key!r}); admit each logical turn once and reuse its record "
+            "on retry"
         )
     entries = _read_entries(conn, session_id, turn.first_seq - 1, turn.first_seq, 1)
     return entries[0], turn
@@ -726,9 +726,9 @@ class PostgresTranscriptStore:
     ) -> tuple[TranscriptEntry, AdmittedTurn]:
         """Admit a turn (user entry and ledger row in one transaction), idempotently.
 
-        An advancement key already recorded for the same session id (by this host or
-        another) returns the recorded entry and turn and writes nothing; recorded for
-        another session, or a turn id reused with another key, is refused.
+        Repeating an admission exactly (same session id, turn id and advancement key, on
+        this host or another) returns the recorded entry and turn and writes nothing; a
+        turn id or an advancement key recorded for another turn is refused.
         """
         if not isinstance(user_message, UserMessage):
             raise TranscriptError(f"a turn is admitted by a UserMessage, not {user_message!r}")

@@ -38,8 +38,16 @@ def ticking_clock() -> Callable[[], float]:
     return lambda: float(next(it))
 
 
-@pytest.fixture
-async def store() -> AsyncIterator[SessionStore]:
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[SessionStore]:
+    """The store contract, run against both backends (PostgreSQL: the real test server)."""
+    if request.param == "postgresql":
+        from claw.postgres._stores import open_state
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        async with open_state(dsn, workers=InlineWorkerPool(), clock=ticking_clock()) as state:
+            yield state.sessions
+        return
     async with open_session_store(
         ":memory:", workers=InlineWorkerPool(), clock=ticking_clock()
     ) as s:

@@ -40,8 +40,16 @@ def ticking_clock() -> Callable[[], float]:
     return lambda: float(next(ticks))
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[TranscriptStore]:
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TranscriptStore]:
+    """The transcript contract, run against both backends (PostgreSQL: the test server)."""
+    if request.param == "postgresql":
+        from claw.postgres._stores import open_state
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        async with open_state(dsn, workers=InlineWorkerPool(), clock=ticking_clock()) as state:
+            yield state.transcripts
+        return
     async with open_transcript_store(
         tmp_path / "t.db", workers=InlineWorkerPool(), clock=ticking_clock()
     ) as opened:
