@@ -41,14 +41,37 @@ def _migrate(conn: psycopg.Connection[Any], where: str) -> tuple[str, ...]:
     return migrate(conn, COMPONENT, STATE_MIGRATIONS, where=where)
 
 
+def owner_application_name(owner_id: str) -> str:
+    """The ``application_name`` of the connection holding ``owner_id``'s lock (it shows in
+    ``pg_stat_activity``, so an operator can see which hosts are alive)."""
+    return f"claw owner {owner_id}"
+
+
 def _hold_owner_lock(dsn: str, owner_id: str) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    conn = psycopg.connect(
+        dsn, autocommit=True, connect_timeout=10,
+        application_name=owner_application_name(owner_id),
+    )
     try:
         conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner_id))
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _release_owner_lock(conn: psycopg.Connection[Any], owner_id: str) -> None:
+    # Unlock before closing: the server ends a closed connection's backend (and drops
+    # its locks) a moment after the client is gone, and a clean exit should not leave
+    # a window in which this host still looks alive.
+    try:
+        conn.execute(
+            "SELECT pg_advisory_unlock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner_id)
+        )
+    except psycopg.Error:
+        pass  # the connection is already gone, and the lock with it
+    finally:
+        conn.close()
 
 
 @asynccontextmanager
@@ -88,4 +111,4 @@ async def open_state(
                     await transcripts.aclose()
         finally:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(owner.close)
+                await trio.to_thread.run_sync(_release_owner_lock, owner, transcripts.owner_id)
