@@ -72,7 +72,7 @@ _INVISIBLE: Final[str] = "('tool_call', 'compaction')"
 _TURN_COLUMNS: Final[str] = (
     "turn_id, session_key, session_id, advancement_key, engine_id, first_seq, terminal_seq, "
     "admitted_at, terminal_at, committed_at, commit_outcome, closed_at, close_status, "
-    "close_reason, lifecycle_revision"
+    "close_reason, lifecycle_revision, owner_id"
 )
 _PENDING: Final[str] = (
     "engine_id IS NOT NULL AND terminal_seq IS NOT NULL AND committed_at IS NULL "
@@ -292,7 +292,7 @@ def _admit(
     # Another host admitting the same key waits here on the unique index until the
     # first transaction ends, then records nothing: exactly one turn per key.
     inserted = conn.execute(
-        f"INSERT INTO claw_turn_ledger ({_TURN_COLUMNS}, owner_id) VALUES "
+        f"INSERT INTO claw_turn_ledger ({_TURN_COLUMNS}) VALUES "
         "(%s, %s, %s, %s, %s, %s, NULL, %s, NULL, NULL, NULL, NULL, NULL, NULL, %s, %s) "
         "ON CONFLICT DO NOTHING",
         (turn_id, session_key, session_id, advancement_key, engine_id, seq, now,
@@ -309,7 +309,7 @@ def _admit(
 
 
 def _recorded_admission(
-    conn: Connection, session_id: str, turn_id: str, advancement_key: str
+    conn: Connection, session_id: str, turn_id: str, advancement_key: str, payload: str
 ) -> tuple[TranscriptEntry, AdmittedTurn]:
     row = conn.execute(
         f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger WHERE advancement_key = %s OR "
@@ -322,9 +322,14 @@ def _recorded_admission(
             "retry the admission"
         )
     turn = _turn(row)
+    stored = conn.execute(
+        "SELECT payload FROM claw_transcript_entries WHERE session_id = %s AND seq = %s",
+        (turn.session_id, turn.first_seq),
+    ).fetchone()
+    # Only an exact repeat (same turn, key, session and message) gets the record back.
     if (turn.turn_id, turn.advancement_key, turn.session_id) != (
         turn_id, advancement_key, session_id
-    ):
+    ) or stored is None or stored[0] != payload:
         what = "turn id" if turn.turn_id == turn_id else "advancement key"
         raise TurnLedgerError(
             f"{what} already recorded for turn {turn.turn_id!r} (advancement key "
@@ -746,7 +751,8 @@ class PostgresTranscriptStore:
             )
         except _AlreadyAdmitted:
             result = await self._read(
-                _recorded_admission, session_id, turn_id, advancement_key
+                _recorded_admission, session_id, turn_id, advancement_key,
+                _encode(user_message),
             )
         return result
 

@@ -201,9 +201,10 @@ async def test_a_dead_hosts_open_turn_is_closed_once_and_a_live_ones_never(
     postgres_dsn: str, host_b: PostgresState
 ) -> None:
     async with open_state(postgres_dsn, workers=ThreadWorkerPool()) as doomed:
-        await doomed.transcripts.record_admitted(
+        _, turn = await doomed.transcripts.record_admitted(
             "dm:g", SID, UserMessage("q"), turn_id="t-dead", advancement_key="adv-dead"
         )
+        assert turn.owner_id == doomed.transcripts.owner_id
         # While its owner lives, nobody may close it.
         assert await host_b.transcripts.close_orphaned_turns("owner gone") == ()
     # The owner is gone (its connections, and so its lock, with it).

@@ -19,8 +19,22 @@ from claw.turns import (
 KEY, SID = "agent:main:chat", "sess-1"
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TranscriptStore]:
+    """The ledger contract, run against both backends (PostgreSQL: the test server)."""
+    if request.param == "postgresql":
+        from claw.postgres._stores import open_state
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        async with open_state(dsn, workers=InlineWorkerPool()) as state:
+            yield state.transcripts
+        return
+    async with open_transcript_store(tmp_path / "t.db", workers=InlineWorkerPool()) as opened:
+        yield opened
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[TranscriptStore]:
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[TranscriptStore]:
     async with open_transcript_store(tmp_path / "t.db", workers=InlineWorkerPool()) as opened:
         yield opened
 
@@ -210,8 +224,9 @@ async def test_a_closed_turn_is_finished_never_committed_and_reopened_only_if_la
 
 
 async def test_a_dead_owners_open_turns_are_aborted_in_one_pass_and_counted_in_stats(
-    store: TranscriptStore, tmp_path: Path
+    sqlite_store: TranscriptStore, tmp_path: Path
 ) -> None:
+    store = sqlite_store  # SQLite's own files and plans; tests/postgres covers PostgreSQL
     await run_turn(store, "t1")
     await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t2", advancement_key="a2")
     assert (await store.stats(SID)).open_turn_seqs == (3,)
@@ -227,8 +242,9 @@ async def test_a_dead_owners_open_turns_are_aborted_in_one_pass_and_counted_in_s
 
 
 async def test_a_live_owners_open_turn_is_not_closed_by_another_store(
-    store: TranscriptStore, tmp_path: Path
+    sqlite_store: TranscriptStore, tmp_path: Path
 ) -> None:
+    store = sqlite_store  # SQLite's own files and plans; tests/postgres covers PostgreSQL
     await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="a1")
     async with open_transcript_store(
         tmp_path / "t.db", workers=InlineWorkerPool(), is_alive=lambda o: o == store.owner_id
@@ -295,8 +311,9 @@ async def test_a_version_2_ledger_gains_turn_owners(tmp_path: Path) -> None:
 
 
 async def test_the_commit_queue_of_a_session_key_is_an_index_search(
-    store: TranscriptStore,
+    sqlite_store: TranscriptStore,
 ) -> None:
+    store = sqlite_store  # SQLite's own files and plans; tests/postgres covers PostgreSQL
     await run_turn(store, "t1")
     await store.record_admitted(
         KEY, "sess-2", UserMessage("q"), turn_id="t2", advancement_key="a2", engine_id="e"
