@@ -41,8 +41,9 @@ from ._demo import copy_sample_workspace, matching_lines, run_demo, sample_files
 from ._errors import CapabilityDeniedError, ClawError, ConfigError, UnsupportedRequestError
 from ._host import Host, open_host
 from ._local import load_workspace_config, parse_reference
-from .gateway import Gateway, run_gateway_until_signal
+from .gateway import Gateway, GatewayAddress, run_gateway_until_signal
 from .gateway._errors import GatewayError
+from .gateway._listen import reserve_port
 from .gateway._memory import (
     MAX_RESULTS_LIMIT,
     memory_get,
@@ -52,6 +53,7 @@ from .gateway._memory import (
     wire_forget,
     wire_reference,
 )
+from .gateway._supervisor import supervise_gateway
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -202,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--token", default=None, help="the clients' token (default: $CLAW_GATEWAY_TOKEN)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="serving processes sharing the port (default: 1, this process)",
     )
 
     memory = command(sub, "memory", "index, search and write memory")
@@ -706,32 +715,71 @@ async def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         changes["port"] = args.port
     gateway_config = attrs.evolve(gateway_config, **changes)
     where = f"{gateway_config.host}:{gateway_config.port}"
-    async with open_host(config) as host, trio.open_nursery() as nursery:
-        gateway = Gateway(host, config=gateway_config)
-        done = trio.Event()
-        code: list[int] = []
+
+    def listening(address: GatewayAddress) -> None:
+        out.write(f"claw gateway listening on {address.url}\n")
+        out.flush()
+
+    def report(line: str) -> None:
+        err.write(f"claw: {line}\n")
+        err.flush()
+
+    if args.workers > 1:
+        try:
+            reserved = await reserve_port(gateway_config.host, gateway_config.port)
+        except OSError as exc:
+            raise _cannot_listen(where, exc) from exc
+        try:
+            code = await supervise_gateway(
+                attrs.evolve(config, gateway=gateway_config),
+                args.workers,
+                reserved=reserved,
+                report=report,
+                ready=listening,
+            )
+        finally:
+            for sock in reserved:
+                sock.close()
+    else:
+        async with open_host(config) as host:
+            gateway = Gateway(host, config=gateway_config)
+            code = await _serve_one(gateway, listening, where)
+    err.write(f"claw: stopped by signal {code}\n")
+    return EXIT_OK
+
+
+def _cannot_listen(where: str, exc: BaseException) -> BaseException:
+    """``exc`` as the CLI's "cannot listen" error when it is a socket error, else itself."""
+    failed = _listen_error(exc)
+    if failed is None or isinstance(failed, ClawError):
+        return exc
+    reason = (
+        "the address is already in use"
+        if failed.errno == errno.EADDRINUSE
+        else (failed.strerror or str(failed))
+    )
+    return CliError(f"cannot listen on {where}: {reason}")
+
+
+async def _serve_one(
+    gateway: Gateway, listening: Callable[[GatewayAddress], None], where: str
+) -> int:
+    """Serve ``gateway`` in this process until a signal; return the signal's number."""
+    code: list[int] = []
+    async with trio.open_nursery() as nursery:
 
         async def runner(task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
             code.append(await run_gateway_until_signal(gateway, task_status=task_status))
-            done.set()
 
         try:
             address = await nursery.start(runner)
         except (OSError, BaseExceptionGroup) as exc:
-            failed = _listen_error(exc)
-            if failed is None:
+            failure = _cannot_listen(where, exc)
+            if failure is exc:
                 raise
-            reason = (
-                "the address is already in use"
-                if failed.errno == errno.EADDRINUSE
-                else (failed.strerror or str(failed))
-            )
-            raise CliError(f"cannot listen on {where}: {reason}") from exc
-        out.write(f"claw gateway listening on {address.url}\n")
-        out.flush()
-        await done.wait()
-    err.write(f"claw: stopped by signal {code[0] if code else '?'}\n")
-    return EXIT_OK
+            raise failure from exc
+        listening(address)
+    return code[0]
 
 
 def _next_commands(workspace: str) -> list[str]:

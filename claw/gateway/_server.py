@@ -16,10 +16,12 @@ deadline of ``close_timeout`` to finish the handshake. Nothing can outlive that 
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import secrets
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 import attrs
@@ -143,6 +145,8 @@ class Gateway:
     while serving; each needs an operator scope (``operator.read`` by default) that is
     checked before its handler runs. ``handshake_timeout`` bounds the WebSocket upgrade
     and the wait for the ``connect`` frame; ``close_timeout`` the closing handshake.
+    ``worker_index`` is set in the worker processes of ``claw serve --workers N``: the
+    ``hello-ok`` payload then names the worker (``worker: {index, pid}``).
     """
 
     host: Host
@@ -150,6 +154,7 @@ class Gateway:
     handshake_timeout: float = 10.0
     close_timeout: float = 2.0
     memory_methods: bool = True
+    worker_index: int | None = None
     _registry: dict[str, GatewayMethod] = attrs.field(factory=dict, init=False)
     _tokens: TokenTable = attrs.field(init=False)
     _sessions: dict[str, Session] = attrs.field(factory=dict, init=False)
@@ -214,20 +219,22 @@ class Gateway:
     # -- serving -----------------------------------------------------------------
 
     async def serve(
-        self, *, task_status: trio.TaskStatus[GatewayAddress] = trio.TASK_STATUS_IGNORED
+        self,
+        *,
+        listeners: Sequence[trio.SocketListener] | None = None,
+        task_status: trio.TaskStatus[GatewayAddress] = trio.TASK_STATUS_IGNORED,
     ) -> NoReturn:
         """Listen on ``config.host``/``config.port`` until cancelled.
 
         For ``address = await nursery.start(gateway.serve)``; port 0 binds an ephemeral
-        port, which the returned :class:`GatewayAddress` reports.
+        port, which the returned :class:`GatewayAddress` reports. ``listeners`` serves
+        sockets the caller opened instead (a worker's ``SO_REUSEPORT`` ones); the
+        gateway closes them when it stops.
         """
-        listeners = await trio.open_tcp_listeners(self.config.port, host=self.config.host)
-        if self.config.port == 0 and len(listeners) > 1:
-            # Port 0 on a name with several addresses gives each its own port; keep one
-            # so that the reported URL reaches every connection.
-            for extra in listeners[1:]:
-                await extra.aclose()
-            listeners = listeners[:1]
+        if listeners is not None:
+            listeners = list(listeners)
+        else:
+            listeners = await self._open_listeners()
         port = listeners[0].socket.getsockname()[1]
         address = GatewayAddress(host=self.config.host, port=port)
         async with trio.open_nursery() as nursery:
@@ -235,6 +242,16 @@ class Gateway:
             logger.info("gateway listening on %s", address.url)
             task_status.started(address)
             await trio.sleep_forever()
+
+    async def _open_listeners(self) -> list[trio.SocketListener]:
+        listeners = await trio.open_tcp_listeners(self.config.port, host=self.config.host)
+        if self.config.port == 0 and len(listeners) > 1:
+            # Port 0 on a name with several addresses gives each its own port; keep one
+            # so that the reported URL reaches every connection.
+            for extra in listeners[1:]:
+                await extra.aclose()
+            listeners = listeners[:1]
+        return listeners
 
     async def _serve_tcp_stream(self, stream: trio.SocketStream) -> None:
         # One broken connection must not take the listener (and every other client) down.
@@ -334,6 +351,8 @@ class Gateway:
             "maxMessageBytes": self.config.max_message_bytes,
             "maxInFlight": self.config.max_in_flight,
         }
+        if self.worker_index is not None:
+            hello["worker"] = {"index": self.worker_index, "pid": os.getpid()}
         try:
             async with self.host.open_scope("gateway-connection") as scope:
                 session = Session(
@@ -435,6 +454,7 @@ class Gateway:
 async def run_gateway_until_signal(
     gateway: Gateway,
     *,
+    listeners: Sequence[trio.SocketListener] | None = None,
     signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM),
     task_status: trio.TaskStatus[GatewayAddress] = trio.TASK_STATUS_IGNORED,
 ) -> int:
@@ -443,11 +463,14 @@ async def run_gateway_until_signal(
     For ``address = await nursery.start(run_gateway_until_signal, gateway)`` in the CLI:
     the signal handlers are installed before the address is reported, so a signal sent
     right after startup is not lost. On the signal, every connection is closed with
-    1001 (going away) before this returns. Must run in the main thread.
+    1001 (going away) before this returns. ``listeners`` as for :meth:`Gateway.serve`.
+    Must run in the main thread.
     """
     with trio.open_signal_receiver(*signals) as received:
         async with trio.open_nursery() as nursery:
-            address: GatewayAddress = await nursery.start(gateway.serve)
+            address: GatewayAddress = await nursery.start(
+                functools.partial(gateway.serve, listeners=listeners)
+            )
             task_status.started(address)
             async for signum in received:
                 logger.info("gateway stopping on signal %d", signum)
