@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 
@@ -18,3 +19,12 @@ def reap(proc: subprocess.Popen[Any]) -> None:
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None and not stream.closed:
             stream.close()
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` no longer runs: no such process, or a zombie awaiting its parent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"

@@ -30,6 +30,8 @@ from claw.gateway._supervisor import (
     supervise_gateway,
 )
 
+from ..._processes import gone
+
 pytestmark = pytest.mark.slow
 
 TOKEN = "supervisor-token-1234"
@@ -121,15 +123,6 @@ async def supervising(
             sock.close()
 
 
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` is no longer a running process (absent, or a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
-
-
 async def _worker_pid(url: str) -> int:
     async with open_gateway_client(url, TOKEN) as client:
         await client.request("memory.status", {})
@@ -152,7 +145,7 @@ async def test_a_worker_says_who_it_is_and_stops_cleanly_with_the_supervisor(
         with trio.fail_after(HANG):
             await sup.finished.wait()
     assert sup.result == [signal.SIGUSR1]
-    assert _gone(pid)
+    assert gone(pid)
 
 
 async def test_a_killed_worker_is_restarted_on_the_same_port(tmp_path: Path) -> None:
@@ -168,7 +161,7 @@ async def test_a_killed_worker_is_restarted_on_the_same_port(tmp_path: Path) -> 
         assert second != first
         assert await _worker_pid(sup.url) == second
     assert sup.result == [signal.SIGUSR1]
-    assert _gone(second)
+    assert gone(second)
 
 
 async def test_a_worker_that_keeps_dying_stops_the_supervisor_with_the_reason(
@@ -186,7 +179,7 @@ async def test_a_worker_that_keeps_dying_stops_the_supervisor_with_the_reason(
     [failure] = sup.result
     assert isinstance(failure, WorkerCrashLoopError)
     assert "worker 0 died 2 times within 60 s (last: killed by SIGKILL)" in str(failure)
-    assert _gone(int(again.group(1)))
+    assert gone(int(again.group(1)))
 
 
 async def test_a_worker_that_cannot_start_stops_the_supervisor_before_ready(
