@@ -299,6 +299,13 @@ class MemoryIndex:
         self._workers: WorkerPool = state["workers"]
         self._transcripts: TranscriptSource | None = state["transcripts"]
         self._store: Store = state["store"]
+        # Where a search that notices changed sources starts their sync, so that it can
+        # answer at once from the current generation (None: it syncs inline).
+        self._background: trio.Nursery | None = state.get("background")
+        # The background sync while one is pending or running, and whether a change
+        # was noticed after it scanned (it then runs once more).
+        self._background_sync: trio.CancelScope | None = None
+        self._resync = False
         self._identity = _identity(self._settings, self._embedder)
         self._identity_key = sha256_hex(self._identity)
         self._lease = WriterLease(self._index_dir / LEASE_FILE)
@@ -348,6 +355,7 @@ class MemoryIndex:
         embedder: EmbeddingProvider | None,
         workers: WorkerPool,
         transcripts: TranscriptSource | None,
+        background: trio.Nursery | None = None,
     ) -> MemoryIndex:
         workspace, idx_dir = await workers.run_sync(
             _resolve_dirs, Path(workspace_dir), Path(index_dir)
@@ -362,6 +370,7 @@ class MemoryIndex:
             workers=workers,
             transcripts=transcripts,
             store=store,
+            background=background,
         )
         try:
             index._pointer_watch = await workers.run_sync(open_directory_watch, [str(idx_dir)])
@@ -390,6 +399,8 @@ class MemoryIndex:
         if self._closed:
             return
         self._closed = True
+        if self._background_sync is not None:
+            self._background_sync.cancel()
         async with self._write_lock:
             try:
                 await self._workers.run_sync(self._store.close)
@@ -657,6 +668,56 @@ class MemoryIndex:
                 self._known = None
                 await self._refresh_watch()
         return True
+
+    async def _changed(self) -> bool:
+        """A search noticed changed sources: sync them. Returns whether it answers from
+        the current generation while the sync runs in the background.
+
+        With a background nursery the sync starts there and the search does not wait:
+        a sync's fixed costs (a tantivy commit with its fsync, the publication) exceed a
+        search's at every index size, so waiting even briefly would make the noticing
+        search pay most of it. One sync at a time: a change noticed while one runs makes
+        it run once more when it ends (its scan may have been earlier).
+        """
+        if self._background is None:
+            await self._sync_if_free()
+            return False
+        if self._background_sync is not None:
+            self._resync = True
+            return True
+        scope = trio.CancelScope()
+        try:
+            self._background.start_soon(self._sync_in_background, scope)
+        except RuntimeError:  # the nursery is closing: nothing runs in the background now
+            await self._sync_if_free()
+            return False
+        self._background_sync = scope
+        return True
+
+    async def _sync_in_background(self, scope: trio.CancelScope) -> None:
+        """Sync (again while changes keep being noticed); failures are logged, and the
+        next search looks at the sources afresh."""
+        try:
+            with scope:
+                while not self._closed:
+                    self._resync = False
+                    try:
+                        await self._sync_if_free()
+                    except Exception:
+                        if not self._closed:
+                            logger.warning(
+                                "background sync of %s failed", self._index_dir, exc_info=True
+                            )
+                        self._watch_primed = False
+                        return
+                    if not self._resync:
+                        return
+        finally:
+            self._background_sync = None
+
+    def syncing(self) -> bool:
+        """Whether a sync a search started is pending or running in the background."""
+        return self._background_sync is not None
 
     async def _scan_memory(self) -> dict[str, FileEntry]:
         if "memory" not in self._settings.sources:
@@ -1195,7 +1256,7 @@ class MemoryIndex:
 
         await self._follow()
         if settings.sync_on_search and await self._sessions_changed():
-            await self._sync_if_free()
+            await self._changed()
         if not query.strip():
             return SearchResult(query, chosen, (), offset, None, self._generation.number)
         check_files = settings.sync_on_search and "memory" in settings.sources
@@ -1207,7 +1268,7 @@ class MemoryIndex:
             if self._watch_primed:
                 check_files = False
                 if moved:
-                    await self._sync_if_free()
+                    await self._changed()
             else:
                 self._watch_primed = True
 
@@ -1242,6 +1303,8 @@ class MemoryIndex:
             # A stat check, when one is due, rides the ranking call; only when it finds
             # a file moved does the search sync and rank again.
             gen = self._generation
+            # A sync a search started has not published yet: this answer is behind.
+            behind = self._background_sync is not None
             item = _BatchItem(
                 gen=gen,
                 query=query,
@@ -1251,6 +1314,7 @@ class MemoryIndex:
                 check=(self._workspace, settings.extra_paths, self._known_files())
                 if check_files
                 else None,
+                rank_stale=self._background is not None,
             )
             if item.check is None and _rank_inline(gen):
                 outcome = await self._inline_rank(item)
@@ -1260,6 +1324,8 @@ class MemoryIndex:
                 # Lexical-only searches gain nothing from sharing a matrix product and
                 # would only lose the parallelism of separate workers: they go alone.
                 outcome = await self._workers.run_sync(_rank_one, item, self._lexical)
+            if item.stale:
+                behind = await self._changed()
             if outcome is None:
                 await self._sync_if_free()
                 gen = self._generation
@@ -1313,6 +1379,12 @@ class MemoryIndex:
             offset=offset,
             next_offset=offset + limit if more else None,
             generation=gen.number,
+            warning=None
+            if not behind
+            else (
+                f"the sources changed; this answer is from generation {gen.number} while"
+                " the index syncs in the background (a later search sees the change)"
+            ),
         )
 
     # -- read ---------------------------------------------------------------------
@@ -1504,6 +1576,10 @@ class _BatchItem:
     params: RankParams
     tombstones: frozenset[str]
     check: tuple[Path, tuple[str, ...], Mapping[str, tuple[int | None, int | None]]] | None
+    # Whether a search whose check finds the files moved is still ranked (it then syncs
+    # in the background) rather than answered with None (it syncs inline and re-ranks).
+    rank_stale: bool = False
+    stale: bool = False
     done: trio.Event = attrs.field(factory=trio.Event)
     sims: npt.NDArray[np.float32] | None = None
     taken: bool = False
@@ -1527,7 +1603,8 @@ def rank_batch(
     """Rank a batch of searches: one matrix product per generation, one stat check.
 
     An item that asked for the freshness check gets ``None`` when the memory files moved
-    (its search syncs and ranks again); the others are ranked as usual.
+    (its search syncs and ranks again), unless it asked to be ranked anyway
+    (``rank_stale``: it is marked ``stale``); the others are ranked as usual.
     """
     stale = False
     checks = [it.check for it in items if it.check is not None]
@@ -1565,8 +1642,10 @@ def rank_batch(
     out: list[tuple[list[RankedRow], bool] | None] = []
     for i, it in enumerate(items):
         if stale and it.check is not None:
-            out.append(None)
-            continue
+            if not it.rank_stale:
+                out.append(None)
+                continue
+            it.stale = True
         out.append(
             rank(
                 it.gen,
@@ -1748,6 +1827,7 @@ async def open_memory_index(
     settings: MemoryCoreSettings | None = None,
     embedder: EmbeddingProvider | None = None,
     transcripts: TranscriptSource | None = None,
+    background: trio.Nursery | None = None,
 ) -> AsyncIterator[MemoryIndex]:
     """Open the index of ``workspace_dir`` stored in ``index_dir`` and close it on exit.
 
@@ -1756,9 +1836,13 @@ async def open_memory_index(
     and every process searches the published generations. A corrupt database is set
     aside and rebuilt from the sources, with a warning. With
     ``settings.sync_on_open`` (the default) the index is synced before it is yielded.
-    ``embedder=None`` means lexical-only retrieval.
+    ``embedder=None`` means lexical-only retrieval. With ``background`` (a nursery that
+    outlives the index), a search that notices changed sources syncs them there and
+    answers at once from the current generation, with a warning; without it the
+    search syncs inline before it ranks.
     """
     options: dict[str, Any] = {
+        "background": background,
         "workspace_dir": workspace_dir,
         "index_dir": index_dir,
         "settings": settings or MemoryCoreSettings(),

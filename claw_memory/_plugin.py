@@ -335,6 +335,9 @@ class MemoryCoreService:
                         transcripts=_AgentTranscripts(self.api.transcripts, agent_id)
                         if "sessions" in self.config.settings.sources
                         else None,
+                        # A search that notices changed sources syncs them here and
+                        # answers from the current generation meanwhile.
+                        background=self._nursery,
                     )
                 )
                 if sync_on_open and self.config.settings.sync_on_open:

@@ -254,10 +254,13 @@ class MemoryCoreHandle:
                 if active and project is not None and project not in active:
                     continue
                 hits.append(to_neutral_hit(hit))
+            complete = effective == tuple(requested) and result.warning is None
+            if result.warning is not None:
+                warning = result.warning if warning is None else f"{warning}; {result.warning}"
             return MemorySearchResult(
                 hits=tuple(hits),
                 next_cursor=None if result.next_offset is None else str(result.next_offset),
-                coverage=SearchCoverage(sources=effective, complete=effective == tuple(requested)),
+                coverage=SearchCoverage(sources=effective, complete=complete),
                 warning=warning,
             )
 

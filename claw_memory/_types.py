@@ -41,7 +41,11 @@ class SearchHit:
 
 @attrs.frozen
 class SearchResult:
-    """A page of hits; ``next_offset`` is set when more ranked hits follow."""
+    """A page of hits; ``next_offset`` is set when more ranked hits follow.
+
+    ``warning`` is set when the answer is behind the sources: a change was noticed and
+    is being synced in the background (``generation`` is the one searched).
+    """
 
     query: str
     mode: SearchMode
@@ -49,6 +53,7 @@ class SearchResult:
     offset: int
     next_offset: int | None
     generation: int
+    warning: str | None = None
 
 
 @attrs.frozen

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -176,6 +177,130 @@ async def test_search_syncs_first_when_sources_changed(
         assert (await index.search("zebra")).hits == ()
         _write(workspace, "MEMORY.md", "a zebra crossed")
         assert [h.path for h in (await index.search("zebra")).hits] == ["MEMORY.md"]
+
+
+def _excerpts(result: Any) -> list[str]:
+    return [h.excerpt for h in result.hits]
+
+
+@contextlib.asynccontextmanager
+async def _background_index(ws: Path, idx: Path, pool: Any) -> AsyncIterator[MemoryIndex]:
+    """An index syncing in a background nursery; a test that would hang fails instead
+    (under the autojump clock the deadline comes as soon as every task waits)."""
+    with trio.fail_after(600):
+        async with trio.open_nursery() as nursery:
+            async with _open(ws, idx, pool, background=nursery) as index:
+                yield index
+
+
+async def _until_synced(index: MemoryIndex) -> None:
+    await trio.testing.wait_all_tasks_blocked()  # inline workers: the sync ran to its end
+    assert not index.syncing()
+
+
+async def test_a_search_noticing_a_change_answers_at_once_and_the_sync_runs_in_the_background(
+    workspace: Path, index_dir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    pool = GatedPool()
+    _write(workspace, "MEMORY.md", "an old walrus fact")
+    async with _background_index(workspace, index_dir, pool) as index:
+        await index.search("walrus")
+        before = index.status().generation
+        parked, release = pool.gate("apply_changes")
+        _bump(workspace, "MEMORY.md", "an old walrus fact\na zebra crossed")
+        # The sync is held at its commit until released below: a search that
+        # waited for it would never return (the clock jumps to the deadline).
+        with trio.fail_after(60):
+            noticing = await index.search("zebra walrus")
+        assert _excerpts(noticing) == ["an old walrus fact"]
+        assert noticing.generation == before
+        assert noticing.warning is not None and "background" in noticing.warning
+        await parked.wait()
+        during = await index.search("zebra walrus")
+        assert _excerpts(during) == ["an old walrus fact"]
+        assert during.warning is not None
+        release.set()
+        await _until_synced(index)
+        after = await index.search("zebra walrus")
+        assert after.warning is None
+        assert after.generation > before
+        assert any("zebra" in e for e in _excerpts(after))
+
+
+async def test_a_change_noticed_while_the_background_sync_runs_is_synced_after_it(
+    workspace: Path, index_dir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    pool = GatedPool()
+    _write(workspace, "MEMORY.md", "an old walrus fact")
+    async with _background_index(workspace, index_dir, pool) as index:
+        await index.search("walrus")
+        parked, release = pool.gate("apply_changes")
+        _bump(workspace, "MEMORY.md", "a zebra crossed")
+        await index.search("zebra")
+        await parked.wait()  # this sync scanned the files before the next change
+        _bump(workspace, "memory/later.md", "a yak grazed")
+        assert (await index.search("yak")).warning is not None
+        release.set()
+        await _until_synced(index)
+        after = await index.search("yak zebra")
+        assert after.warning is None
+        assert sorted(h.path for h in after.hits) == ["MEMORY.md", "memory/later.md"]
+
+
+class FailingOncePool(GatedPool):
+    """Inline, but the first call of one named function raises an OSError."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.fail = name
+
+    async def run_sync(self, fn: Callable[..., T], *args: object) -> T:
+        if getattr(getattr(fn, "func", fn), "__name__", "") == self.fail:
+            self.fail = ""
+            raise OSError("disk full")
+        return await super().run_sync(fn, *args)
+
+
+async def test_a_failed_background_sync_is_logged_and_the_next_search_tries_again(
+    workspace: Path,
+    index_dir: Path,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool = FailingOncePool("")
+    _write(workspace, "MEMORY.md", "an old walrus fact")
+    async with _background_index(workspace, index_dir, pool) as index:
+        await index.search("walrus")
+        pool.fail = "apply_changes"
+        _bump(workspace, "MEMORY.md", "a zebra crossed")
+        assert (await index.search("zebra")).warning is not None
+        await _until_synced(index)
+        assert "background sync" in caplog.text and "disk full" in caplog.text
+        # Nothing was published; the next search looks at the files again.
+        retry = await index.search("zebra")
+        assert retry.warning is not None
+        await _until_synced(index)
+        after = await index.search("zebra")
+        assert after.warning is None
+        assert _excerpts(after) == ["a zebra crossed"]
+
+
+async def test_closing_the_index_cancels_its_background_sync(
+    workspace: Path, index_dir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    pool = GatedPool()
+    _write(workspace, "MEMORY.md", "an old walrus fact")
+    async with _background_index(workspace, index_dir, pool) as index:
+        await index.search("walrus")
+        parked, _never = pool.gate("apply_changes")
+        _bump(workspace, "MEMORY.md", "a zebra crossed")
+        await index.search("zebra")
+        await parked.wait()
+        assert index.syncing()
+    assert not index.syncing()
+    # The change was not committed: the next open syncs it.
+    async with _open(workspace, index_dir, InlineWorkerPool()) as index:
+        assert _excerpts(await index.search("zebra")) == ["a zebra crossed"]
 
 
 async def test_chunk_ids_and_hashes_survive_a_rebuild(

@@ -343,3 +343,23 @@ async def test_an_unregistered_embedder_is_a_config_error_naming_it(tmp_path: Pa
     ) as host:
         with pytest.raises(claw.ConfigError, match="'nobody' is not registered"):
             await _operator_search(host, "tea")
+
+
+async def test_a_search_noticing_a_change_says_it_answered_from_the_current_index(
+    host: claw.Host, tmp_path: Path
+) -> None:
+    """Through the provider handle: the noticing search is incomplete and says why; once
+    the background sync has published, a search sees the change and is complete."""
+    first = await _operator_search(host, "zeppelin", min_score=0.0)
+    assert first.coverage is not None and first.coverage.complete
+    path = tmp_path / "ws" / "memory" / "airships.md"
+    path.write_text("- The zeppelin hangar is in Friedrichshafen.\n", encoding="utf-8")
+    noticing = await _operator_search(host, "zeppelin hangar", min_score=0.0)
+    assert noticing.coverage is not None and not noticing.coverage.complete
+    assert noticing.warning is not None and "background" in noticing.warning
+    assert not [h for h in noticing.hits if "zeppelin" in h.excerpt]
+    await trio.testing.wait_all_tasks_blocked()  # the inline workers finish the sync
+    after = await _operator_search(host, "zeppelin hangar", min_score=0.0)
+    assert after.coverage is not None and after.coverage.complete
+    assert after.warning is None
+    assert "zeppelin" in after.hits[0].excerpt
