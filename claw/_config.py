@@ -200,12 +200,14 @@ class StateConfig:
     """``[state]``: where sessions, transcripts and the turn ledger are kept.
 
     ``backend`` ``"sqlite"`` (the default) keeps them in ``state_dir``; another name is
-    looked up in the ``claw.state_backends`` entry-point group. ``url`` is that
-    backend's database address (unused by ``"sqlite"``).
+    looked up in the ``claw.state_backends`` entry-point group (``"postgresql"`` ships
+    with claw's ``postgres`` extra). ``dsn`` is that backend's database address (for
+    ``"postgresql"`` a libpq DSN; unset, ``CLAW_POSTGRES_DSN`` is read; unused by
+    ``"sqlite"``).
     """
 
     backend: str = attrs.field(default="sqlite", converter=_trim)
-    url: str | None = None
+    dsn: str | None = None
 
 
 @attrs.frozen

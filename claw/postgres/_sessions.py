@@ -317,6 +317,7 @@ class PostgresSessionStore:
     _closed: bool = attrs.field(default=False, init=False)
     _pending: dict[str, int] = attrs.field(factory=dict, init=False)
     _write_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _watching: bool = attrs.field(default=False, init=False)
     #: Changes brought in by :meth:`watch` (another host's, or a reload's).
     remote_changes: int = attrs.field(default=0, init=False)
 
@@ -368,7 +369,21 @@ class PostgresSessionStore:
         return await self._db.run(read_committed_sessions, tuple(dict.fromkeys(keys)))
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Bring other hosts' commits into the mirror (and the listeners) until cancelled."""
+        """Bring other hosts' commits into the mirror (and the listeners) until cancelled.
+
+        The backend runs one watcher per store; a second call (the host starting it too)
+        only waits, so the mirror is fed once.
+        """
+        if self._watching:
+            task_status.started()
+            await trio.sleep_forever()
+        self._watching = True
+        try:
+            await self._watch(task_status)
+        finally:
+            self._watching = False
+
+    async def _watch(self, task_status: trio.TaskStatus[None]) -> None:
         async with self._db.listen(SESSION_CHANNEL) as events:
             started = False
             async for event in events:

@@ -70,7 +70,7 @@ async def test_an_unknown_state_backend_is_a_config_error_naming_the_key(
 
 def test_state_backend_is_read_from_toml() -> None:
     config = claw.HostConfig.from_mapping({"state": {"backend": "sqlite"}})
-    assert config.state == claw.StateConfig(backend="sqlite", url=None)
+    assert config.state == claw.StateConfig(backend="sqlite", dsn=None)
     with pytest.raises(claw.ConfigError, match=r"state\.bogus"):
         claw.HostConfig.from_mapping({"state": {"bogus": 1}})
 
