@@ -212,9 +212,10 @@ ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("without adjacent turns (context)", {"context_boost": 0.0}),
     ("without turns two away (far)", {"far_context_boost": 0.0}),
     ("without the speaker field", {"speaker_boost": 0.0}),
+    ("without the session date field", {"date_boost": 0.0}),
     (
         "own text only",
-        {"context_boost": 0.0, "far_context_boost": 0.0, "speaker_boost": 0.0},
+        {"context_boost": 0.0, "far_context_boost": 0.0, "speaker_boost": 0.0, "date_boost": 0.0},
     ),
     (
         "without the second stage (coverage)",

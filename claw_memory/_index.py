@@ -1287,6 +1287,7 @@ class MemoryIndex:
                 context_boost=settings.context_boost,
                 far_context_boost=settings.far_context_boost,
                 speaker_boost=settings.speaker_boost,
+                date_boost=settings.date_boost,
                 path_boost=settings.path_boost,
                 coverage_weight=settings.coverage_weight,
                 near_coverage_weight=settings.near_coverage_weight,

@@ -11,6 +11,7 @@ serialises every writer call behind one lock, while searchers are shared freely.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from ._records import ChunkRecord
 
 # The shape of a lexical document (fields and what the transcript context holds).
 # It is part of the index identity: a change rebuilds the index on the next open.
-DOCUMENT_VERSION = 2
+DOCUMENT_VERSION = 3
 _WRITER_HEAP = 32_000_000
 _CONTEXT_MARK = "\x1e"
 
@@ -40,19 +41,23 @@ class LexicalContext:
 
     ``speakers`` are who wrote a transcript chunk's turns (a field of its own, so that
     a query naming a person favours what that person said); ``near`` is the text of
-    the adjacent turns and ``far`` that of turns further out, weighed less.
+    the adjacent turns and ``far`` that of turns further out, weighed less; ``date``
+    is the day of a transcript turn in words ("8 May 2023"), a field of its own so that
+    a question naming a day or month finds that session's turns.
     A memory-file chunk has none of these.
     """
 
     speakers: str = ""
     near: str = ""
     far: str = ""
+    date: str = ""
 
     def encode(self) -> str:
         """The one string the store keeps for the chunk (see :meth:`decode`)."""
-        if not (self.speakers or self.near or self.far):
+        parts = (self.speakers, self.near, self.far, self.date)
+        if not any(parts):
             return ""
-        return _CONTEXT_MARK + _CONTEXT_MARK.join((self.speakers, self.near, self.far))
+        return _CONTEXT_MARK + _CONTEXT_MARK.join(parts)
 
     @classmethod
     def decode(cls, context: str) -> LexicalContext:
@@ -60,8 +65,21 @@ class LexicalContext:
         if not context.startswith(_CONTEXT_MARK):
             return cls(near=context)
         parts = context[1:].split(_CONTEXT_MARK)
-        parts += [""] * (3 - len(parts))
-        return cls(speakers=parts[0], near=parts[1], far=parts[2])
+        parts += [""] * (4 - len(parts))
+        return cls(speakers=parts[0], near=parts[1], far=parts[2], date=parts[3])
+
+
+# Dates in a query: "May" next to a number is the month, not the modal verb the
+# function words drop ("on May 23, 2023", "8 May"); an ordinal day ("4th October") is
+# the number documents' dates hold.
+_MONTH_MAY = re.compile(r"\b[Mm]ay(?=,?\s+\d)|(?<=\d\s)[Mm]ay\b")
+_ORDINAL = re.compile(r"(?<=\d)(?:st|nd|rd|th)\b")
+# Stands in for the month through the function-word filter (and the stemmer).
+_MAY_TOKEN = "claw0may0month"
+
+
+def _date_aware(text: str) -> str:
+    return _ORDINAL.sub("", _MONTH_MAY.sub(" " + _MAY_TOKEN + " ", text))
 
 
 def _schema() -> tantivy.Schema:
@@ -76,6 +94,7 @@ def _schema() -> tantivy.Schema:
     sb.add_text_field("context", tokenizer_name=_ANALYZER, index_option="freq")
     sb.add_text_field("far", tokenizer_name=_ANALYZER, index_option="freq")
     sb.add_text_field("speaker", tokenizer_name=_ANALYZER, index_option="freq")
+    sb.add_text_field("date", tokenizer_name=_ANALYZER, index_option="freq")
     sb.add_text_field("path", tokenizer_name=_ANALYZER, index_option="freq")
     sb.add_text_field("grams", tokenizer_name="whitespace", index_option="freq")
     return sb.build()
@@ -154,6 +173,7 @@ class LexicalIndex:
             context=ctx.near,
             far=ctx.far,
             speaker=ctx.speakers,
+            date=ctx.date,
             path=record.path,
             grams=" ".join(cjk_bigrams(record.text)),
         )
@@ -180,7 +200,8 @@ class LexicalIndex:
 
     def query_terms(self, text: str) -> list[str]:
         """The distinct analysed terms a query for ``text`` searches, in query order."""
-        terms = list(dict.fromkeys(self._query_analyzer.analyze(text)))
+        analysed = self._query_analyzer.analyze(_date_aware(text))
+        terms = list(dict.fromkeys("may" if t == _MAY_TOKEN else t for t in analysed))
         return terms or list(dict.fromkeys(self._fallback_query_analyzer.analyze(text)))
 
     def document_terms(self, text: str) -> list[str]:
@@ -194,6 +215,7 @@ class LexicalIndex:
         context_boost: float,
         far_context_boost: float = 0.0,
         speaker_boost: float = 0.0,
+        date_boost: float = 0.0,
         path_boost: float,
         sources: frozenset[str] | None,
         agent_ids: frozenset[str] | None,
@@ -219,6 +241,7 @@ class LexicalIndex:
                     ("context", context_boost),
                     ("far", far_context_boost),
                     ("speaker", speaker_boost),
+                    ("date", date_boost),
                     ("path", path_boost),
                 ):
                     if boost > 0:

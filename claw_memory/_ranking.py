@@ -49,6 +49,7 @@ class RankParams:
     context_boost: float
     far_context_boost: float
     speaker_boost: float
+    date_boost: float
     path_boost: float
     coverage_weight: float
     near_coverage_weight: float
@@ -269,6 +270,7 @@ def rank(
             context_boost=params.context_boost if turns else 0.0,
             far_context_boost=params.far_context_boost if turns else 0.0,
             speaker_boost=params.speaker_boost if turns else 0.0,
+            date_boost=params.date_boost if turns else 0.0,
             path_boost=params.path_boost,
             sources=f.sources,
             agent_ids=f.agent_ids,

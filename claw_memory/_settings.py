@@ -56,6 +56,11 @@ class MemoryCoreSettings:
     context_boost: float = 0.8
     far_context_boost: float = 0.4
     speaker_boost: float = 1.0
+    # The session date of a transcript turn as a field of its own ("8 May 2023").
+    # Measured on the LoCoMo tuning split, hash hybrid, turn recall_any@1 / @10:
+    # 0.459 / 0.832 without it, 0.461 / 0.834 at 0.3, 0.464 / 0.836 at 0.6 and 1.0,
+    # 0.462 / 0.837 at 2.5.
+    date_boost: float = 0.6
     path_boost: float = 0.5
     # Second stage: the share of the query's terms (weighted by IDF) that a candidate's
     # own text covers, that it and its adjacent turns cover, and that it and the turns
@@ -125,8 +130,20 @@ class MemoryCoreSettings:
             raise ConfigError(
                 "memory_core.vector_weight", "vector_weight + text_weight must be positive"
             )
-        if min(self.context_boost, self.far_context_boost, self.speaker_boost, self.path_boost) < 0:
-            raise ConfigError("memory_core.context_boost", "boosts must not be negative")
+        for name in (
+            "context_boost",
+            "far_context_boost",
+            "speaker_boost",
+            "date_boost",
+            "path_boost",
+        ):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ConfigError(
+                    f"memory_core.{name}",
+                    f"boosts must not be negative, got {value!r}",
+                    value=value,
+                )
         for name in ("coverage_weight", "near_coverage_weight", "far_coverage_weight"):
             value = getattr(self, name)
             if not value >= 0:

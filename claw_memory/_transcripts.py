@@ -165,6 +165,7 @@ def prepare_session_chunks(
             speakers=speakers,
             near="\n".join(lines[near_lo:g] + lines[end:near_hi]),
             far="\n".join(lines[lo:near_lo] + lines[near_hi:hi]),
+            date=date_text(group[-1].timestamp),
         ).encode()
         windows = line_windows(
             body.split("\n"),

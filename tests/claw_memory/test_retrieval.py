@@ -71,15 +71,16 @@ def test_stopwords_are_lowercase_single_tokens() -> None:
     )
 
 
-@given(st.text(), st.text(), st.text())
-def test_lexical_context_round_trips(speakers: str, near: str, far: str) -> None:
+@given(st.text(), st.text(), st.text(), st.text())
+def test_lexical_context_round_trips(speakers: str, near: str, far: str, date: str) -> None:
     ctx = LexicalContext(
         speakers=speakers.replace("\x1e", ""),
         near=near.replace("\x1e", ""),
         far=far.replace("\x1e", ""),
+        date=date.replace("\x1e", ""),
     )
     decoded = LexicalContext.decode(ctx.encode())
-    if ctx.speakers or ctx.near or ctx.far:
+    if ctx.speakers or ctx.near or ctx.far or ctx.date:
         assert decoded == ctx
     else:
         assert ctx.encode() == "" and decoded == LexicalContext()
@@ -87,6 +88,29 @@ def test_lexical_context_round_trips(speakers: str, near: str, far: str) -> None
 
 def test_a_plain_context_string_is_near_context() -> None:
     assert LexicalContext.decode("the turn before") == LexicalContext(near="the turn before")
+
+
+def test_a_context_without_a_date_part_decodes_with_an_empty_date() -> None:
+    # What a store written before the date field holds: three parts.
+    old = "\x1eAnn\x1ethe turn before\x1etwo away"
+    assert LexicalContext.decode(old) == LexicalContext("Ann", "the turn before", "two away")
+
+
+def test_a_query_date_keeps_the_month_may_and_the_day_of_an_ordinal(tmp_path: Path) -> None:
+    index = LexicalIndex(tmp_path / "lex")
+    try:
+        assert index.query_terms("What did Gina do on May 23, 2023?") == [
+            "gina",
+            "may",
+            "23",
+            "2023",
+        ]
+        assert index.query_terms("on 8 May") == ["8", "may"]
+        assert index.query_terms("the weekend before 4th October") == ["weekend", "4", "octob"]
+        # The modal verb is still a function word.
+        assert index.query_terms("May I ask what Ann cooked?") == ["ask", "ann", "cook"]
+    finally:
+        index.close()
 
 
 def test_transcript_chunks_split_context_into_near_and_far_turns() -> None:
@@ -103,6 +127,7 @@ def test_transcript_chunks_split_context_into_near_and_far_turns() -> None:
     )
     middle = LexicalContext.decode(chunks[2].context)
     assert middle.speakers == "Ann"
+    assert middle.date == date_text(turns[2].timestamp) == "14 November 2023"
     assert middle.near == "Ann: turn one\nAnn: turn three"
     assert middle.far == "Ann: turn zero\nAnn: turn four"
     # The embedder sees the turn and all its neighbours, in transcript order.
@@ -241,6 +266,79 @@ async def test_a_question_naming_a_session_date_prefers_that_sessions_turn(
         may = (await index.search("Where did Ann go hiking on 8 May, 2023?")).hits
     assert june[0].entry_ids == ("s2-0",)
     assert may[0].entry_ids == ("s1-0",)
+
+
+_MAY_8, _JUNE_3 = 1_683_504_000.0, 1_685_750_400.0  # 2023, midnight UTC
+
+
+def _dated_sessions() -> dict[str, list[TranscriptTurn]]:
+    same = [("Ann", "we went hiking"), ("Bob", "nice")]
+    return {
+        sid: [
+            TranscriptTurn(f"{sid}-{i}", "user", s, t, day + 3600) for i, (s, t) in enumerate(same)
+        ]
+        for sid, day in (("s1", _MAY_8), ("s2", _JUNE_3))
+    }
+
+
+@pytest.mark.parametrize("date_boost", [0.6, 0.0])
+async def test_the_date_field_finds_a_sessions_turns_by_a_date_the_text_lacks(
+    tmp_path: Path, date_boost: float
+) -> None:
+    # No turn says "May": the first stage alone (no second stage) finds the session
+    # of 8 May 2023 through the date field, and nothing without it.
+    async with _sessions_index(
+        tmp_path, _dated_sessions(), date_boost=date_boost, **_NO_SECOND_STAGE
+    ) as index:
+        hits = (await index.search("What happened on 8 May?", mode="lexical")).hits
+    if date_boost:
+        assert {h.entry_ids[0] for h in hits} == {"s1-0", "s1-1"}
+    else:
+        assert hits == ()
+
+
+def test_a_negative_date_boost_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="memory_core.date_boost"):
+        MemoryCoreSettings(date_boost=-1.0)
+
+
+async def test_an_index_built_before_the_date_field_rebuilds_and_then_matches_dates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tantivy
+
+    import claw_memory._index as index_module
+    import claw_memory._lexical as lexical_module
+
+    real_schema = lexical_module._schema
+
+    def schema_without_dates() -> tantivy.Schema:
+        # Document version 2: the same fields but no date (tantivy ignores the value).
+        sb = tantivy.SchemaBuilder()
+        sb.add_text_field("cid", stored=True, tokenizer_name="raw")
+        sb.add_unsigned_field("key", stored=False, indexed=False, fast=True)
+        for raw in ("prov", "source", "agent", "skey"):
+            sb.add_text_field(raw, tokenizer_name="raw", index_option="basic")
+        for text in ("text", "context", "far", "speaker", "path"):
+            sb.add_text_field(text, tokenizer_name="claw_en", index_option="freq")
+        sb.add_text_field("grams", tokenizer_name="whitespace", index_option="freq")
+        return sb.build()
+
+    monkeypatch.setattr(lexical_module, "_schema", schema_without_dates)
+    monkeypatch.setattr(index_module, "DOCUMENT_VERSION", 2)
+    # That version had no date field to query either.
+    before = {"date_boost": 0.0, **_NO_SECOND_STAGE}
+    async with _sessions_index(tmp_path, _dated_sessions(), **before) as index:
+        old = index.status()
+        assert (await index.search("What happened on 8 May?", mode="lexical")).hits == ()
+    monkeypatch.undo()
+    assert lexical_module._schema is real_schema
+    async with _sessions_index(tmp_path, _dated_sessions(), **_NO_SECOND_STAGE) as index:
+        new = index.status()
+        hits = (await index.search("What happened on 8 May?", mode="lexical")).hits
+    assert new.index_generation == old.index_generation + 1
+    assert new.chunks == old.chunks
+    assert {h.entry_ids[0] for h in hits} == {"s1-0", "s1-1"}
 
 
 def test_session_dates_are_words_of_the_utc_day() -> None:
