@@ -24,12 +24,14 @@ The data is read from ``../shared/data/locomo/locomo10.json`` (relative to the r
 or ``--data``; it is CC BY-NC 4.0 and never copied into the repository.
 
     python -m benchmarks.locomo [--data PATH] [--json] [--configs lexical,hash,st]
-                                [--no-ablation] [--no-fts5]
+                                [--no-ablation] [--no-fts5] [--index-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import importlib.util
 import json
 import math
@@ -269,11 +271,17 @@ async def run_config(
     questions: Sequence[Question],
     settings: MemoryCoreSettings,
     variants: Sequence[tuple[str, dict[str, Any]]] = (("all fields", {}),),
+    *,
+    keep: Path | None = None,
 ) -> list[Rankings]:
     """Index the conversations once and search every question under each variant.
 
     A variant is a label and ranking-setting overrides; the index is reopened with
-    them (same identity, so nothing is rebuilt or re-embedded).
+    them (same identity, so nothing is rebuilt or re-embedded). ``keep`` is a
+    directory to build the index in and leave it (``keep/<config>``): the next run
+    with the same index identity reuses it, and after a change of identity the
+    rebuild still finds every vector in the embedding cache (a model that takes an
+    hour to embed the corpus on a loaded machine embeds it once).
     """
     workers = ThreadWorkerPool(max_workers=2)
     source = InMemoryTranscriptSource()
@@ -282,9 +290,13 @@ async def run_config(
             source.put(conv.sample_id, f"{conv.sample_id}/session-{n}", f"session_{n}", turns)
     embedder = make_embedder(config.embedder, workers)
     out: list[Rankings] = []
-    with tempfile.TemporaryDirectory(prefix="claw-locomo-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if keep is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="claw-locomo-"))
+        else:
+            tmp = str(keep / config.key)
         ws = Path(tmp) / "workspace"
-        ws.mkdir()
+        ws.mkdir(parents=True, exist_ok=True)
         for label, overrides in variants:
             t0 = time.perf_counter()
             async with open_memory_index(
@@ -559,6 +571,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--conversations", type=int, default=None, help="only the first N")
     p.add_argument("--no-ablation", action="store_true", help="skip the field ablation")
     p.add_argument("--no-fts5", action="store_true", help="skip the SQLite FTS5 baselines")
+    p.add_argument(
+        "--index-dir",
+        type=Path,
+        default=None,
+        help="build the indexes in DIR/<config> and keep them for the next run"
+        " (default: a temporary directory)",
+    )
     args = p.parse_args(argv)
     if not args.data.exists():
         raise SystemExit(f"LoCoMo data not found at {args.data}; pass --data PATH")
@@ -579,7 +598,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         variants = ABLATIONS if not args.no_ablation else ABLATIONS[:1]
         runs = [
             score(questions, r)
-            for r in trio.run(run_config, config, conversations, questions, settings, variants)
+            for r in trio.run(
+                functools.partial(run_config, keep=args.index_dir),
+                config,
+                conversations,
+                questions,
+                settings,
+                variants,
+            )
         ]
         main_runs.append(runs[0])
         ablations.extend(runs if len(runs) > 1 else ())

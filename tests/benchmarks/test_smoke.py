@@ -58,6 +58,24 @@ def test_locomo_benchmark_runs_on_one_conversation(capsys: pytest.CaptureFixture
         assert 0.0 < float(result["fts5_speaker"][key]) <= 1.0  # type: ignore[index]
 
 
+@pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo data not present beside the repo")
+def test_locomo_keeps_its_index_in_index_dir_and_reuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--json", "--configs", "lexical", "--conversations", "1", "--no-ablation"]
+    argv += ["--no-fts5", "--index-dir", str(tmp_path)]
+    locomo.main(argv)
+    first = _last_json(capsys)
+    store = tmp_path / "lexical" / "index" / "index.sqlite3"
+    assert store.is_file()
+    built = store.stat().st_mtime_ns
+    locomo.main(argv)
+    second = _last_json(capsys)
+    assert first["tuning"] == second["tuning"]
+    # Nothing was rebuilt: the store was opened, not written.
+    assert store.stat().st_mtime_ns == built
+
+
 def test_search_latency_benchmark_runs_on_a_tiny_corpus(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
