@@ -646,6 +646,7 @@ async def open_host(
                         # Other processes' session changes reach the mirror (and revoke
                         # what they make stale) from here on.
                         await nursery.start(host._sessions.watch)
+                        await nursery.start(transcripts.watch)
                         for name, service in host._plugins.services:
                             await nursery.start(service)
                             logger.debug("plugin service %s started", name)

@@ -31,6 +31,7 @@ from typing import Final, TypeVar
 import attrs
 import trio
 
+from .._commit_watch import CommitWatcher
 from .._errors import HostClosedError
 from .._workers import WorkerPool
 from ._errors import (
@@ -51,7 +52,6 @@ from ._rows import (
     validate_session_id,
 )
 from ._schema import COLUMNS, PLACEHOLDERS, ensure_schema, row_from_sql, row_to_sql
-from ._watch import CommitWatcher
 
 logger = logging.getLogger("claw.sessions")
 
@@ -477,7 +477,7 @@ class SessionStore:
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the mirror current with other processes' commits until cancelled.
 
-        A :class:`~claw.sessions._watch.CommitWatcher` thread notices commits; each time,
+        A :class:`~claw._commit_watch.CommitWatcher` thread notices commits; each time,
         :meth:`refresh` brings them into the mirror and calls the listeners.
         """
         if self._where == ":memory:":  # no other connection can reach it

@@ -72,6 +72,7 @@ from claw.models import (
     message_to_dict,
 )
 
+from .._commit_watch import CommitWatcher
 from . import _ledger
 from ._ledger import AdmittedTurn, TurnStatus
 
@@ -329,12 +330,32 @@ class TranscriptStore:
     _is_alive: Callable[[str | None], bool] | None = attrs.field(
         default=None, alias="is_alive", kw_only=True
     )
+    _path: str | None = attrs.field(default=None, alias="path", kw_only=True)
     _version: int = attrs.field(default=0, init=False)
+    _data_version: int | None = attrs.field(default=None, init=False)
 
     @property
     def version(self) -> int:
-        """A counter that moves after every write: readers cache derived views against it."""
+        """A counter that moves after every write, this process's or (once :meth:`watch`
+        has seen it) another's: readers cache derived views against it."""
         return self._version
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Move :attr:`version` after other processes' commits, until cancelled."""
+        if self._path is None or self._path == ":memory:":
+            task_status.started()
+            await trio.sleep_forever()
+        await CommitWatcher(self._path).run(self._external_change, task_status=task_status)
+
+    async def _external_change(self) -> None:
+        try:
+            seen = await self._run(_data_version_sync)
+        except (sqlite3.Error, HostClosedError):
+            return
+        if seen != self._data_version:
+            # Only other connections' commits move this connection's data_version.
+            self._data_version = seen
+            self._version += 1
 
     async def _write(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
         try:
@@ -804,6 +825,7 @@ async def open_transcript_store(
         clock=clock,
         owner_id=owner_id if owner_id is not None else uuid.uuid4().hex,
         is_alive=is_alive,
+        path=str(path),
     )
     try:
         yield store
@@ -1099,6 +1121,10 @@ def _ledger_write_sync(
 ) -> AdmittedTurn:
     with _transaction(conn):
         return fn(conn, turn_id, **kwargs)
+
+
+def _data_version_sync(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 def _abort_orphans_sync(

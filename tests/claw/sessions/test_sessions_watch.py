@@ -1,4 +1,4 @@
-"""Two stores on one file, as two processes have: the mirror follows the other's commits."""
+"""Two stores on one file, as two processes have: each follows the other's commits."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 import trio
 
 from claw._workers import InlineWorkerPool
+from claw.models import UserMessage
 from claw.sessions import open_session_store
+from claw.turns import open_transcript_store
 
 
 async def test_refresh_brings_another_connections_commits_into_the_mirror(
@@ -55,3 +57,25 @@ async def test_the_watcher_revokes_on_another_connections_reset_without_a_call(
             await changed.wait()
         assert mine.get_nowait("dm:a") == reset
         nursery.cancel_scope.cancel()
+
+
+async def test_another_connections_transcript_writes_move_the_version_readers_cache_on(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "transcripts.sqlite3"
+    workers = InlineWorkerPool()
+    async with (
+        open_transcript_store(path, workers=workers) as mine,
+        open_transcript_store(path, workers=workers) as theirs,
+    ):
+        await mine._external_change()  # what the watcher calls: the first look
+        before = mine.version
+        await mine._external_change()
+        assert mine.version == before, "nothing was committed elsewhere"
+        await theirs.append("dm:a", "sess-1", [UserMessage("hello")])
+        await mine._external_change()
+        assert mine.version == before + 1
+        await mine.append("dm:a", "sess-1", [UserMessage("again")])
+        after_own = mine.version
+        await mine._external_change()
+        assert mine.version == after_own, "its own write is not news to the store"
