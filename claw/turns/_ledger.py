@@ -99,6 +99,11 @@ class TurnLedgerError(ClawError, ValueError):
     """A ledger update contradicts what is recorded (duplicate turn, wrong session, no terminal)."""
 
 
+class TurnIdTakenError(TurnLedgerError):
+    """The turn id or advancement key of an admission is already recorded for another
+    admission (another process admitted a turn of the session in between, say)."""
+
+
 class UnknownTurnError(ClawError, LookupError):
     """No admitted turn has this id."""
 
@@ -217,7 +222,7 @@ def insert_admitted(
     ).fetchone()
     if clash is not None:
         what = "turn id" if clash[0] == turn_id else "advancement key"
-        raise TurnLedgerError(
+        raise TurnIdTakenError(
             f"{what} already recorded for turn {clash[0]!r} (advancement key {clash[1]!r}); "
             "admit each logical turn once and reuse its record on retry"
         )

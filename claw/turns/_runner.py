@@ -70,7 +70,7 @@ from ..models import (
 )
 from ..sessions import SessionNotFoundError, SessionRow
 from ._compaction import runtime_compaction
-from ._ledger import AdmittedTurn, TurnStatus
+from ._ledger import AdmittedTurn, TurnIdTakenError, TurnLedgerError, TurnStatus
 from ._tools import ToolContext, ToolPolicy, run_tool_call, select_tools, tool_specs
 from ._transcript import parse_entry_id
 
@@ -81,6 +81,9 @@ if TYPE_CHECKING:
     from .._state import TranscriptLedger
 
 logger = logging.getLogger("claw.turns")
+
+#: How many times an admission is tried when other processes take the next turn id.
+_ADMISSION_ATTEMPTS = 8
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant with a durable memory."
 
@@ -216,20 +219,10 @@ class TurnRunner:
                 # A turn in flight of this session: if its process died, close it now
                 # (a live process's turn is left alone) so the session goes on.
                 await self.close_orphaned_turns()
-                stats = await self.store.stats(row.session_id)
-            first_seq = stats.last_seq + 1
             durable = self.slot.durable_engine() if blocked is None else None
             engine_id = self.slot.selected_id if durable is not None else None
-            turn_id = f"{row.session_id}:turn:{first_seq}"
-            _, turn = await self.store.record_admitted(
-                session_key,
-                row.session_id,
-                message,
-                turn_id=turn_id,
-                advancement_key=advancement_key_for(row.session_id, first_seq),
-                engine_id=engine_id,
-                lifecycle_revision=row.lifecycle_revision,
-            )
+            turn = await self._admit(row, message, engine_id)
+            turn_id = turn.turn_id
             if engine_id is None and self.slot.selected_id != "legacy":
                 if blocked is not None:
                     reason = f"turn {blocked.turn_id} of this session is queued for a commit retry"
@@ -253,6 +246,36 @@ class TurnRunner:
                 tool_policy=tool_policy,
                 model=model,
             )
+
+    async def _admit(
+        self, row: SessionRow, message: UserMessage, engine_id: str | None
+    ) -> AdmittedTurn:
+        """Admit ``message`` as the next turn of ``row``'s transcript.
+
+        The turn's id and advancement key come from the seq its user entry will take.
+        Another process may admit a turn of the same session between reading that seq
+        and the admission's transaction; the ledger then refuses the taken id, and the
+        admission is tried again at the next seq.
+        """
+        for _attempt in range(_ADMISSION_ATTEMPTS):
+            first_seq = (await self.store.stats(row.session_id)).last_seq + 1
+            try:
+                _, turn = await self.store.record_admitted(
+                    row.session_key,
+                    row.session_id,
+                    message,
+                    turn_id=f"{row.session_id}:turn:{first_seq}",
+                    advancement_key=advancement_key_for(row.session_id, first_seq),
+                    engine_id=engine_id,
+                    lifecycle_revision=row.lifecycle_revision,
+                )
+            except TurnIdTakenError:
+                continue
+            return turn
+        raise TurnLedgerError(
+            f"could not admit a turn of {row.session_key!r}: other processes kept taking the "
+            f"next turn id ({_ADMISSION_ATTEMPTS} attempts)"
+        )
 
     async def retry_turn(
         self,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -11,7 +13,10 @@ import pytest
 import claw
 from claw._sqlite_state import SQLiteStateBackend
 from claw._state import SessionLister, StateBackend, StateStores
-from claw._workers import WorkerPool
+from claw._workers import InlineWorkerPool, WorkerPool
+from claw.models import UserMessage
+from claw.turns import open_transcript_store
+from claw_testing import ScriptedModel, harness_config, open_harness_host
 
 
 @attrs.define
@@ -90,3 +95,47 @@ async def test_read_committed_reads_rows_and_deleted_watermarks_from_the_databas
     assert row is not None and row.lifecycle_revision == b.lifecycle_revision + 1
     assert seen.get_nowait("dm:never") is None
     assert seen.last_revision_nowait("dm:never") == 0
+
+
+async def test_a_turn_admitted_elsewhere_in_between_moves_this_admission_to_the_next_seq(
+    tmp_path: Path,
+) -> None:
+    """Another process admits a turn of the session between this runner's read of the
+    next seq and its admission: the taken turn id is refused and the admission retried."""
+    config = harness_config(tmp_path / "ws", tmp_path / "state", memory="none")
+    async with (
+        open_harness_host(config, plugins=(), model=ScriptedModel(["mine"])) as host,
+        open_transcript_store(
+            tmp_path / "state" / "transcripts.sqlite3", workers=InlineWorkerPool()
+        ) as elsewhere,
+    ):
+        row = await host.sessions.create("dm:a", agent_id="main", chat_type="direct")
+        store = host.turns.store
+        interloped: list[str] = []
+
+        async def record_admitted(*args: Any, **kwargs: Any) -> Any:
+            if not interloped:  # the other process wins the first race
+                turn_id, key = kwargs["turn_id"], kwargs["advancement_key"]
+                await elsewhere.record_admitted(
+                    "dm:a", row.session_id, UserMessage("theirs"), turn_id=turn_id,
+                    advancement_key=key,
+                )  # fmt: skip
+                interloped.append(turn_id)
+            return await store.record_admitted(*args, **kwargs)
+
+        host.turns.store = _Overriding(store, record_admitted=record_admitted)
+        result = await host.run_turn("dm:a", UserMessage("mine"), sender_is_owner=True)
+        assert result.reply.text == "mine"
+        theirs, mine = await store.turns(row.session_id)
+        assert theirs.turn_id == interloped[0] and theirs.first_seq == 1
+        assert mine.turn_id == result.turn_id != theirs.turn_id and mine.first_seq == 2
+
+
+class _Overriding:
+    """A transcript store with some methods replaced; the rest are the store's."""
+
+    def __init__(self, inner: object, **methods: Any) -> None:
+        self._inner, self._methods = inner, methods
+
+    def __getattr__(self, name: str) -> Any:
+        return self._methods.get(name) or getattr(self._inner, name)
