@@ -54,6 +54,7 @@ class OwnerLease:
             os.close(fd)
             path.unlink(missing_ok=True)
             raise
+        _sweep(path.parent, owner_id)
         return cls(owner_id, state_dir, fd)
 
     def is_alive(self, owner_id: str | None) -> bool:
@@ -70,6 +71,14 @@ class OwnerLease:
         with contextlib.suppress(OSError):
             _lock_path(self._state_dir, self.owner_id).unlink()
         os.close(fd)
+
+
+def _sweep(owners: Path, keep: str) -> None:
+    """Remove the lock files of dead owners (a killed process cannot remove its own)."""
+    with contextlib.suppress(OSError):
+        for entry in owners.iterdir():
+            if entry.suffix == ".lock" and entry.stem != keep:
+                owner_alive(owners.parent, entry.stem)
 
 
 def owner_alive(state_dir: Path, owner_id: str | None) -> bool:
