@@ -45,14 +45,18 @@ class OwnerLease:
         owner_id = uuid.uuid4().hex
         path = _lock_path(state_dir, owner_id)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        # Lock under a name nobody tests, then rename: a file with an owner's name is
+        # never seen unlocked while its owner lives (a sweep could take it otherwise).
+        staging = path.with_name(f".{owner_id}.new")
+        fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # For a human looking at the directory; nothing reads it back.
             os.write(fd, f"{os.getpid()}\n".encode())
+            staging.rename(path)
         except BaseException:
             os.close(fd)
-            path.unlink(missing_ok=True)
+            staging.unlink(missing_ok=True)
             raise
         _sweep(path.parent, owner_id)
         return cls(owner_id, state_dir, fd)
