@@ -81,8 +81,10 @@ def _sweep(owners: Path, keep: str) -> None:
     """Remove the lock files of dead owners (a killed process cannot remove its own)."""
     with contextlib.suppress(OSError):
         for entry in owners.iterdir():
+            # Only named lock files: a ``.new`` one may be an owner between its create
+            # and its lock (one left by a kill in that instant stays; it is harmless).
             if entry.suffix == ".lock" and entry.stem != keep:
-                owner_alive(owners.parent, entry.stem)
+                _held(entry)
 
 
 def owner_alive(state_dir: Path, owner_id: str | None) -> bool:
@@ -93,7 +95,11 @@ def owner_alive(state_dir: Path, owner_id: str | None) -> bool:
     """
     if owner_id is None or not _OWNER_ID.fullmatch(owner_id):
         return False
-    path = _lock_path(state_dir, owner_id)
+    return _held(_lock_path(state_dir, owner_id))
+
+
+def _held(path: Path) -> bool:
+    """Whether a live process holds the lock on ``path``; removes the file if none does."""
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
