@@ -293,6 +293,9 @@ async def open_run(
     if not isinstance(sandboxed, bool):
         raise TypeError(f"sandboxed must be True or False, got {sandboxed!r}")
     store = host.sessions
+    # Start from the committed rows: another process may have created, reset or
+    # deleted a session of this run since the watcher last looked.
+    await store.refresh()
     row = store.get_nowait(session_key)
     found: ResolvedAudience | NoAudience
     if _detached_parent_key is not None:

@@ -104,6 +104,12 @@ class SessionStorage(Protocol):
         cancelled; started by the host in its nursery."""
         ...
 
+    async def refresh(self) -> int:
+        """Bring other processes' commits into the mirror now (calling the listeners for
+        each changed key); returns how many keys changed. Cheap when none did: the host
+        calls it before each run and turn, so they start from the committed rows."""
+        ...
+
     async def get(self, key: str) -> SessionRow | None:
         """The durable row for ``key``, read from the database, or ``None``."""
         ...

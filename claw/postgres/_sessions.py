@@ -401,6 +401,19 @@ class PostgresSessionStore:
                         rows, marks = await self._db.transaction(_load_all)
                         self._reload(rows, marks)
 
+    async def refresh(self) -> int:
+        """Bring other hosts' committed changes into the mirror now; returns how many.
+
+        The host calls it before each run and turn. NOTIFY is the prompt path; this is a
+        full re-read (correct, but it costs a read of every row: a change sequence would
+        make it cheap).
+        """
+        self._check_open()
+        before = self.remote_changes
+        rows, marks = await self._db.transaction(_load_all)
+        self._reload(rows, marks)
+        return self.remote_changes - before
+
     async def get(self, key: str) -> SessionRow | None:
         self._check_open()
         return await self._db.run(_fetch, key)

@@ -212,7 +212,7 @@ class TurnRunner:
         if not isinstance(message, UserMessage):
             raise TypeError(f"run_turn takes a claw.UserMessage, got {type(message).__name__}")
         async with self.lock_for(session_key):
-            row = self._row(session_key)
+            row = await self._current_row(session_key)
             blocked = await self._drain_commits(session_key)
             stats = await self.store.stats(row.session_id)
             if stats.open_turn_seqs:
@@ -289,7 +289,7 @@ class TurnRunner:
         """Run again an admitted turn that did not reach its terminal entry, on its path."""
         turn = await self.store.get_turn(turn_id)
         async with self.lock_for(turn.session_key):
-            row = self._row(turn.session_key)
+            row = await self._current_row(turn.session_key)
             if _stale_reason(turn, row) is not None:
                 raise ContractError(
                     f"turn {turn_id} belongs to an earlier incarnation of {turn.session_key!r}"
@@ -396,7 +396,7 @@ class TurnRunner:
     async def compact(self, session_key: str, *, reason: str = "manual") -> CompactResult:
         """Compact a session now, through its engine (or the runtime)."""
         async with self.lock_for(session_key):
-            row = self._row(session_key)
+            row = await self._current_row(session_key)
             return await self._compact(row, reason=reason)  # type: ignore[arg-type]
 
     async def compaction_count(self, session_id: str) -> int:
@@ -409,6 +409,11 @@ class TurnRunner:
         return stats.compaction_count + self._engine_compactions.get(session_id, 0)
 
     # -- internals -------------------------------------------------------------
+
+    async def _current_row(self, session_key: str) -> SessionRow:
+        """The session's committed row, after bringing other processes' commits in."""
+        await self.host.sessions.refresh()
+        return self._row(session_key)
 
     def _row(self, session_key: str) -> SessionRow:
         row = self.host.sessions.get_nowait(session_key)

@@ -9,12 +9,15 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 import claw
 from claw._sqlite_state import SQLiteStateBackend
 from claw._state import SessionLister, StateBackend, StateStores
 from claw._workers import InlineWorkerPool, WorkerPool
 from claw.models import UserMessage
+from claw.sessions import open_session_store
+from claw.sessions._store import SessionStore
 from claw.turns import open_transcript_store
 from claw_testing import ScriptedModel, harness_config, open_harness_host
 
@@ -139,3 +142,29 @@ class _Overriding:
 
     def __getattr__(self, name: str) -> Any:
         return self._methods.get(name) or getattr(self._inner, name)
+
+
+async def test_a_turn_starts_from_the_committed_rows_not_the_watchers_last_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session another process created (or reset) a moment ago is what the turn uses,
+    even before the watcher saw it (here: never, it is disabled)."""
+
+    async def deaf(self: object, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+    monkeypatch.setattr(SessionStore, "watch", deaf)
+    config = harness_config(tmp_path / "ws", tmp_path / "state", memory="none")
+    async with (
+        open_harness_host(config, plugins=(), model=ScriptedModel(["one", "two"])) as host,
+        open_session_store(
+            tmp_path / "state" / "sessions.sqlite3", workers=InlineWorkerPool()
+        ) as elsewhere,
+    ):
+        created = await elsewhere.create("dm:new", agent_id="main", chat_type="direct")
+        first = await host.run_turn("dm:new", UserMessage("hi"), sender_is_owner=True)
+        assert first.session_id == created.session_id
+        reset = await elsewhere.reset("dm:new", keep_session_id=False)
+        second = await host.run_turn("dm:new", UserMessage("again"), sender_is_owner=True)
+        assert second.session_id == reset.session_id != created.session_id
