@@ -20,9 +20,14 @@ Contracts every implementation keeps (the SQLite one is :mod:`claw._sqlite_state
   (promptness), and :meth:`SessionStorage.read_committed` reads the committed rows
   from the database itself (safety): the host's release check before a provider result
   is handed out uses it, fail closed.
-* Admission writes the user entry and the ledger row in one transaction; admitting an
-  advancement key that is already recorded for the same session and turn returns the
-  recorded turn (idempotent across processes), never a second row.
+* Admission writes the user entry and the ledger row in one transaction; repeating an
+  admission exactly (same turn id, advancement key, session and message) returns the
+  recorded turn (idempotent across processes), never a second row; a turn id or key
+  recorded for a different admission raises :class:`~claw.turns._ledger.TurnIdTakenError`
+  (the runner then reads the next seq and tries again).
+* A process's own session changes are in its mirror, and its listeners called, before
+  the call returns; other processes' reach it through ``watch`` or ``refresh``, which
+  call the listeners the same way.
 * A turn belongs to the process that admitted it (its *owner*); only turns whose owner
   is no longer alive are closed by another process (:meth:`TurnLedger.close_orphaned_turns`).
 """
