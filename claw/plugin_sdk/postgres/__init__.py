@@ -1,0 +1,16 @@
+"""PostgreSQL for plugins: the host's driver layer (needs the ``postgres`` extra).
+
+A plugin that keeps its data in PostgreSQL (Memory Records) opens a pool with
+:func:`open_database`: calls run its blocking ``fn(conn, *args)`` in the host's worker
+threads, one transaction each (or autocommit), a cancelled caller stops the query on the
+server, and :meth:`Database.listen` hands NOTIFYs to the event loop from a dedicated
+thread, announcing each (re)connection with :class:`ListenerConnected` (the cue to catch
+up on what a dropped connection missed). Importing this module imports psycopg: import
+it only where a database is actually configured.
+"""
+
+from ...postgres import Database as Database
+from ...postgres import ListenerConnected as ListenerConnected
+from ...postgres import ListenEvent as ListenEvent
+from ...postgres import Notification as Notification
+from ...postgres import open_database as open_database
