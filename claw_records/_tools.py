@@ -1,0 +1,217 @@
+"""Memory Records' agent tools: search, get, add, update, forget.
+
+Every tool runs with the calling run's :class:`~claw.plugin_sdk.MemoryCallerContext`,
+so the partition it reads or writes is the one the host-minted audience grants: a
+group chat's agent keeps and finds that group's records, never the owner's. In a
+tools-arm flush (``context.memory_flush`` set) the delegated audience decides the
+same way, and ``record_add`` deduplicates by the flush id: a retried flush, on any
+host, writes each memory once. Results are plain text naming each record's
+reference and revision (``rec_...@2``), which ``record_get``, ``record_update`` and
+``record_forget`` take back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from claw.plugin_sdk import (
+    AuthorizeSearchHitsRequest,
+    ClawError,
+    MemoryGetRequest,
+    MemoryReference,
+    MemorySearchRequest,
+    OperatorAuthority,
+    SessionAuthority,
+    Tool,
+    ToolContext,
+)
+
+from ._runtime import RecordsHandle, RecordsProviderRuntime, authorize_hits, parse_revision
+from ._service import PLUGIN_ID, RecordsService
+from ._writes import add_record, forget_record, update_record
+
+TOOLS = ("record_search", "record_get", "record_add", "record_update", "record_forget")
+
+_REF = {"type": "string", "description": "A record reference, e.g. rec_...@2 from a search."}
+SEARCH_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "What to look for in memory."},
+        "max_results": {"type": "integer", "minimum": 1, "maximum": 20},
+    },
+    "required": ["query"],
+}
+GET_PARAMETERS = {"type": "object", "properties": {"ref": _REF}, "required": ["ref"]}
+ADD_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "The memory to keep, self-contained."},
+        "metadata": {"type": "object", "description": "Optional JSON facts about it."},
+    },
+    "required": ["text"],
+}
+UPDATE_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "ref": _REF,
+        "text": {"type": "string", "description": "The corrected memory, in full."},
+    },
+    "required": ["ref", "text"],
+}
+FORGET_PARAMETERS = {"type": "object", "properties": {"ref": _REF}, "required": ["ref"]}
+
+
+def _ref_arg(arguments: Mapping[str, Any]) -> tuple[str, int | None]:
+    """``rec_...`` or ``rec_...@<revision>`` from the tool's ``ref`` argument."""
+    value = arguments.get("ref")
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("'ref' must be a record reference from record_search")
+    ref, _, revision = value.strip().partition("@")
+    return ref, parse_revision(revision or None)
+
+
+def _label(ref: str, revision: int | str) -> str:
+    return f"{ref}@{revision}"
+
+
+def record_tools(service: RecordsService) -> list[Tool]:
+    """The tools Memory Records registers."""
+    runtime = RecordsProviderRuntime(service)
+
+    async def handle_for(context: ToolContext) -> RecordsHandle:
+        opened = await runtime.open(agent_id=context.agent_id, context=context.caller)
+        handle = opened.provider
+        assert isinstance(handle, RecordsHandle)
+        return handle
+
+    async def record_search(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return "record_search needs a non-empty 'query' string."
+        limit = arguments.get("max_results", 6)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            return "record_search: 'max_results' must be a positive integer."
+        handle = await handle_for(context)
+        result = await handle.search(MemorySearchRequest(query=query, max_results=min(limit, 20)))
+        authority = context.caller.authority
+        session = authority if isinstance(authority, SessionAuthority) else None
+        hits = authorize_hits(
+            service,
+            AuthorizeSearchHitsRequest(
+                agent_id=context.agent_id,
+                hits=result.hits,
+                session_key=context.session_key,
+                sandboxed=context.sandboxed,
+                trusted_agent_scope=context.agent_id
+                if isinstance(authority, OperatorAuthority)
+                else None,
+                audience=session.audience if session else None,
+                conversation_recall=session.conversation_recall if session else None,
+            ),
+        )
+        if not hits:
+            note = f" ({result.warning})" if result.warning else ""
+            return f"No memory record matched {query!r}{note}."
+        return "\n".join(
+            f"{n}. [{hit.score or 0.0:.2f}] {hit.excerpt.strip()}\n"
+            f"   Ref: {_label(hit.reference.id, hit.reference.revision or '')}"
+            for n, hit in enumerate(hits, start=1)
+        )
+
+    async def record_get(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        try:
+            ref, revision = _ref_arg(arguments)
+            handle = await handle_for(context)
+            result = await handle.get(
+                MemoryGetRequest(
+                    reference=MemoryReference(
+                        provider_id=PLUGIN_ID,
+                        id=ref,
+                        revision=None if revision is None else str(revision),
+                    )
+                )
+            )
+        except (ClawError, ValueError) as exc:
+            return f"record_get refused: {exc}"
+        if result.status != "ok" or result.text is None:
+            return f"{ref} was not found in memory."
+        return f"{_label(ref, result.reference.revision or '')}:\n{result.text}"
+
+    async def record_add(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        flush = context.memory_flush
+        try:
+            stored, created = await add_record(
+                service,
+                context.caller,
+                context.agent_id,
+                arguments.get("text"),
+                metadata=arguments.get("metadata"),
+                flush_id=flush.flush_id if flush is not None else None,
+            )
+        except ClawError as exc:
+            return f"record_add refused: {exc}"
+        said = "Remembered" if created else "Already remembered by this flush"
+        return f"{said}. Ref: {_label(stored.ref, stored.revision)}"
+
+    async def record_update(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        try:
+            ref, revision = _ref_arg(arguments)
+            stored = await update_record(
+                service,
+                context.caller,
+                context.agent_id,
+                ref,
+                arguments.get("text"),
+                expected_revision=revision,
+            )
+        except (ClawError, ValueError) as exc:
+            return f"record_update refused: {exc}"
+        if stored is None:
+            return f"{ref} is not a memory record this conversation may change."
+        return f"Updated. Ref: {_label(stored.ref, stored.revision)}"
+
+    async def record_forget(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        try:
+            ref, _ = _ref_arg(arguments)
+            found = await forget_record(service, context.caller, context.agent_id, ref)
+        except (ClawError, ValueError) as exc:
+            return f"record_forget refused: {exc}"
+        if found is None:
+            return f"{ref} is not a memory record this conversation may change."
+        return f"Forgot {ref}."
+
+    return [
+        Tool(
+            name="record_search",
+            description="Search long-term memory records you may see; returns refs.",
+            handler=record_search,
+            parameters=SEARCH_PARAMETERS,
+            read_only=True,
+        ),
+        Tool(
+            name="record_get",
+            description="Read one memory record (optionally an older revision, ref@N).",
+            handler=record_get,
+            parameters=GET_PARAMETERS,
+            read_only=True,
+        ),
+        Tool(
+            name="record_add",
+            description="Store a durable memory (a fact, decision or preference) as a record.",
+            handler=record_add,
+            parameters=ADD_PARAMETERS,
+        ),
+        Tool(
+            name="record_update",
+            description="Correct a memory record (ref@N from a search); keeps its history.",
+            handler=record_update,
+            parameters=UPDATE_PARAMETERS,
+        ),
+        Tool(
+            name="record_forget",
+            description="Forget a memory record for good (its text and history are erased).",
+            handler=record_forget,
+            parameters=FORGET_PARAMETERS,
+        ),
+    ]

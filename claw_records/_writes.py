@@ -1,0 +1,161 @@
+"""Memory Records' write operations: add, update, forget, behind one policy.
+
+The agent tools, the flush's persistence tools and the operator route
+(``host.memory.add`` / ``host.memory.forget``, so ``claw memory add/forget``) all call
+these. Each decides the caller's partition from its host-minted authority
+(:func:`claw_records._policy.write_grant`), computes the record's vector once (stored
+with it in PostgreSQL), checks the caller is still current immediately before the
+transaction, writes, brings this host's index up to date, and checks again before
+anything is returned.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from claw.plugin_sdk import CapabilityDeniedError, MemoryCallerContext
+
+from . import _store
+from ._errors import InvalidRecordError
+from ._policy import WriteGrant, write_grant
+from ._service import RecordsService, flush_key, json_metadata
+
+MAX_TEXT_BYTES = 32 * 1024
+MAX_METADATA_BYTES = 8 * 1024
+
+
+_REFERENCE = re.compile(r"\Arec_[0-9a-f]{32}\Z")
+
+
+def new_reference() -> str:
+    """A fresh, stable record reference (``rec_`` and 32 hex digits)."""
+    return "rec_" + uuid.uuid4().hex
+
+
+def is_reference(ref: object) -> bool:
+    """Whether ``ref`` has the shape of a record reference (else no record has it)."""
+    return isinstance(ref, str) and _REFERENCE.match(ref) is not None
+
+
+def _grant(context: MemoryCallerContext, agent_id: str) -> WriteGrant:
+    context.assert_current()
+    grant = write_grant(context, agent_id)
+    if isinstance(grant, str):
+        raise CapabilityDeniedError(grant)
+    return grant
+
+
+def _changeable(grant: WriteGrant) -> frozenset[str] | None:
+    return None if grant.any_record else frozenset({grant.partition})
+
+
+def check_text(text: Any) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRecordError("text must be non-empty text to remember")
+    if "\x00" in text:
+        raise InvalidRecordError("text must not contain NUL characters")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
+        raise InvalidRecordError(f"text is longer than {MAX_TEXT_BYTES} bytes; split it")
+    return text.strip()
+
+
+def check_metadata(metadata: Any) -> Mapping[str, Any]:
+    return json_metadata(metadata, what="metadata", max_bytes=MAX_METADATA_BYTES)
+
+
+async def add_record(
+    service: RecordsService,
+    context: MemoryCallerContext,
+    agent_id: str,
+    text: Any,
+    *,
+    metadata: Any = None,
+    flush_id: str | None = None,
+    now: float | None = None,
+) -> tuple[_store.StoredRecord, bool]:
+    """Write a new record to the caller's partition; ``(record, created)``.
+
+    With ``flush_id`` (a tools-arm flush) a retry of the same write, on this host or
+    another, returns the first one's record with ``created`` false.
+    """
+    grant = _grant(context, agent_id)
+    body = check_text(text)
+    meta = check_metadata(metadata)
+    vector = await service.embed(body)
+    key = None if flush_id is None else flush_key(flush_id, grant.partition, body)
+    db = service.database()
+    context.assert_current()
+    new = _store.NewRecord(
+        ref=new_reference(),
+        partition=grant.partition,
+        text=body,
+        metadata=meta,
+        now=service.clock() if now is None else now,
+        vector=vector,
+        flush_key=key,
+    )
+    stored, created = await db.transaction(_store.add_record, agent_id, new)
+    await service.catch_up(agent_id)
+    context.assert_current()
+    return stored, created
+
+
+async def update_record(
+    service: RecordsService,
+    context: MemoryCallerContext,
+    agent_id: str,
+    ref: str,
+    text: Any,
+    *,
+    metadata: Any = None,
+    expected_revision: int | None = None,
+) -> _store.StoredRecord | None:
+    """Replace a record's text as a new revision (``None``: no such record here)."""
+    grant = _grant(context, agent_id)
+    if not is_reference(ref):
+        return None
+    body = check_text(text)
+    meta = None if metadata is None else check_metadata(metadata)
+    vector = await service.embed(body)
+    db = service.database()
+    context.assert_current()
+    edit = _store.RecordEdit(
+        ref=ref,
+        partitions=_changeable(grant),
+        now=service.clock(),
+        text=body,
+        metadata=meta,
+        expected_revision=expected_revision,
+        vector=vector,
+    )
+    stored = await db.transaction(_store.update_record, agent_id, edit)
+    await service.catch_up(agent_id)
+    context.assert_current()
+    return stored
+
+
+async def forget_record(
+    service: RecordsService,
+    context: MemoryCallerContext,
+    agent_id: str,
+    ref: str,
+    *,
+    dry_run: bool = False,
+) -> _store.StoredRecord | None:
+    """Forget a record (text and history erased, a tombstone kept for the change feed)."""
+    grant = _grant(context, agent_id)
+    if not is_reference(ref):
+        return None
+    db = service.database()
+    context.assert_current()
+    edit = _store.RecordEdit(
+        ref=ref, partitions=_changeable(grant), now=service.clock(), forget=True, dry_run=dry_run
+    )
+    found = await db.transaction(_store.forget_record, agent_id, edit)
+    if not dry_run:
+        await service.catch_up(agent_id)
+    context.assert_current()
+    return found

@@ -1,0 +1,71 @@
+"""Memory Records' configuration, its inert default, and its public surface."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+
+import claw
+import claw_memory
+import claw_records
+from claw_records import RecordsConfig
+from claw_testing import harness_config, open_harness_host
+
+
+def test_the_config_needs_a_dsn_and_names_every_bad_key() -> None:
+    with pytest.raises(claw.ConfigError, match=r"memory-records\.config\.dsn.*CLAW_POSTGRES_DSN"):
+        RecordsConfig.from_mapping({"embedder": "claw-hash"}, environ={})
+    assert RecordsConfig.from_mapping({}, environ={"CLAW_POSTGRES_DSN": "dbname=x"}).dsn == (
+        "dbname=x"
+    )
+    for bad, key in (
+        ({"dns": "x"}, "dns"),
+        ({"catch_up_interval": 0}, "catch_up_interval"),
+        ({"min_score": 2}, "min_score"),
+        ({"vector_weight": -1}, "vector_weight"),
+        ({"pool_size": True}, "pool_size"),
+        ({"deny_sandboxed": "yes"}, "deny_sandboxed"),
+        ({"embedder": ""}, "embedder"),
+    ):
+        with pytest.raises(claw.ConfigError) as info:
+            RecordsConfig.from_mapping({"dsn": "dbname=x", **bad}, environ={})
+        assert info.value.key_path == f"plugins.entries.memory-records.config.{key}"
+
+
+def test_the_dsn_never_appears_in_the_configs_repr() -> None:
+    config = RecordsConfig.from_mapping({"dsn": "password=hunter2 dbname=x"}, environ={})
+    assert "hunter2" not in repr(config)
+
+
+async def test_an_unconfigured_plugin_registers_nothing(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    config = harness_config(tmp_path / "ws", tmp_path / "state")
+    async with open_harness_host(config, plugins=[claw_memory.plugin, claw_records.plugin]) as host:
+        assert host.slots.memory_plugin == "memory-core"
+        assert host.plugin_registry.tools_of("memory-records") == []
+        assert "memory-records" not in host.plugin_registry.memory_capabilities
+
+
+def test_public_names_are_exported_once_from_the_package() -> None:
+    public = {
+        name: obj
+        for name, obj in vars(claw_records).items()
+        if not name.startswith("_") and not isinstance(obj, types.ModuleType)
+    }
+    assert set(public) == {
+        "InvalidRecordError",
+        "RecordsConfig",
+        "RecordsError",
+        "RecordsSchemaError",
+        "RecordsService",
+        "RecordsUnavailableError",
+        "StaleRecordError",
+        "plugin",
+    }
+    for name, obj in public.items():
+        if isinstance(obj, type):
+            assert obj.__module__ == "claw_records", name
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            assert issubclass(obj, claw.ClawError), name
