@@ -69,3 +69,28 @@ def test_public_names_are_exported_once_from_the_package() -> None:
             assert obj.__module__ == "claw_records", name
         if isinstance(obj, type) and issubclass(obj, BaseException):
             assert issubclass(obj, claw.ClawError), name
+
+
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_plugins_import_only_the_sdk_and_the_kernel_imports_no_plugin() -> None:
+    root = Path(__file__).parents[2]
+    for package in ("claw_memory", "claw_records"):
+        for path in (root / package).rglob("*.py"):
+            kernel = {n for n in _imports(path) if n == "claw" or n.startswith("claw.")}
+            assert all(n.startswith("claw.plugin_sdk") for n in kernel), (path, kernel)
+    plugins = ("claw_memory", "claw_records", "claw_testing")
+    for path in (root / "claw").rglob("*.py"):
+        found = {n for n in _imports(path) if n.split(".")[0] in plugins}
+        assert not found, (path, found)
