@@ -95,7 +95,7 @@ def bulk_load(dsn: str, texts: Sequence[str], vecs: np.ndarray) -> float:
     identity = f"{CorpusVectors.id}/{CorpusVectors.model}/{CorpusVectors.dims}"
     start = time.perf_counter()
     with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
-        _store.ensure_schema(conn)
+        _store.ensure_schema(conn, "the benchmark database")
         conn.execute(
             "INSERT INTO memory_record_heads (agent_id, seq) VALUES (%s, %s)", (AGENT, len(texts))
         )

@@ -11,7 +11,6 @@ from claw.plugin_sdk import fixup_module_metadata as _fixup_module_metadata
 
 from ._errors import InvalidRecordError as InvalidRecordError
 from ._errors import RecordsError as RecordsError
-from ._errors import RecordsSchemaError as RecordsSchemaError
 from ._errors import RecordsUnavailableError as RecordsUnavailableError
 from ._errors import StaleRecordError as StaleRecordError
 from ._plugin import RecordsConfig as RecordsConfig

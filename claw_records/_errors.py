@@ -15,14 +15,6 @@ class RecordsError(ProviderError):
     """Base of the Memory Records runtime failures (not raised by itself)."""
 
 
-class RecordsSchemaError(RecordsError):
-    """The database holds a Memory Records schema this version does not know.
-
-    Raised at start instead of reading or writing rows of a shape it cannot vouch for;
-    the message names the version found and the one expected.
-    """
-
-
 class RecordsUnavailableError(RecordsError):
     """Memory Records is not running (the host is closed, or its service never started)."""
 

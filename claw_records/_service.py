@@ -100,7 +100,7 @@ class RecordsService:
                 max_size=self.config.pool_size,
                 name=PLUGIN_ID,
             ) as db:
-                await db.transaction(_store.ensure_schema)
+                await db.transaction(_store.ensure_schema, db.name)
                 self._db = db
                 async with db.listen(_store.CHANNEL) as events, trio.open_nursery() as nursery:
                     nursery.start_soon(self._follow, events)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._errors import InvalidRecordError, RecordsSchemaError, StaleRecordError
+from ._errors import InvalidRecordError, StaleRecordError
 
 if TYPE_CHECKING:
     import psycopg
@@ -38,13 +38,10 @@ else:
     Connection = Any
 
 SCHEMA_NAME = "memory-records"
-SCHEMA_VERSION = 1
 CHANNEL = "claw_memory_records"
 # NOTIFY payloads must stay under 8000 bytes; a longer agent id wakes every listener's
 # open indexes instead (an empty payload), which catch up and find nothing to do.
 _MAX_PAYLOAD = 1000
-# Any constant: serialises schema creation between hosts starting at once.
-_SCHEMA_LOCK = 0x636C_6177_7265_6373
 
 _SCHEMA_V1 = (
     """CREATE TABLE memory_record_heads (
@@ -83,38 +80,22 @@ _SCHEMA_V1 = (
         PRIMARY KEY (agent_id, flush_key)
     )""",
 )
-_MIGRATIONS: Mapping[int, Sequence[str]] = {1: _SCHEMA_V1}
+#: The named migrations of the schema, in order (a released one never changes).
+MIGRATIONS: tuple[tuple[str, Sequence[str]], ...] = (("records-1-tables", _SCHEMA_V1),)
 
 
-def ensure_schema(conn: Connection) -> int:
-    """Create or check the schema; return its version (one transaction).
+def ensure_schema(conn: Connection, where: str) -> tuple[str, ...]:
+    """Create or migrate the schema, in the caller's transaction; return what it applied.
 
-    An unknown (newer) version is refused with :class:`RecordsSchemaError`; an older one
-    is migrated step by step.
+    Migrated by name through the host's migration table (component ``memory-records``):
+    a database migrated by a newer claw, or out of order, is refused with
+    :class:`~claw.SchemaVersionError` naming the migration.
     """
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS claw_schema_versions"
-        " (name text PRIMARY KEY, version integer NOT NULL)"
-    )
-    row = conn.execute(
-        "SELECT version FROM claw_schema_versions WHERE name = %s", (SCHEMA_NAME,)
-    ).fetchone()
-    found = 0 if row is None else int(row[0])
-    if found > SCHEMA_VERSION:
-        raise RecordsSchemaError(
-            f"the database holds memory records schema version {found}; this claw knows "
-            f"up to version {SCHEMA_VERSION} (upgrade claw on this host)"
-        )
-    for version in range(found + 1, SCHEMA_VERSION + 1):
-        for statement in _MIGRATIONS[version]:
-            conn.execute(statement)
-    conn.execute(
-        "INSERT INTO claw_schema_versions (name, version) VALUES (%s, %s)"
-        " ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version",
-        (SCHEMA_NAME, SCHEMA_VERSION),
-    )
-    return SCHEMA_VERSION
+    # Imported here: psycopg is an optional extra (see _service.serve).
+    from claw.plugin_sdk.postgres import Migration, migrate  # noqa: PLC0415
+
+    migrations = [Migration(name=name, statements=tuple(sql)) for name, sql in MIGRATIONS]
+    return migrate(conn, SCHEMA_NAME, migrations, where=where)
 
 
 @attrs.frozen

@@ -58,7 +58,6 @@ def test_public_names_are_exported_once_from_the_package() -> None:
         "InvalidRecordError",
         "RecordsConfig",
         "RecordsError",
-        "RecordsSchemaError",
         "RecordsService",
         "RecordsUnavailableError",
         "StaleRecordError",

@@ -164,3 +164,18 @@ async def test_health_reports_counts_and_the_indexed_sequence(
         assert health.status == "ready"
         assert health.details["records"] == 1 and health.details["forgotten"] == 1
         assert health.details["sequence"] == health.details["indexedSequence"] == 3
+
+
+async def test_a_schema_migrated_by_a_newer_claw_is_refused_at_start(
+    open_records_host: OpenRecordsHost,
+) -> None:
+    async with open_records_host("a") as host:
+        await service_of(host).database().transaction(
+            lambda conn: conn.execute(
+                "INSERT INTO claw_migrations (component, position, name)"
+                " VALUES ('memory-records', 2, 'records-99-from-the-future')"
+            )
+        )
+    with pytest.raises(claw.SchemaVersionError, match="records-99-from-the-future"):
+        async with open_records_host("b"):
+            pass
