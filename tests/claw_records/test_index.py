@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from claw.plugin_sdk.search import HashEmbedder
-from claw_records._index import PartitionFilter, RecordIndex
+from claw_records._index import PartitionFilter, RankedRecord, RecordIndex
 from claw_records._policy import OWNER, conversation_partition
 from claw_records._store import Change
 
@@ -47,10 +47,15 @@ def change(
     )
 
 
-def search(
-    index: RecordIndex, query: str, scope: PartitionFilter = EVERYTHING, **kw: Any
-) -> list[str]:
-    qvec = EMBEDDER.embed_sync([query])[0]
+def ranked(
+    index: RecordIndex,
+    query: str,
+    *,
+    hybrid: bool = False,
+    scope: PartitionFilter = EVERYTHING,
+    **kw: Any,
+) -> tuple[list[RankedRecord], bool]:
+    """One search of ``index`` (lexical, or hybrid with the hash embedder's query vector)."""
     params: dict[str, Any] = {
         "offset": 0,
         "limit": 10,
@@ -59,8 +64,13 @@ def search(
         "text_weight": 0.7,
     }
     params.update(kw)
-    hits, _ = index.search(query, qvec, scope=scope, **params)
-    return [h.record.ref for h in hits]
+    qvec = EMBEDDER.embed_sync([query])[0] if hybrid else None
+    return index.search(query, qvec, scope=scope, **params)
+
+
+def search(index: RecordIndex, query: str, scope: PartitionFilter = EVERYTHING) -> list[str]:
+    """The references a hybrid search finds, best first."""
+    return [h.record.ref for h in ranked(index, query, hybrid=True, scope=scope)[0]]
 
 
 def test_changes_apply_in_sequence_order_and_the_cursor_follows() -> None:
@@ -80,16 +90,7 @@ def test_an_update_replaces_the_text_and_a_forget_removes_the_record() -> None:
     index.apply([change(1, "a", "the deploy window is tuesday")])
     index.apply([change(2, "a", "the deploy window moved to thursday", revision=2)])
     assert search(index, "tuesday deploy window") == ["a"]
-    hits, _ = index.search(
-        "thursday",
-        None,
-        scope=EVERYTHING,
-        offset=0,
-        limit=5,
-        min_score=0.0,
-        vector_weight=0.3,
-        text_weight=0.7,
-    )
+    hits, _ = ranked(index, "thursday", limit=5)
     assert [(h.record.ref, h.record.revision) for h in hits] == [("a", 2)]
     index.apply([change(3, "a", "", forgotten=True)])
     assert search(index, "deploy window thursday") == []
@@ -119,16 +120,7 @@ def test_a_search_sees_only_the_partitions_it_is_given() -> None:
 def test_lexical_only_search_ranks_by_bm25_alone() -> None:
     index = RecordIndex(dims=EMBEDDER.dims, embedder=IDENTITY)
     index.apply([change(1, "a", "tea tea tea"), change(2, "b", "tea and biscuits")])
-    hits, _ = index.search(
-        "tea",
-        None,
-        scope=EVERYTHING,
-        offset=0,
-        limit=5,
-        min_score=0.0,
-        vector_weight=0.3,
-        text_weight=0.7,
-    )
+    hits, _ = ranked(index, "tea", limit=5)
     assert hits[0].text_score == 1.0
     assert all(h.vector_score is None for h in hits)
 
@@ -136,38 +128,11 @@ def test_lexical_only_search_ranks_by_bm25_alone() -> None:
 def test_min_score_pagination_and_ties_by_reference() -> None:
     index = RecordIndex(dims=EMBEDDER.dims, embedder=IDENTITY)
     index.apply([change(i + 1, f"r{i:02d}", "same words here") for i in range(5)])
-    first, more = index.search(
-        "same words",
-        None,
-        scope=EVERYTHING,
-        offset=0,
-        limit=2,
-        min_score=0.0,
-        vector_weight=0.3,
-        text_weight=0.7,
-    )
-    rest, done = index.search(
-        "same words",
-        None,
-        scope=EVERYTHING,
-        offset=2,
-        limit=10,
-        min_score=0.0,
-        vector_weight=0.3,
-        text_weight=0.7,
-    )
+    first, more = ranked(index, "same words", limit=2)
+    rest, done = ranked(index, "same words", offset=2)
     assert [h.record.ref for h in first] == ["r00", "r01"] and more
     assert [h.record.ref for h in rest] == ["r02", "r03", "r04"] and not done
-    none, _ = index.search(
-        "same words",
-        None,
-        scope=EVERYTHING,
-        offset=0,
-        limit=10,
-        min_score=1.01,
-        vector_weight=0.3,
-        text_weight=0.7,
-    )
+    none, _ = ranked(index, "same words", min_score=1.01)
     assert none == []
 
 
@@ -175,17 +140,7 @@ def test_a_vector_of_another_embedder_is_not_used_and_is_counted() -> None:
     index = RecordIndex(dims=EMBEDDER.dims, embedder=IDENTITY)
     index.apply([change(1, "a", "alpine lakes", embedder="other/model/384")])
     assert index.foreign_vectors == 1
-    qvec = EMBEDDER.embed_sync(["alpine lakes"])[0]
-    hits, _ = index.search(
-        "alpine lakes",
-        qvec,
-        scope=EVERYTHING,
-        offset=0,
-        limit=5,
-        min_score=0.0,
-        vector_weight=0.3,
-        text_weight=0.7,
-    )
+    hits, _ = ranked(index, "alpine lakes", hybrid=True, limit=5)
     assert [h.vector_score for h in hits] == [0.0]
     index.apply([change(2, "a", "alpine lakes", revision=2)])
     assert index.foreign_vectors == 0
@@ -198,17 +153,7 @@ def test_cjk_records_are_found_by_their_bigrams() -> None:
 
 
 def search_lexical(index: RecordIndex, query: str) -> list[str]:
-    hits, _ = index.search(
-        query,
-        None,
-        scope=EVERYTHING,
-        offset=0,
-        limit=10,
-        min_score=0.0,
-        vector_weight=0.5,
-        text_weight=0.5,
-    )
-    return [h.record.ref for h in hits]
+    return [h.record.ref for h in ranked(index, query)[0]]
 
 
 @pytest.mark.parametrize("forget_every", [2, 3])
