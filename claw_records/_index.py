@@ -111,17 +111,6 @@ class Snapshot:
     part_codes: Mapping[str, int]
 
 
-def product_slice(
-    matrix: npt.NDArray[np.float32],
-    query: npt.NDArray[np.float32],
-    out: npt.NDArray[np.float32],
-    start: int,
-    stop: int,
-) -> None:
-    """Rows ``start:stop`` of ``matrix @ query`` into ``out`` (one worker's share)."""
-    np.matmul(matrix[start:stop], query, out=out[start:stop])
-
-
 def _schema() -> tantivy.Schema:
     sb = tantivy.SchemaBuilder()
     sb.add_unsigned_field("key", stored=False, indexed=False, fast=True)

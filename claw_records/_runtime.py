@@ -49,10 +49,11 @@ from claw.plugin_sdk import (
     line_fragment,
     parse_line_fragment,
 )
+from claw.plugin_sdk.search import product_slice
 
 from . import _store
 from ._errors import InvalidRecordError
-from ._index import PartitionFilter, RankedRecord, RecordIndex, product_slice
+from ._index import PartitionFilter, RankedRecord, RecordIndex
 from ._policy import OWNER, ReadScope, partition_session_key, read_scope, source_of
 from ._service import PLUGIN_ID, RecordsService
 from ._writes import add_record, forget_record, is_reference

@@ -36,6 +36,7 @@ from ._st_embedder import SentenceTransformerEmbedder as SentenceTransformerEmbe
 from ._st_embedder import max_input_bytes_for as max_input_bytes_for
 from ._stopwords import QUERY_STOPWORDS as QUERY_STOPWORDS
 from ._vectors import normalise_rows as normalise_rows
+from ._vectors import product_slice as product_slice
 from ._vectors import top_k as top_k
 
 _fixup_module_metadata(__name__, globals())
