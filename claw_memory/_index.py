@@ -44,6 +44,7 @@ import trio
 
 from claw.plugin_sdk import EmbeddingProvider, LexicalIndexError, WorkerPool
 from claw.plugin_sdk.search import embed_texts, normalise_rows, sha256_hex
+from claw.plugin_sdk.search import product_slice as _product_slice
 
 from ._changes import DirectoryWatch, open_directory_watch, source_directories
 from ._errors import (
@@ -267,16 +268,6 @@ _SPARSE_PRODUCT_CELLS = 4_000_000
 # into row slices computed by concurrent workers: the product is bound by memory
 # bandwidth, which one core does not saturate (two halve the time on two cores).
 _PARALLEL_PRODUCT_WORK = 8_000_000
-
-
-def _product_slice(
-    matrix: npt.NDArray[np.float32],
-    queries: npt.NDArray[np.float32],
-    out: npt.NDArray[np.float32],
-    start: int,
-    stop: int,
-) -> None:
-    np.matmul(matrix[start:stop], queries.T, out=out[start:stop])
 
 
 def _rank_inline(gen: Generation) -> bool:
