@@ -158,18 +158,25 @@ class RecordIndex:
 
     # -- writing ------------------------------------------------------------------
 
-    def _vector(self, change: Change) -> tuple[npt.NDArray[np.float32] | None, bool]:
-        """The change's unit vector for this index, and whether it is foreign."""
+    def _vectors(
+        self, changes: Sequence[Change]
+    ) -> tuple[npt.NDArray[np.float32] | None, list[bool]]:
+        """The changes' unit vectors for this index (normalised in one call), and which
+        are foreign (stored by another embedder, or none: a zero row)."""
+        foreign = [False] * len(changes)
         if self.dims is None:
-            return None, False
-        if (
-            change.embedding is None
-            or change.embedder != self.embedder
-            or len(change.embedding) != 4 * self.dims
-        ):
-            return np.zeros(self.dims, dtype=np.float32), True
-        row = np.frombuffer(change.embedding, dtype=np.float32).reshape(1, self.dims)
-        return normalise_rows(row)[0], False
+            return None, foreign
+        out = np.zeros((len(changes), self.dims), dtype=np.float32)
+        for i, change in enumerate(changes):
+            if (
+                change.embedding is None
+                or change.embedder != self.embedder
+                or len(change.embedding) != 4 * self.dims
+            ):
+                foreign[i] = True
+            else:
+                out[i] = np.frombuffer(change.embedding, dtype=np.float32)
+        return normalise_rows(out), foreign
 
     def _grow(self, extra: int) -> None:
         n = len(self._records)
@@ -187,10 +194,11 @@ class RecordIndex:
             matrix[:n] = self._matrix[:n]
             self._matrix = matrix
 
-    def _append(self, change: Change) -> tantivy.Document:
+    def _append(
+        self, change: Change, vector: npt.NDArray[np.float32] | None, foreign: bool
+    ) -> tantivy.Document:
         row = len(self._records)
         code = self._part_codes.setdefault(change.partition, len(self._part_codes))
-        vector, foreign = self._vector(change)
         self._alive[row] = True
         self._parts[row] = code
         if self._matrix is not None and vector is not None:
@@ -225,15 +233,17 @@ class RecordIndex:
         if not fresh:
             return 0
         self._grow(len(fresh))
+        vectors, foreign = self._vectors(fresh)
         try:
-            for change in fresh:
+            for i, change in enumerate(fresh):
                 old = self._row_of_ref.pop(change.ref, None)
                 if old is not None:
                     self._alive[old] = False
                     self._foreign_rows.discard(old)
                     self._writer.delete_documents_by_term("ref", change.ref)
                 if not change.forgotten:
-                    self._writer.add_document(self._append(change))
+                    vector = None if vectors is None else vectors[i]
+                    self._writer.add_document(self._append(change, vector, foreign[i]))
                 self.cursor = max(self.cursor, change.seq)
             if self._needs_compaction():
                 self._compact()
