@@ -20,9 +20,17 @@ cancel frame) and half by disconnecting and reconnecting. Three phases, one run:
 A mismatch is *wrong*; a request with neither an answer nor an error within 10 s is
 *lost*; the server must still answer ``memory.status`` afterwards. Each phase reports
 the server's CPU time and the load generator's per answered request, and the machine's
-load average at its end.
+load average at its end. The server's CPU is that of its whole process tree (the
+``claw serve`` supervisor and every worker, from ``/proc``).
 
-    python -m benchmarks.gateway_load --clients C --seconds S [--json]
+``--workers 1,2`` adds a scaling run: for each count N in turn, ``claw serve --workers
+N`` over the same index answers a distinct-query phase of the same length (queries no
+other phase asked). It reports requests/s and server CPU per request for each N and
+their ratios; the target is >= 1.6x the requests/s of 1 worker with 2, at equal CPU
+per request. The load generator is one process on the same machine: on 2 cores it
+competes with the workers for CPU, so its CPU per request is printed beside them.
+
+    python -m benchmarks.gateway_load --clients C --seconds S [--workers 1,2] [--json]
 """
 
 from __future__ import annotations
@@ -86,6 +94,31 @@ def process_cpu_s(pid: int) -> float:
         return float("nan")
     fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU time of process ``pid``, its reaped children and its live children, in seconds.
+
+    ``claw serve --workers N`` is a supervisor and N worker processes; a worker that
+    exited and was reaped is in the supervisor's ``cutime``/``cstime``. NaN without
+    ``/proc``.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    total = sum(int(f) for f in fields[11:15]) / tick
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == pid:
+            continue
+        try:
+            child = (entry / "stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(child[1]) == pid:
+            total += (int(child[11]) + int(child[12])) / tick
+    return total
 
 
 def _own_cpu_s() -> float:
@@ -187,14 +220,14 @@ async def _load(
             except GatewayConnectionError as exc:
                 errors["connection: " + str(exc)[:60]] += 1
 
-    server_cpu = process_cpu_s(server_pid)
+    server_cpu = tree_cpu_s(server_pid)
     own_cpu = _own_cpu_s()
     t0 = time.perf_counter()
     async with trio.open_nursery() as nursery:
         for s in range(clients):
             nursery.start_soon(client, s)
     elapsed = time.perf_counter() - t0
-    server_cpu = process_cpu_s(server_pid) - server_cpu
+    server_cpu = tree_cpu_s(server_pid) - server_cpu
     own_cpu = _own_cpu_s() - own_cpu
     answered = len(latencies)
     per = 1e6 / answered if answered else float("nan")
@@ -319,12 +352,69 @@ def _server(args: Sequence[str], env: dict[str, str]) -> Iterator[tuple[str, int
             server.wait()
 
 
-def run(chunks: int, clients: int, seconds: float, abort_fraction: float) -> dict[str, Any]:
+def _serve_command(ws: Path, workers: int) -> list[str]:
+    return _claw(
+        *("serve", "--workspace", str(ws), "--host", "127.0.0.1", "--port", "0"),
+        *("--workers", str(workers)),
+    )
+
+
+def _scaling(
+    ws: Path,
+    env: dict[str, str],
+    token: str,
+    counts: Sequence[int],
+    *,
+    warm: Sequence[str],
+    distinct: Sequence[str],
+    clients: int,
+    seconds: float,
+    abort_fraction: float,
+) -> dict[str, dict[str, Any]]:
+    """A distinct-query phase per worker count, one after the other, over one index."""
+    phases: dict[str, dict[str, Any]] = {}
+    share = len(distinct) // len(counts)
+    for k, workers in enumerate(counts):
+        with _server(_serve_command(ws, workers), env) as (url, pid):
+            load_args: dict[str, Any] = {
+                "clients": clients,
+                "abort_fraction": abort_fraction,
+                "server_pid": pid,
+                "check": "none",
+            }
+            # Warm every worker (connections spread over them) before measuring.
+            trio.run(functools.partial(_load, url, token, queries=warm, seconds=2.0, **load_args))
+            phase, _ = trio.run(
+                functools.partial(
+                    _load,
+                    url,
+                    token,
+                    queries=distinct[k * share : (k + 1) * share],
+                    seconds=seconds,
+                    **load_args,
+                )
+            )
+            phase["alive_after"] = trio.run(_alive, url, token)
+        phase["workers"] = workers
+        phases[str(workers)] = phase
+    return phases
+
+
+def run(
+    chunks: int,
+    clients: int,
+    seconds: float,
+    abort_fraction: float,
+    workers: Sequence[int] = (1,),
+) -> dict[str, Any]:
     token = secrets.token_urlsafe(16)
+    scaling = list(workers) != [1]
     with tempfile.TemporaryDirectory(prefix="claw-gateway-load-") as tmp:
         ws = Path(tmp) / "ws"
         distinct_count = max(1_000, int(DISTINCT_PER_SECOND * seconds))
-        cycled, warm, distinct = _write_workspace(ws, chunks, distinct_count)
+        phases = 1 + (len(workers) if scaling else 0)
+        cycled, warm, every_distinct = _write_workspace(ws, chunks, distinct_count * phases)
+        distinct = every_distinct[:distinct_count]
         t0 = time.perf_counter()
         subprocess.run(
             [*_claw("memory", "index", "--workspace", str(ws))],
@@ -333,8 +423,7 @@ def run(chunks: int, clients: int, seconds: float, abort_fraction: float) -> dic
         )
         build = time.perf_counter() - t0
         env = dict(os.environ, CLAW_GATEWAY_TOKEN=token)
-        serve = _claw("serve", "--workspace", str(ws), "--host", "127.0.0.1", "--port", "0")
-        with _server(serve, env) as (url, pid):
+        with _server(_serve_command(ws, 1), env) as (url, pid):
             result, cycled_result, recorded, alive = trio.run(
                 functools.partial(
                     _claw_phases,
@@ -366,6 +455,26 @@ def run(chunks: int, clients: int, seconds: float, abort_fraction: float) -> dic
                     check="none",
                 )
             )
+        if scaling:
+            result["workers"] = _scaling(
+                ws,
+                env,
+                token,
+                workers,
+                warm=cycled,
+                distinct=every_distinct[distinct_count:],
+                clients=clients,
+                seconds=seconds,
+                abort_fraction=abort_fraction,
+            )
+            first = result["workers"][str(workers[0])]
+            last = result["workers"][str(workers[-1])]
+            result["workers_requests_per_s_ratio"] = (
+                last["requests_per_s"] / first["requests_per_s"]
+            )
+            result["workers_cpu_per_request_ratio"] = (
+                last["server_cpu_us_per_request"] / first["server_cpu_us_per_request"]
+            )
     result["clients"] = clients
     result["wrong_or_lost"] = (
         result["wrong"] + result["lost"] + cycled_result["wrong"] + cycled_result["lost"]
@@ -392,9 +501,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="duration of each phase")
     p.add_argument("--chunks", type=int, default=10_000)
     p.add_argument("--abort-fraction", type=float, default=0.05)
+    p.add_argument(
+        "--workers",
+        type=_worker_counts,
+        default=[1],
+        help="comma-separated worker counts for the scaling run (e.g. 1,2; default 1: none)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    r = run(args.chunks, args.clients, args.seconds, args.abort_fraction)
+    r = run(args.chunks, args.clients, args.seconds, args.abort_fraction, args.workers)
     print(
         f"gateway load: {r['chunks']} chunks, {r['clients']} clients, {args.seconds:g} s a phase "
         "(load = 1-minute load average at the end of the phase)"
@@ -452,8 +567,69 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"server answering afterwards: {r['server_alive_after']}"
     )
     print(f"errors by code: {r['errors'] or 'none'} (cycled: {r['cycled']['errors'] or 'none'})")
+    if "workers" in r:
+        _print_scaling(r, args.workers)
     if args.json:
         emit_json(r)
+
+
+def _worker_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected worker counts like 1,2, got {text!r}") from None
+    if not counts or any(n < 1 for n in counts):
+        raise argparse.ArgumentTypeError(f"worker counts must be >= 1, got {text!r}")
+    return counts
+
+
+def _print_scaling(r: dict[str, Any], counts: Sequence[int]) -> None:
+    print(
+        f"\nscaling: claw serve --workers N, distinct queries, {r['clients']} clients, "
+        f"{r['machine']['cpus']} cores; the load generator runs on the same cores"
+    )
+    rows = []
+    for n in counts:
+        phase = r["workers"][str(n)]
+        rows.append(
+            [
+                n,
+                phase["requests_per_s"],
+                phase["p50_ms"],
+                phase["p99_ms"],
+                phase["answered"],
+                phase["lost"],
+                phase["server_cpu_us_per_request"],
+                phase["server_cores_busy"],
+                phase["loadgen_cpu_us_per_request"],
+                phase["load"],
+            ]
+        )
+    print(
+        table(
+            [
+                "workers",
+                "requests/s",
+                "p50 ms",
+                "p99 ms",
+                "answered",
+                "lost",
+                "server CPU us/req",
+                "server cores",
+                "loadgen CPU us/req",
+                "load",
+            ],
+            rows,
+        )
+    )
+    ratio = r["workers_requests_per_s_ratio"]
+    cpu = r["workers_cpu_per_request_ratio"]
+    met = ratio >= 1.6 and cpu <= 1.1
+    print(
+        f"workers {counts[-1]} over {counts[0]}: requests/s x{ratio:.2f} (target >= 1.6) at "
+        f"server CPU per request x{cpu:.2f} (target: equal, <= 1.1); "
+        f"{'met' if met else 'not met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ from the benchmarks themselves (see benchmarks/README.md).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +171,29 @@ def test_benchmarks_never_vendor_the_locomo_data() -> None:
     root = Path(__file__).resolve().parents[2]
     for folder in ("benchmarks", "tests", "claw", "claw_memory", "claw_testing"):
         assert not list((root / folder).glob("**/locomo10.json"))
+
+
+def test_gateway_load_counts_the_cpu_of_a_servers_children() -> None:
+    """A supervisor's figure includes its workers': here a parent that only waits."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys\n"
+            f"child = subprocess.Popen([sys.executable, '-c', {burn!r}])\n"
+            "sys.stdin.read()\nchild.wait()\n",
+        ],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120  # a hang guard, not a measurement
+        while (
+            gateway_load.tree_cpu_s(parent.pid) - gateway_load.process_cpu_s(parent.pid) < 0.25
+        ):
+            assert time.monotonic() < deadline, "the child's CPU never showed in the tree"
+            time.sleep(0.05)
+    finally:
+        assert parent.stdin is not None
+        parent.stdin.close()
+        parent.wait(timeout=120)
