@@ -15,8 +15,13 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
 from typing import Any, TypeVar
 
 import attrs
@@ -77,8 +82,10 @@ class HostScope(metaclass=NoPublicConstructor):
     @property
     def nursery(self) -> trio.Nursery:
         """The scope's nursery; tasks here end before the scope's capabilities are revoked."""
-        if self._nursery is None:  # pragma: no cover - set before the scope is handed out
-            raise HostClosedError(f"scope {self.name!r} is not open")
+        if self._nursery is None:
+            raise HostClosedError(
+                f"scope {self.name!r} has no nursery (a minting scope); use Host.open_scope"
+            )
         return self._nursery
 
     @property
@@ -347,6 +354,21 @@ class Host(metaclass=NoPublicConstructor):
                 async with trio.open_nursery() as nursery:
                     scope._nursery = nursery
                     yield scope
+        finally:
+            scope._close()
+
+    @contextmanager
+    def open_minting_scope(self, name: str) -> Iterator[HostScope]:
+        """A scope without a nursery, for what one short piece of work mints.
+
+        Leaving it revokes what it minted, as :meth:`open_scope` does; it has no
+        :attr:`HostScope.nursery`, so it costs no task tree. The gateway mints each
+        request's caller context in one.
+        """
+        self._check_open()
+        scope = HostScope._create(self, name)
+        try:
+            yield scope
         finally:
             scope._close()
 

@@ -300,7 +300,9 @@ class Session:
                 f"{method.name} needs the {method.required_scope} scope; connect with a token "
                 f"that allows it and request it in scopes",
             )
-        async with self.host.open_scope("gateway-request") as request_scope:
+        # The request mints only its caller context: a scope without a nursery does
+        # (a nursery per request cost about as much as the rest of this method).
+        with self.host.open_minting_scope("gateway-request") as request_scope:
             caller = request_scope.mint_caller_context(authority, cancel_scope=cancel_scope)
             context = GatewayRequestContext._create(
                 host=self.host,

@@ -349,3 +349,19 @@ async def test_widened_operator_scopes_fail_the_context_check(host: claw.Host) -
         assert op.has_scope("operator.read")  # the rewrite took effect on the object...
         with pytest.raises(claw.ForgedCapabilityError):
             ctx.assert_current()  # ...and the host refuses it
+
+
+async def test_a_minting_scope_revokes_what_it_minted_on_exit_and_has_no_nursery(
+    host: claw.Host,
+) -> None:
+    with host.open_minting_scope("request") as scope:
+        authority = scope.mint_operator_authority({"operator.read"})
+        context = scope.mint_caller_context(authority)
+        host.verify(context)
+        with pytest.raises(claw.HostClosedError, match="has no nursery"):
+            scope.nursery  # noqa: B018
+    assert scope.closed
+    with pytest.raises(claw.StaleCapabilityError, match="scope 'request' closed"):
+        host.verify(context)
+    with pytest.raises(claw.HostClosedError, match="is closed"):
+        scope.mint_host_authority("status")

@@ -121,6 +121,18 @@ async def test_cancel_frame_aborts_the_handler_and_its_context_is_refused_afterw
         assert (await client.request("test.echo", {"k": "v"}))["params"] == {"k": "v"}
 
 
+async def test_an_answered_requests_context_is_revoked_but_its_connection_is_not(
+    host: claw.Host, address: GatewayAddress, recorder: Recorder
+) -> None:
+    async with open_gateway_client(address.url, READ_TOKEN) as client:
+        recorder.gate("g").set()
+        assert await client.request("test.wait", {"gate": "g"}) == {"gate": "g"}
+        context = recorder.contexts["g"]
+        with pytest.raises(claw.StaleCapabilityError, match="gateway-request"):
+            host.verify(context.caller)
+        host.verify(context.authority)
+
+
 async def test_cancelling_the_caller_sends_a_cancel_frame(
     address: GatewayAddress, recorder: Recorder
 ) -> None:
