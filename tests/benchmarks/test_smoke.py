@@ -197,3 +197,21 @@ def test_gateway_load_counts_the_cpu_of_a_servers_children() -> None:
         assert parent.stdin is not None
         parent.stdin.close()
         parent.wait(timeout=120)
+
+
+def test_gateway_load_measures_each_worker_count_in_one_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gateway_load.main(
+        ["--json", "--clients", "4", "--seconds", "0.5", "--chunks", "200", "--workers", "1,2"]
+    )
+    out = capsys.readouterr().out
+    assert "workers 2 over 1: requests/s x" in out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert set(result["workers"]) == {"1", "2"}
+    for phase in result["workers"].values():
+        assert phase["answered"] > 0
+        assert phase["lost"] == 0
+        assert phase["alive_after"] is True
+        assert phase["server_cpu_us_per_request"] > 0.0
+    assert result["workers_requests_per_s_ratio"] > 0.0
