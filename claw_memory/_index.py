@@ -1284,6 +1284,7 @@ class MemoryIndex:
                 near_coverage_weight=settings.near_coverage_weight,
                 far_coverage_weight=settings.far_coverage_weight,
                 candidate_multiplier=settings.candidate_multiplier,
+                candidate_growth=settings.candidate_growth,
                 min_score=cut,
                 temporal_decay=settings.temporal_decay,
                 half_life_days=settings.half_life_days,

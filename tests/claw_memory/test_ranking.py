@@ -138,3 +138,37 @@ async def test_filters_never_shift_bm25_scores(tmp_path: Path) -> None:
         assert scores(sources=frozenset({"memory", "sessions"})) == plain
         assert scores(agent_ids=frozenset({"main"}), session_keys=frozenset({"k"})) == plain
         assert scores(sources=frozenset({"sessions"})) == []
+
+
+async def test_the_candidate_depth_grows_with_the_square_root_of_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fixed cut (the page times the multiplier) agrees less and less with exhaustive
+    fusion as the index grows; each retriever's depth grows with it instead."""
+    from claw_memory import _ranking
+
+    limits: list[int] = []
+
+    def recording(searcher: object, query: object, limit: int) -> list[tuple[int, float]]:
+        limits.append(limit)
+        return lexical_search(searcher, query, limit)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_ranking, "lexical_search", recording)
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(256):
+        (ws / "memory" / f"n{i:03d}.md").write_text(f"kiwi note number {i}\n", encoding="utf-8")
+    for growth, expected in ((1.25, math.ceil(1.25 * 16)), (0.0, 4)):
+        settings = MemoryCoreSettings(min_score=0.0, candidate_growth=growth)
+        async with open_memory_index(
+            workspace_dir=ws,
+            index_dir=tmp_path / "index",
+            workers=InlineWorkerPool(),
+            settings=settings,
+            embedder=HashEmbedder(),
+        ) as index:
+            assert index.status().chunks == 256
+            limits.clear()
+            result = await index.search("kiwi note", max_results=1)
+            assert len(result.hits) == 1
+            assert limits == [expected]
