@@ -120,9 +120,13 @@ def test_search_latency_benchmark_runs_on_a_tiny_corpus(
         "change_search_over_plain",
         "change_search_with_traffic_ms",
         "claw_peak_rss_mib",
+        "claw_shipped_over_fair_floor",
+        "next_search_ms",
     ):
         value = float(result[key])  # type: ignore[arg-type]
         assert value == value, key  # measured, not NaN
+    # The search that notices a change answers from the current index and says so.
+    assert result["change_search_warned"] == 1.0
     assert 0.0 < float(result["overlap_exhaustive_at10"]) <= 1.0  # type: ignore[arg-type]
     sweep = result["candidate_sweep"]
     assert [p["candidates"] for p in sweep] == [40, 80]  # type: ignore[union-attr, index]
