@@ -77,10 +77,10 @@ class RankedRow:
 
 def candidate_count(want: int, multiplier: int, growth: float, rows: int) -> int:
     """How many candidates each retriever gives the merge for a page ending at ``want``:
-    ``multiplier`` times the page, and at least ``growth`` times the square root of the
-    index's ``rows`` (a fixed count agrees less and less with exhaustive fusion as the
-    index grows: 40 of 100k rows lose 15% of the exhaustive top 10)."""
-    return max(want * multiplier, want, math.ceil(growth * math.sqrt(max(rows, 0))))
+    ``multiplier`` times the page, and at least ``growth`` per 1,000 of the index's
+    ``rows`` (a fixed count agrees less and less with exhaustive fusion as the index
+    grows: 40 of 100k rows lose 15% of the exhaustive top 10)."""
+    return max(want * multiplier, want, math.ceil(growth * max(rows, 0) / 1000))
 
 
 def narrow_filter(gen: Generation, f: SearchFilter) -> SearchFilter:

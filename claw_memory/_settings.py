@@ -72,11 +72,13 @@ class MemoryCoreSettings:
     far_coverage_weight: float = 0.2
     candidate_multiplier: int = 4
     # First-stage candidates per retriever: at least candidate_multiplier x the page, and
-    # at least candidate_growth x the square root of the index's rows, so the cut keeps
-    # agreeing with exhaustive fusion as the index grows (benchmarks/README.md: 400
-    # candidates for a page of 10 agree on 0.987 of the top 10 at 100k chunks, the
-    # page-only 40 on 0.849; at 10k, 160 agree on 0.983). 0 turns the growth off.
-    candidate_growth: float = 1.25
+    # at least candidate_growth per 1,000 rows of the index, so the cut keeps agreeing
+    # with exhaustive fusion as the index grows (benchmarks/README.md: 400 candidates for
+    # a page of 10 agree on 0.987 of the top 10 at 100k chunks for 4% more p50, the
+    # page-only 40 on 0.849). Linear in rows, as the matrix product is: the candidates'
+    # extra cost stays a share of the search (a square-root depth, 125 at 10k, doubled
+    # the 10k p50). 0 turns the growth off.
+    candidate_growth: float = 4.0
     min_score: float = 0.35
     max_results: int = 6
     temporal_decay: bool = False

@@ -140,7 +140,7 @@ async def test_filters_never_shift_bm25_scores(tmp_path: Path) -> None:
         assert scores(sources=frozenset({"sessions"})) == []
 
 
-async def test_the_candidate_depth_grows_with_the_square_root_of_the_index(
+async def test_the_candidate_depth_grows_with_the_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fixed cut (the page times the multiplier) agrees less and less with exhaustive
@@ -158,7 +158,7 @@ async def test_the_candidate_depth_grows_with_the_square_root_of_the_index(
     (ws / "memory").mkdir(parents=True)
     for i in range(256):
         (ws / "memory" / f"n{i:03d}.md").write_text(f"kiwi note number {i}\n", encoding="utf-8")
-    for growth, expected in ((1.25, math.ceil(1.25 * 16)), (0.0, 4)):
+    for growth, expected in ((40.0, math.ceil(40.0 * 256 / 1000)), (0.0, 4)):
         settings = MemoryCoreSettings(min_score=0.0, candidate_growth=growth)
         async with open_memory_index(
             workspace_dir=ws,
