@@ -1235,7 +1235,7 @@ def report(summary: dict[str, Any], rows: Sequence[dict[str, Any]], queries: int
         f"{s['during_sync_searches']} searches during the sync: p50 "
         f"{s['during_sync_p50_ms']:.1f} ms, max {s['during_sync_max_ms']:.1f} ms; the next search "
         f"after the publication {s['next_search_ms']:.1f} ms (max {s['next_search_max_ms']:.1f}); "
-        "searchable {s['reindex_ms']:.1f} ms after the write "
+        f"searchable {s['reindex_ms']:.1f} ms after the write "
         f"(load {s['load'].get('claw hybrid', float('nan')):.2f})"
     )
     print(
