@@ -32,11 +32,15 @@ import trio
 from .._errors import HostClosedError
 from ..models import CompactionSummary, Message, ToolCall, UserMessage
 from ..turns._ledger import (
-    CLOSED_STATUSES,
     AdmittedTurn,
     TurnLedgerError,
     TurnStatus,
     UnknownTurnError,
+    check_close,
+    check_close_request,
+    check_commit,
+    check_reopen,
+    check_terminal,
 )
 from ..turns._transcript import (
     _KIND_OF,
@@ -147,27 +151,8 @@ def _set_terminal(
     conn: Connection, turn_id: str, *, session_id: str, terminal_seq: int, now: float
 ) -> AdmittedTurn:
     turn = _get_turn(conn, turn_id, lock=True)
-    if turn.session_id != session_id:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
-        )
-    if turn.close_status is not None:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
-            "reopen it to retry it"
-        )
-    if turn.terminal_seq is not None:
-        if turn.terminal_seq == terminal_seq:
-            return turn
-        raise TurnLedgerError(
-            f"turn {turn_id!r} already ended at entry {turn.terminal_entry_id}; "
-            f"cannot end it again at {session_id}:{terminal_seq}"
-        )
-    if terminal_seq < turn.first_seq:
-        raise TurnLedgerError(
-            f"terminal entry {session_id}:{terminal_seq} of turn {turn_id!r} is before its "
-            f"user entry {turn.first_entry_id}"
-        )
+    if check_terminal(turn, session_id=session_id, terminal_seq=terminal_seq):
+        return turn
     conn.execute(
         "UPDATE claw_turn_ledger SET terminal_seq = %s, terminal_at = %s WHERE turn_id = %s",
         (terminal_seq, now, turn_id),
@@ -357,17 +342,8 @@ def _terminal(conn: Connection, turn_id: str, terminal_seq: int, now: float) -> 
 
 def _committed(conn: Connection, turn_id: str, outcome: str, now: float) -> AdmittedTurn:
     turn = _get_turn(conn, turn_id, lock=True)
-    if turn.committed_at is not None:
+    if check_commit(turn):
         return turn
-    if turn.close_status is not None:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
-            "a closed turn is never committed"
-        )
-    if turn.terminal_seq is None:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} has no terminal entry yet; record it before marking the commit"
-        )
     conn.execute(
         "UPDATE claw_turn_ledger SET committed_at = %s, commit_outcome = %s WHERE turn_id = %s",
         (now, outcome, turn_id),
@@ -378,19 +354,10 @@ def _committed(conn: Connection, turn_id: str, outcome: str, now: float) -> Admi
 def _close(
     conn: Connection, turn_id: str, status: TurnStatus, reason: str, now: float
 ) -> AdmittedTurn:
-    if status not in CLOSED_STATUSES:
-        raise TurnLedgerError(f"{status!r} is not a closing status")
-    if not isinstance(reason, str) or not reason:
-        raise TurnLedgerError("closing a turn needs a non-empty reason")
+    check_close_request(status, reason)
     turn = _get_turn(conn, turn_id, lock=True)
-    if turn.close_status is not None:
+    if check_close(turn, status):
         return turn
-    if turn.committed_at is not None:
-        raise TurnLedgerError(f"turn {turn_id!r} was committed; it cannot be closed")
-    if turn.terminal_seq is not None and status in (TurnStatus.FAILED, TurnStatus.ABORTED):
-        raise TurnLedgerError(
-            f"turn {turn_id!r} reached its terminal entry; it cannot have {status.value}"
-        )
     conn.execute(
         "UPDATE claw_turn_ledger SET closed_at = %s, close_status = %s, close_reason = %s "
         "WHERE turn_id = %s",
@@ -401,18 +368,11 @@ def _close(
 
 def _reopen(conn: Connection, turn_id: str, owner_id: str) -> AdmittedTurn:
     turn = _get_turn(conn, turn_id, lock=True)
-    if turn.status not in (TurnStatus.FAILED, TurnStatus.ABORTED):
-        raise TurnLedgerError(
-            f"turn {turn_id!r} is {turn.status.value}; only a failed or aborted turn is reopened"
-        )
     later = conn.execute(
         "SELECT turn_id FROM claw_turn_ledger WHERE session_id = %s AND first_seq > %s LIMIT 1",
         (turn.session_id, turn.first_seq),
     ).fetchone()
-    if later is not None:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} cannot be retried: turn {later[0]!r} was admitted after it"
-        )
+    check_reopen(turn, None if later is None else str(later[0]))
     # The host reopening it runs the retry, so the turn becomes its own.
     conn.execute(
         "UPDATE claw_turn_ledger SET closed_at = NULL, close_status = NULL, close_reason = NULL, "

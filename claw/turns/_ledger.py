@@ -188,6 +188,87 @@ class AdmittedTurn:
         return self.status is TurnStatus.TERMINAL and self.engine_id is not None
 
 
+# The ledger's rules, shared by every backend: each takes the turn as read inside the
+# caller's transaction and raises TurnLedgerError when the change is not allowed.
+
+
+def check_terminal(turn: AdmittedTurn, *, session_id: str, terminal_seq: int) -> bool:
+    """May ``terminal_seq`` end ``turn``? True when exactly that end is already recorded."""
+    turn_id = turn.turn_id
+    if turn.session_id != session_id:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
+        )
+    if turn.close_status is not None:
+        raise TurnLedgerError(
+            f"turn {turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
+            "reopen it to retry it"
+        )
+    if turn.terminal_seq is not None:
+        if turn.terminal_seq == terminal_seq:
+            return True
+        raise TurnLedgerError(
+            f"turn {turn_id!r} already ended at entry {turn.terminal_entry_id}; "
+            f"cannot end it again at {session_id}:{terminal_seq}"
+        )
+    if terminal_seq < turn.first_seq:
+        raise TurnLedgerError(
+            f"terminal entry {session_id}:{terminal_seq} of turn {turn_id!r} is before its "
+            f"user entry {turn.first_entry_id}"
+        )
+    return False
+
+
+def check_commit(turn: AdmittedTurn) -> bool:
+    """May ``turn`` be marked committed? True when it already is (the first record stays)."""
+    if turn.committed_at is not None:
+        return True
+    if turn.close_status is not None:
+        raise TurnLedgerError(
+            f"turn {turn.turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
+            "a closed turn is never committed"
+        )
+    if turn.terminal_seq is None:
+        raise TurnLedgerError(
+            f"turn {turn.turn_id!r} has no terminal entry yet; record it before marking the commit"
+        )
+    return False
+
+
+def check_close_request(status: TurnStatus, reason: str) -> None:
+    """A close names a closing status and a non-empty reason (checked before any read)."""
+    if status not in CLOSED_STATUSES:
+        raise TurnLedgerError(f"{status!r} is not a closing status")
+    if not isinstance(reason, str) or not reason:
+        raise TurnLedgerError("closing a turn needs a non-empty reason")
+
+
+def check_close(turn: AdmittedTurn, status: TurnStatus) -> bool:
+    """May ``turn`` close as ``status``? True when it is closed already (the first record stays)."""
+    if turn.close_status is not None:
+        return True
+    if turn.committed_at is not None:
+        raise TurnLedgerError(f"turn {turn.turn_id!r} was committed; it cannot be closed")
+    if turn.terminal_seq is not None and status in (TurnStatus.FAILED, TurnStatus.ABORTED):
+        raise TurnLedgerError(
+            f"turn {turn.turn_id!r} reached its terminal entry; it cannot have {status.value}"
+        )
+    return False
+
+
+def check_reopen(turn: AdmittedTurn, later_turn_id: str | None) -> None:
+    """Only a failed or aborted turn reopens, and only while it is its session's latest."""
+    if turn.status not in (TurnStatus.FAILED, TurnStatus.ABORTED):
+        raise TurnLedgerError(
+            f"turn {turn.turn_id!r} is {turn.status.value}; "
+            "only a failed or aborted turn is reopened"
+        )
+    if later_turn_id is not None:
+        raise TurnLedgerError(
+            f"turn {turn.turn_id!r} cannot be retried: turn {later_turn_id!r} was admitted after it"
+        )
+
+
 def _row_to_turn(row: tuple[object, ...]) -> AdmittedTurn:
     return AdmittedTurn(*row)  # type: ignore[arg-type]
 
@@ -249,27 +330,8 @@ def set_terminal(
 ) -> AdmittedTurn:
     """Record the turn's terminal entry (inside the caller's transaction)."""
     turn = get_turn(conn, turn_id)
-    if turn.session_id != session_id:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
-        )
-    if turn.close_status is not None:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
-            "reopen it to retry it"
-        )
-    if turn.terminal_seq is not None:
-        if turn.terminal_seq == terminal_seq:
-            return turn
-        raise TurnLedgerError(
-            f"turn {turn_id!r} already ended at entry {turn.terminal_entry_id}; "
-            f"cannot end it again at {session_id}:{terminal_seq}"
-        )
-    if terminal_seq < turn.first_seq:
-        raise TurnLedgerError(
-            f"terminal entry {session_id}:{terminal_seq} of turn {turn_id!r} is before its "
-            f"user entry {turn.first_entry_id}"
-        )
+    if check_terminal(turn, session_id=session_id, terminal_seq=terminal_seq):
+        return turn
     conn.execute(
         "UPDATE turn_ledger SET terminal_seq = ?, terminal_at = ? WHERE turn_id = ?",
         (terminal_seq, now, turn_id),
@@ -282,17 +344,8 @@ def set_committed(
 ) -> AdmittedTurn:
     """Record that the commit was done; a second call keeps the first record."""
     turn = get_turn(conn, turn_id)
-    if turn.committed_at is not None:
+    if check_commit(turn):
         return turn
-    if turn.close_status is not None:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} was closed as {turn.close_status} ({turn.close_reason}); "
-            "a closed turn is never committed"
-        )
-    if turn.terminal_seq is None:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} has no terminal entry yet; record it before marking the commit"
-        )
     conn.execute(
         "UPDATE turn_ledger SET committed_at = ?, commit_outcome = ? WHERE turn_id = ?",
         (now, outcome, turn_id),
@@ -309,19 +362,10 @@ def close(
     ``abandoned`` also close a terminal turn whose commit is pending. Closing a closed
     turn again keeps the first record; a committed turn cannot be closed.
     """
-    if status not in CLOSED_STATUSES:
-        raise TurnLedgerError(f"{status!r} is not a closing status")
-    if not isinstance(reason, str) or not reason:
-        raise TurnLedgerError("closing a turn needs a non-empty reason")
+    check_close_request(status, reason)
     turn = get_turn(conn, turn_id)
-    if turn.close_status is not None:
+    if check_close(turn, status):
         return turn
-    if turn.committed_at is not None:
-        raise TurnLedgerError(f"turn {turn_id!r} was committed; it cannot be closed")
-    if turn.terminal_seq is not None and status in (TurnStatus.FAILED, TurnStatus.ABORTED):
-        raise TurnLedgerError(
-            f"turn {turn_id!r} reached its terminal entry; it cannot have {status.value}"
-        )
     conn.execute(
         "UPDATE turn_ledger SET closed_at = ?, close_status = ?, close_reason = ? "
         "WHERE turn_id = ?",
@@ -336,18 +380,11 @@ def reopen(conn: sqlite3.Connection, turn_id: str, *, owner_id: str | None = Non
     The reopened turn belongs to ``owner_id``, the process that runs the retry.
     """
     turn = get_turn(conn, turn_id)
-    if turn.status not in (TurnStatus.FAILED, TurnStatus.ABORTED):
-        raise TurnLedgerError(
-            f"turn {turn_id!r} is {turn.status.value}; only a failed or aborted turn is reopened"
-        )
     later = conn.execute(
         "SELECT turn_id FROM turn_ledger WHERE session_id = ? AND first_seq > ? LIMIT 1",
         (turn.session_id, turn.first_seq),
     ).fetchone()
-    if later is not None:
-        raise TurnLedgerError(
-            f"turn {turn_id!r} cannot be retried: turn {later[0]!r} was admitted after it"
-        )
+    check_reopen(turn, None if later is None else str(later[0]))
     conn.execute(
         "UPDATE turn_ledger SET closed_at = NULL, close_status = NULL, close_reason = NULL, "
         "owner_id = ? WHERE turn_id = ?",
