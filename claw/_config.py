@@ -125,9 +125,7 @@ class AgentDefaultsConfig:
     """``[agents.defaults]``: what every agent uses unless it says otherwise."""
 
     model: str | None = attrs.field(default=None, converter=_trim, validator=_model_refs)
-    fallbacks: tuple[str, ...] = attrs.field(
-        default=(), converter=_trim_all, validator=_model_refs
-    )
+    fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_trim_all, validator=_model_refs)
     system_prompt: str | None = None
     context_window: int = attrs.field(default=128_000, validator=_positive)
     max_tool_rounds: int = attrs.field(default=8, validator=_positive)

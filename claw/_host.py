@@ -646,9 +646,7 @@ async def open_host(
         async with AsyncExitStack() as stack:
             host._load_plugins(plugins)
             host._register_model_providers()
-            stores = await stack.enter_async_context(
-                host._state.open(workers=workers, clock=clock)
-            )
+            stores = await stack.enter_async_context(host._state.open(workers=workers, clock=clock))
             host._sessions = stores.sessions
             host._sessions.add_listener(host._on_session_change)
             transcripts = stores.transcripts

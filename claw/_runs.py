@@ -364,9 +364,7 @@ async def open_run(
         )
 
 
-def _inherit(
-    host: Host, parent: Run, resolved: ResolvedAudience
-) -> ResolvedAudience | NoAudience:
+def _inherit(host: Host, parent: Run, resolved: ResolvedAudience) -> ResolvedAudience | NoAudience:
     """A child inherits only within its parent's audience and root conversation, never wider."""
     key = resolved.invocation_key
     parent_audience = parent.audience

@@ -321,4 +321,3 @@ class StateBackend(Protocol):
     ) -> AbstractAsyncContextManager[StateStores]:
         """Open (creating or migrating as needed) the stores; close them on exit."""
         ...
-

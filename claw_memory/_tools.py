@@ -20,8 +20,6 @@ from claw.plugin_sdk import (
     MemoryGetRequest,
     MemoryReference,
     MemorySearchRequest,
-    OperatorAuthority,
-    SessionAuthority,
     Tool,
     ToolContext,
 )
@@ -90,21 +88,10 @@ def memory_tools(service: MemoryCoreService) -> list[Tool]:
         limit = _int_arg(arguments, "max_results", 6) or 6
         handle = await handle_for(context)
         result = await handle.search(MemorySearchRequest(query=query, max_results=min(limit, 20)))
-        authority = context.caller.authority
         hits = authorize_hits(
             service,
-            AuthorizeSearchHitsRequest(
-                agent_id=context.agent_id,
-                hits=result.hits,
-                session_key=context.session_key,
-                sandboxed=context.sandboxed,
-                trusted_agent_scope=context.agent_id
-                if isinstance(authority, OperatorAuthority)
-                else None,
-                audience=authority.audience if isinstance(authority, SessionAuthority) else None,
-                conversation_recall=authority.conversation_recall
-                if isinstance(authority, SessionAuthority)
-                else None,
+            AuthorizeSearchHitsRequest.for_caller(
+                agent_id=context.agent_id, authority=context.caller.authority, hits=result.hits
             ),
         )
         if not hits:

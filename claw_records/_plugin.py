@@ -38,8 +38,9 @@ DSN_ENV = "CLAW_POSTGRES_DSN"
 _PREFIX = f"plugins.entries.{PLUGIN_ID}.config"
 
 
-def _number(data: Mapping[str, Any], key: str, default: float, *, low: float, high: float | None,
-            what: str) -> float:
+def _number(
+    data: Mapping[str, Any], key: str, default: float, *, low: float, high: float | None, what: str
+) -> float:
     value = data.get(key, default)
     if (
         isinstance(value, bool)
@@ -95,8 +96,9 @@ class RecordsConfig:
             raise ConfigError(f"{_PREFIX}.deny_sandboxed", "expected true or false", value=deny)
         weight = data.get("vector_weight")
         if weight is not None:
-            weight = _number(data, "vector_weight", 0.5, low=0.0, high=1.0,
-                             what="a number between 0 and 1")
+            weight = _number(
+                data, "vector_weight", 0.5, low=0.0, high=1.0, what="a number between 0 and 1"
+            )
         pool = data.get("pool_size", 4)
         if isinstance(pool, bool) or not isinstance(pool, int) or not 1 <= pool <= 64:
             raise ConfigError(f"{_PREFIX}.pool_size", "expected 1 to 64 connections", value=pool)
@@ -105,11 +107,16 @@ class RecordsConfig:
             embedder=embedder,
             deny_sandboxed=deny,
             catch_up_interval=_number(
-                data, "catch_up_interval", 5.0, low=0.01, high=None,
+                data,
+                "catch_up_interval",
+                5.0,
+                low=0.01,
+                high=None,
                 what="a positive number of seconds",
             ),
-            min_score=_number(data, "min_score", 0.2, low=0.0, high=1.0,
-                              what="a number between 0 and 1"),
+            min_score=_number(
+                data, "min_score", 0.2, low=0.0, high=1.0, what="a number between 0 and 1"
+            ),
             vector_weight=weight,
             pool_size=pool,
         )

@@ -154,11 +154,15 @@ def authorize_hits(
             continue
         audience = request.audience
         recall = request.conversation_recall
-        if (audience is not None and audience.agent_id == request.agent_id and (
-            audience.kind == "owner-private" or key == audience.session_key
-        )) or (recall is not None and recall.agent_id == request.agent_id and (
-            key in recall.conversation_keys
-        )):
+        if (
+            audience is not None
+            and audience.agent_id == request.agent_id
+            and (audience.kind == "owner-private" or key == audience.session_key)
+        ) or (
+            recall is not None
+            and recall.agent_id == request.agent_id
+            and (key in recall.conversation_keys)
+        ):
             admitted.append(hit)
     return admitted
 
@@ -420,9 +424,7 @@ class RecordsMaintenance:
                 parse_line_fragment(reference.fragment)
             except ClawError as exc:
                 raise InvalidRecordError(str(exc)) from None
-            seen = await forget_record(
-                self.service, context, agent_id, reference.id, dry_run=True
-            )
+            seen = await forget_record(self.service, context, agent_id, reference.id, dry_run=True)
             whole = None if seen is None else line_fragment(1, _line_count(seen.text))
             if whole is not None and reference.fragment != whole:
                 raise InvalidRecordError(
@@ -480,8 +482,11 @@ class RecordsMaintenance:
                 "Memory Records forgets one record at a time: pass its reference"
             )
         found = await forget_record(self.service, context, agent_id, path, dry_run=dry_run)
-        return {"dryRun": dry_run, "chunks": 0 if found is None else 1,
-                "paths": [] if found is None else [path]}
+        return {
+            "dryRun": dry_run,
+            "chunks": 0 if found is None else 1,
+            "paths": [] if found is None else [path],
+        }
 
     async def describe(self, *, agent_id: str, context: MemoryCallerContext) -> dict[str, Any]:
         _require_operator(context)

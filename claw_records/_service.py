@@ -194,8 +194,9 @@ class RecordsService:
                     self.database()
                     e = self.embedder()
                     entry = _AgentIndex(
-                        RecordIndex(dims=None if e is None else e.dims,
-                                    embedder=self.embedder_identity())
+                        RecordIndex(
+                            dims=None if e is None else e.dims, embedder=self.embedder_identity()
+                        )
                     )
                     await self._catch_up_entry(agent_id, entry)
                     self._indexes[agent_id] = entry

@@ -293,8 +293,7 @@ def _locked_current(conn: Connection, agent_id: str, ref: str) -> Sequence[Any] 
 def record_partition(conn: Connection, agent_id: str, ref: str) -> str | None:
     """The partition of a live record (``None``: no such record, or forgotten)."""
     row = conn.execute(
-        "SELECT partition FROM memory_records WHERE agent_id = %s AND ref = %s"
-        " AND NOT forgotten",
+        "SELECT partition FROM memory_records WHERE agent_id = %s AND ref = %s AND NOT forgotten",
         (agent_id, ref),
     ).fetchone()
     return None if row is None else str(row[0])

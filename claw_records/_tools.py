@@ -21,8 +21,6 @@ from claw.plugin_sdk import (
     MemoryGetRequest,
     MemoryReference,
     MemorySearchRequest,
-    OperatorAuthority,
-    SessionAuthority,
     Tool,
     ToolContext,
 )
@@ -94,20 +92,10 @@ def record_tools(service: RecordsService) -> list[Tool]:
             return "record_search: 'max_results' must be a positive integer."
         handle = await handle_for(context)
         result = await handle.search(MemorySearchRequest(query=query, max_results=min(limit, 20)))
-        authority = context.caller.authority
-        session = authority if isinstance(authority, SessionAuthority) else None
         hits = authorize_hits(
             service,
-            AuthorizeSearchHitsRequest(
-                agent_id=context.agent_id,
-                hits=result.hits,
-                session_key=context.session_key,
-                sandboxed=context.sandboxed,
-                trusted_agent_scope=context.agent_id
-                if isinstance(authority, OperatorAuthority)
-                else None,
-                audience=session.audience if session else None,
-                conversation_recall=session.conversation_recall if session else None,
+            AuthorizeSearchHitsRequest.for_caller(
+                agent_id=context.agent_id, authority=context.caller.authority, hits=result.hits
             ),
         )
         if not hits:

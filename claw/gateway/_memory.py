@@ -409,9 +409,7 @@ async def memory_status(
 
 
 def _handler(
-    fn: Callable[
-        [Host, MemoryCallerContext, Mapping[str, Any], Check], Awaitable[dict[str, Any]]
-    ],
+    fn: Callable[[Host, MemoryCallerContext, Mapping[str, Any], Check], Awaitable[dict[str, Any]]],
 ) -> Callable[[GatewayRequestContext], Awaitable[dict[str, Any]]]:
     async def handle(ctx: GatewayRequestContext) -> dict[str, Any]:
         try:

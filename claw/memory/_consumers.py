@@ -222,9 +222,7 @@ async def trigger_recall(
                     max_results=max_results,
                 )
             )
-            items = _items(found.hits, "search") + _candidate_items(
-                triggers.candidates, "trigger"
-            )
+            items = _items(found.hits, "search") + _candidate_items(triggers.candidates, "trigger")
             return RecallResult(items=items)
     owner, _ = host.memory.selection()
     if owner is None or not host.plugin_registry.tools_of(owner, LEGACY_TRIGGER_TOOL):

@@ -145,9 +145,7 @@ class GuardedMemoryHandle:
         context = self._context
         await _await_current_async(lambda: verify_committed(context), self._wait_for_writes)
 
-    async def _call(
-        self, what: str, fn: Callable[[], Awaitable[T]], *, release: bool = False
-    ) -> T:
+    async def _call(self, what: str, fn: Callable[[], Awaitable[T]], *, release: bool = False) -> T:
         await self._current()
         try:
             result = await fn()
@@ -219,26 +217,8 @@ class GuardedMemoryHandle:
             return hits
         if self._authorize is None:
             return tuple(h for h in hits if h.source != "sessions")
-        authority = self._context.authority
-        session_key: str | None = None
-        sandboxed = False
-        audience = recall = None
-        trusted: str | None = None
-        if isinstance(authority, SessionAuthority):
-            session_key = authority.session_key
-            sandboxed = authority.sandboxed
-            audience = authority.audience
-            recall = authority.conversation_recall
-        else:
-            trusted = self.agent_id
-        request = AuthorizeSearchHitsRequest(
-            agent_id=self.agent_id,
-            hits=hits,
-            session_key=session_key,
-            sandboxed=sandboxed,
-            trusted_agent_scope=trusted,
-            audience=audience,
-            conversation_recall=recall,
+        request = AuthorizeSearchHitsRequest.for_caller(
+            agent_id=self.agent_id, authority=self._context.authority, hits=hits
         )
         authorize = self._authorize
         admitted = await self._call("authorize_search_hits", lambda: authorize(request))

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 import attrs
 
+from .._capabilities import CallerAuthority, SessionAuthority
 from .._errors import ContractError
 
 Source = Literal["memory", "sessions"]
@@ -278,6 +279,28 @@ class AuthorizeSearchHitsRequest:
     trusted_agent_scope: str | None = None
     audience: Any = None
     conversation_recall: Any = None
+
+    @classmethod
+    def for_caller(
+        cls, *, agent_id: str, authority: CallerAuthority, hits: tuple[MemorySearchHit, ...]
+    ) -> AuthorizeSearchHitsRequest:
+        """The request for hits found for ``authority`` (a run's caller authority).
+
+        A session's authority supplies its session, sandboxing and host-minted grants;
+        any other authority (an operator's or the host's) is trusted with the agent's own
+        session hits. The host's runtime and the bundled plugins' search tools build
+        their requests here, so the rule lives once.
+        """
+        if isinstance(authority, SessionAuthority):
+            return cls(
+                agent_id=agent_id,
+                hits=hits,
+                session_key=authority.session_key,
+                sandboxed=authority.sandboxed,
+                audience=authority.audience,
+                conversation_recall=authority.conversation_recall,
+            )
+        return cls(agent_id=agent_id, hits=hits, trusted_agent_scope=agent_id)
 
 
 @attrs.frozen

@@ -66,9 +66,7 @@ class PostgresSessionLister:
         try:
             return await self._workers.run_sync(self._list, agent_id)
         except psycopg.Error as exc:
-            raise translate(exc, what="list sessions", dsn=self._dsn) from chainable(
-                exc, self._dsn
-            )
+            raise translate(exc, what="list sessions", dsn=self._dsn) from chainable(exc, self._dsn)
 
     def _close(self) -> None:
         with self._lock:

@@ -131,8 +131,9 @@ class Database:
         if self._closed:
             raise HostClosedError(f"{self.name}: the connection pool is closed")
 
-    def _execute(self, query: _Query, fn: Callable[..., T], args: tuple[Any, ...],
-                 transaction: bool) -> T:
+    def _execute(
+        self, query: _Query, fn: Callable[..., T], args: tuple[Any, ...], transaction: bool
+    ) -> T:
         """The worker-thread side of a call."""
         with self._pool.connection(timeout=self._acquire_timeout) as conn:
             query.attach(conn)
@@ -149,8 +150,7 @@ class Database:
             finally:
                 query.detach()
 
-    async def _call(self, fn: Callable[..., T], args: tuple[Any, ...], *,
-                    transaction: bool) -> T:
+    async def _call(self, fn: Callable[..., T], args: tuple[Any, ...], *, transaction: bool) -> T:
         self._check_open()
         query = _Query()
         done = trio.Event()

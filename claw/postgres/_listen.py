@@ -110,8 +110,12 @@ class _ListenerThread:
         """Give ``event`` to the event loop; False once nobody listens any more."""
         try:
             trio.from_thread.run(self.send.send, event, trio_token=self.token)
-        except (trio.RunFinishedError, trio.BrokenResourceError, trio.ClosedResourceError,
-                trio.Cancelled):
+        except (
+            trio.RunFinishedError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.Cancelled,
+        ):
             return False
         return True
 
@@ -131,8 +135,11 @@ class _ListenerThread:
                     try:
                         self.conn = _connect(self.dsn, self.channels)
                     except psycopg.Error as exc:
-                        log.warning("LISTEN on %s: reconnect failed: %s", describe(self.dsn),
-                                    scrub(str(exc), self.dsn))
+                        log.warning(
+                            "LISTEN on %s: reconnect failed: %s",
+                            describe(self.dsn),
+                            scrub(str(exc), self.dsn),
+                        )
                         if not self._wait(None, backoff):
                             return
                         backoff = min(backoff * 2, self.max_backoff)
@@ -148,8 +155,11 @@ class _ListenerThread:
                     if not self._wait(self.conn.fileno(), None):
                         return
                 except psycopg.Error as exc:
-                    log.warning("LISTEN on %s: connection lost, reconnecting: %s",
-                                describe(self.dsn), scrub(str(exc), self.dsn))
+                    log.warning(
+                        "LISTEN on %s: connection lost, reconnecting: %s",
+                        describe(self.dsn),
+                        scrub(str(exc), self.dsn),
+                    )
                     self._drop()
         finally:
             self._drop()
@@ -182,7 +192,10 @@ async def open_listener(
         raise translate(exc, what="LISTEN", dsn=dsn) from chainable(exc, dsn)
     send, receive = trio.open_memory_channel[ListenEvent](buffer)
     listener = _ListenerThread(
-        dsn=dsn, channels=tuple(channels), send=send, token=trio.lowlevel.current_trio_token(),
+        dsn=dsn,
+        channels=tuple(channels),
+        send=send,
+        token=trio.lowlevel.current_trio_token(),
         conn=conn,
     )
     listener.start()

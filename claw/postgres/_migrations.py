@@ -98,7 +98,7 @@ def migrate(
             f"the {component} schema in {where} has migrations {list(applied)!r} in an order "
             f"this build does not ({list(known)!r}); refusing to guess"
         )
-    todo = migrations[len(applied):]
+    todo = migrations[len(applied) :]
     for position, migration in enumerate(todo, start=len(applied) + 1):
         for statement in migration.statements:
             conn.execute(statement)

@@ -79,9 +79,18 @@ def _row(values: tuple[Any, ...]) -> SessionRow:
 
 def _values(row: SessionRow) -> tuple[object, ...]:
     return (
-        row.agent_id, row.session_key, row.session_id, row.lifecycle_revision, row.chat_type,
-        row.peer_is_owner, row.parent_key, row.parent_session_id, row.parent_revision,
-        row.created_at, row.updated_at, row.spawned_by_owner,
+        row.agent_id,
+        row.session_key,
+        row.session_id,
+        row.lifecycle_revision,
+        row.chat_type,
+        row.peer_is_owner,
+        row.parent_key,
+        row.parent_session_id,
+        row.parent_revision,
+        row.created_at,
+        row.updated_at,
+        row.spawned_by_owner,
     )
 
 
@@ -123,8 +132,16 @@ def _replace(conn: Connection, old: SessionRow, new: SessionRow) -> _Change:
         "UPDATE claw_sessions SET agent_id = %s, session_id = %s, lifecycle_revision = %s, "
         "chat_type = %s, peer_is_owner = %s, created_at = %s, updated_at = %s "
         "WHERE session_key = %s",
-        (new.agent_id, new.session_id, new.lifecycle_revision, new.chat_type,
-         new.peer_is_owner, new.created_at, new.updated_at, old.session_key),
+        (
+            new.agent_id,
+            new.session_id,
+            new.lifecycle_revision,
+            new.chat_type,
+            new.peer_is_owner,
+            new.created_at,
+            new.updated_at,
+            old.session_key,
+        ),
     )
     _notify(conn, new.session_key)
     return _Change(new.session_key, new, new.lifecycle_revision)
@@ -136,8 +153,7 @@ def _insert_new(conn: Connection, row: SessionRow) -> _Change:
     # Lock the key's watermark (or its absence, through the row lock below) so a
     # concurrent re-create on another host cannot reuse a revision.
     found = conn.execute(
-        "SELECT last_revision FROM claw_session_key_watermarks WHERE session_key = %s "
-        "FOR UPDATE",
+        "SELECT last_revision FROM claw_session_key_watermarks WHERE session_key = %s FOR UPDATE",
         (key,),
     ).fetchone()
     mark = 0 if found is None else int(found[0])
@@ -252,9 +268,10 @@ def _op_delete(conn: Connection, key: str) -> _Change:
 def _load_all(conn: Connection) -> tuple[dict[str, SessionRow], dict[str, int]]:
     # One REPEATABLE READ transaction: rows and watermarks of the same moment.
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    rows = {r.session_key: r for r in map(
-        _row, conn.execute(f"SELECT {_COLUMNS} FROM claw_sessions").fetchall()
-    )}
+    rows = {
+        r.session_key: r
+        for r in map(_row, conn.execute(f"SELECT {_COLUMNS} FROM claw_sessions").fetchall())
+    }
     marks = {
         str(k): int(v)
         for k, v in conn.execute(
@@ -433,7 +450,8 @@ class PostgresSessionStore:
     async def has_agent(self, agent_id: str) -> bool:
         self._check_open()
         rows = await self._db.run(
-            _select, f"SELECT {_COLUMNS} FROM claw_sessions WHERE agent_id = %s LIMIT 1",
+            _select,
+            f"SELECT {_COLUMNS} FROM claw_sessions WHERE agent_id = %s LIMIT 1",
             (agent_id,),
         )
         return bool(rows)
@@ -454,7 +472,8 @@ class PostgresSessionStore:
             agent_id=validate_key("agent_id", agent_id),
             session_key=validate_key("session_key", key),
             session_id=(
-                str(uuid.uuid4()) if session_id is None
+                str(uuid.uuid4())
+                if session_id is None
                 else validate_session_id("session_id", session_id)
             ),
             lifecycle_revision=0,
@@ -483,14 +502,20 @@ class PostgresSessionStore:
             )
         if chat_type is not None:
             validate_chat_type("chat_type", chat_type)
-        sid = str(uuid.uuid4()) if session_id is None else validate_session_id(
-            "session_id", session_id
+        sid = (
+            str(uuid.uuid4())
+            if session_id is None
+            else validate_session_id("session_id", session_id)
         )
         return await self._change_row(
             child_key,
             functools.partial(
-                _op_spawn_child, parent_key=parent_key, child_key=child_key,
-                chat_type=chat_type, session_id=sid, sender_is_owner=sender_is_owner,
+                _op_spawn_child,
+                parent_key=parent_key,
+                child_key=child_key,
+                chat_type=chat_type,
+                session_id=sid,
+                sender_is_owner=sender_is_owner,
                 now=self._clock(),
             ),
         )
@@ -520,8 +545,12 @@ class PostgresSessionStore:
         return await self._change_row(
             key,
             functools.partial(
-                _op_reassign, key=key, agent_id=agent_id, chat_type=chat_type,
-                peer_is_owner=peer_is_owner, now=self._clock(),
+                _op_reassign,
+                key=key,
+                agent_id=agent_id,
+                chat_type=chat_type,
+                peer_is_owner=peer_is_owner,
+                now=self._clock(),
             ),
         )
 

@@ -49,7 +49,9 @@ def owner_application_name(owner_id: str) -> str:
 
 def _hold_owner_lock(dsn: str, owner_id: str) -> psycopg.Connection[Any]:
     conn = psycopg.connect(
-        dsn, autocommit=True, connect_timeout=10,
+        dsn,
+        autocommit=True,
+        connect_timeout=10,
         application_name=owner_application_name(owner_id),
     )
     try:
@@ -65,9 +67,7 @@ def _release_owner_lock(conn: psycopg.Connection[Any], owner_id: str) -> None:
     # its locks) a moment after the client is gone, and a clean exit should not leave
     # a window in which this host still looks alive.
     try:
-        conn.execute(
-            "SELECT pg_advisory_unlock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner_id)
-        )
+        conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner_id))
     except psycopg.Error:
         pass  # the connection is already gone, and the lock with it
     finally:

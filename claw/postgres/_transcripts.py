@@ -196,8 +196,13 @@ def _append(
             )
             entries.append(
                 TranscriptEntry(
-                    session_key=session_key, session_id=session_id, seq=seq, kind=kind,
-                    created_at=now, payload=message, turn_id=turn_id,
+                    session_key=session_key,
+                    session_id=session_id,
+                    seq=seq,
+                    kind=kind,
+                    created_at=now,
+                    payload=message,
+                    turn_id=turn_id,
                     advancement_key=advancement_key,
                 )
             )
@@ -241,8 +246,13 @@ def _append_compaction(
     )
     _changed(conn, session_key)
     return TranscriptEntry(
-        session_key=session_key, session_id=session_id, seq=seq,
-        kind=TranscriptEntryKind.COMPACTION, created_at=now, payload=message, turn_id=turn_id,
+        session_key=session_key,
+        session_id=session_id,
+        seq=seq,
+        kind=TranscriptEntryKind.COMPACTION,
+        created_at=now,
+        payload=message,
+        turn_id=turn_id,
         compaction=CompactionInfo(kept, tokens_before, tokens_after),
     )
 
@@ -261,8 +271,7 @@ def _admit(
     now: float,
 ) -> tuple[TranscriptEntry, AdmittedTurn]:
     recorded = conn.execute(
-        f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger WHERE advancement_key = %s OR "
-        "turn_id = %s",
+        f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger WHERE advancement_key = %s OR turn_id = %s",
         (advancement_key, turn_id),
     ).fetchone()
     if recorded is not None:
@@ -280,15 +289,30 @@ def _admit(
         f"INSERT INTO claw_turn_ledger ({_TURN_COLUMNS}) VALUES "
         "(%s, %s, %s, %s, %s, %s, NULL, %s, NULL, NULL, NULL, NULL, NULL, NULL, %s, %s) "
         "ON CONFLICT DO NOTHING",
-        (turn_id, session_key, session_id, advancement_key, engine_id, seq, now,
-         lifecycle_revision, owner_id),
+        (
+            turn_id,
+            session_key,
+            session_id,
+            advancement_key,
+            engine_id,
+            seq,
+            now,
+            lifecycle_revision,
+            owner_id,
+        ),
     ).rowcount
     if inserted != 1:
         raise _AlreadyAdmitted
     _changed(conn, session_key)
     entry = TranscriptEntry(
-        session_key=session_key, session_id=session_id, seq=seq, kind=TranscriptEntryKind.USER,
-        created_at=now, payload=message, turn_id=turn_id, advancement_key=advancement_key,
+        session_key=session_key,
+        session_id=session_id,
+        seq=seq,
+        kind=TranscriptEntryKind.USER,
+        created_at=now,
+        payload=message,
+        turn_id=turn_id,
+        advancement_key=advancement_key,
     )
     return entry, _get_turn(conn, turn_id)
 
@@ -312,9 +336,12 @@ def _recorded_admission(
         (turn.session_id, turn.first_seq),
     ).fetchone()
     # Only an exact repeat (same turn, key, session and message) gets the record back.
-    if (turn.turn_id, turn.advancement_key, turn.session_id) != (
-        turn_id, advancement_key, session_id
-    ) or stored is None or stored[0] != payload:
+    if (
+        (turn.turn_id, turn.advancement_key, turn.session_id)
+        != (turn_id, advancement_key, session_id)
+        or stored is None
+        or stored[0] != payload
+    ):
         what = "turn id" if turn.turn_id == turn_id else "advancement key"
         raise TurnLedgerError(
             f"{what} already recorded for turn {turn.turn_id!r} (advancement key "
@@ -417,7 +444,10 @@ def _close_orphans(
 
 
 def _read_entries(
-    conn: Connection, session_id: str, after_seq: int, through_seq: int | None,
+    conn: Connection,
+    session_id: str,
+    after_seq: int,
+    through_seq: int | None,
     limit: int | None,
 ) -> tuple[TranscriptEntry, ...]:
     sql = f"SELECT {_ENTRY_COLUMNS} {_FROM} WHERE e.session_id = %s AND e.seq > %s"
@@ -608,8 +638,13 @@ class PostgresTranscriptStore:
         rows = [(_KIND_OF[type(m)], _encode(m), m) for m in messages]
         result: tuple[TranscriptEntry, ...] = await self._write(
             functools.partial(
-                _append, session_key=session_key, session_id=session_id, rows=rows,
-                turn_id=turn_id, advancement_key=advancement_key, terminal=terminal,
+                _append,
+                session_key=session_key,
+                session_id=session_id,
+                rows=rows,
+                turn_id=turn_id,
+                advancement_key=advancement_key,
+                terminal=terminal,
                 now=self._clock(),
             )
         )
@@ -628,9 +663,14 @@ class PostgresTranscriptStore:
     ) -> TranscriptEntry:
         result: TranscriptEntry = await self._write(
             functools.partial(
-                _append_compaction, session_key=session_key, session_id=session_id,
-                message=CompactionSummary(summary), first_kept_seq=first_kept_seq,
-                tokens_before=tokens_before, tokens_after=tokens_after, turn_id=turn_id,
+                _append_compaction,
+                session_key=session_key,
+                session_id=session_id,
+                message=CompactionSummary(summary),
+                first_kept_seq=first_kept_seq,
+                tokens_before=tokens_before,
+                tokens_after=tokens_after,
+                turn_id=turn_id,
                 now=self._clock(),
             )
         )
@@ -703,15 +743,24 @@ class PostgresTranscriptStore:
         try:
             result: tuple[TranscriptEntry, AdmittedTurn] = await self._write(
                 functools.partial(
-                    _admit, session_key=session_key, session_id=session_id,
-                    message=user_message, turn_id=turn_id, advancement_key=advancement_key,
-                    engine_id=engine_id, lifecycle_revision=lifecycle_revision,
-                    owner_id=self._owner_id, now=self._clock(),
+                    _admit,
+                    session_key=session_key,
+                    session_id=session_id,
+                    message=user_message,
+                    turn_id=turn_id,
+                    advancement_key=advancement_key,
+                    engine_id=engine_id,
+                    lifecycle_revision=lifecycle_revision,
+                    owner_id=self._owner_id,
+                    now=self._clock(),
                 )
             )
         except _AlreadyAdmitted:
             result = await self._read(
-                _recorded_admission, session_id, turn_id, advancement_key,
+                _recorded_admission,
+                session_id,
+                turn_id,
+                advancement_key,
                 _encode(user_message),
             )
         return result
@@ -763,4 +812,3 @@ class PostgresTranscriptStore:
     async def get_turn(self, turn_id: str) -> AdmittedTurn:
         result: AdmittedTurn = await self._read(_get_turn, turn_id)
         return result
-

@@ -30,8 +30,9 @@ def translate(exc: BaseException, *, what: str, dsn: str) -> ClawError:
     else:
         sqlstate = getattr(exc, "sqlstate", None)
         code = f", SQLSTATE {sqlstate}" if sqlstate else ""
-        error = DatabaseError(f"{what} on {where} failed ({cause}{code}): {message}",
-                              sqlstate=sqlstate)
+        error = DatabaseError(
+            f"{what} on {where} failed ({cause}{code}): {message}", sqlstate=sqlstate
+        )
     return error
 
 

@@ -161,9 +161,7 @@ def _walk(view: SessionView, start: SessionRow, max_sessions: int) -> list[Sessi
         if parent is None or parent.session_key != row.parent_key:
             return f"stale lineage: the parent {row.parent_key!r} of {row.session_key!r} is gone"
         if parent.agent_id != row.agent_id:
-            return (
-                f"the parent {row.parent_key!r} of {row.session_key!r} belongs to another agent"
-            )
+            return f"the parent {row.parent_key!r} of {row.session_key!r} belongs to another agent"
         if (
             parent.session_id != row.parent_session_id
             or parent.lifecycle_revision != row.parent_revision

@@ -84,6 +84,7 @@ def _sessions_ddl(name: str, *, receipts: bool = True) -> str:
         receipt_check=_RECEIPT_CHECK if receipts else "",
     )
 
+
 _WATERMARKS_DDL: Final[str] = """
 CREATE TABLE session_key_watermarks (
     session_key TEXT PRIMARY KEY NOT NULL,

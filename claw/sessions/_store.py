@@ -609,7 +609,7 @@ class SessionStore:
                 session_id=sid,
                 sender_is_owner=sender_is_owner,
                 now=self._clock(),
-            )
+            ),
         )
 
     async def reset(self, key: str, *, keep_session_id: bool = True) -> SessionRow:
@@ -619,7 +619,7 @@ class SessionStore:
             key,
             functools.partial(
                 _op_reset, key=key, keep_session_id=keep_session_id, now=self._clock()
-            )
+            ),
         )
 
     async def reassign(
@@ -650,7 +650,7 @@ class SessionStore:
                 chat_type=chat_type,
                 peer_is_owner=peer_is_owner,
                 now=self._clock(),
-            )
+            ),
         )
 
     async def delete(self, key: str) -> None:

@@ -775,9 +775,7 @@ def _same_admission(
     if row is None or row[0] != turn_id or row[1] != session_id:
         return None
     first = int(row[2])
-    (entry,) = _read_entries_sync(
-        conn, session_id, after_seq=first - 1, through_seq=first, limit=1
-    )
+    (entry,) = _read_entries_sync(conn, session_id, after_seq=first - 1, through_seq=first, limit=1)
     stored = conn.execute(
         "SELECT payload FROM transcript_entries WHERE session_id = ? AND seq = ?",
         (session_id, first),
