@@ -1,7 +1,8 @@
 """Transcripts and the accepted-turns ledger in PostgreSQL, shared by every host.
 
 The same contracts as the SQLite store (:mod:`claw.turns._transcript`,
-:mod:`claw.turns._ledger`), whose value types and validation it reuses:
+:mod:`claw.turns._ledger`), whose rules and SQL it shares through
+:mod:`claw.turns._transcript_core` (only the table names and placeholders differ):
 
 * An append (or an admission: the user entry and the ledger row) is one transaction.
   Entries of one transcript are numbered under a transaction-scoped advisory lock on
@@ -30,7 +31,8 @@ import psycopg
 import trio
 
 from .._errors import HostClosedError
-from ..models import CompactionSummary, Message, ToolCall, UserMessage
+from ..models import CompactionSummary, Message, UserMessage
+from ..turns import _transcript_core as core
 from ..turns._ledger import (
     AdmittedTurn,
     TurnLedgerError,
@@ -42,10 +44,8 @@ from ..turns._ledger import (
     check_reopen,
     check_terminal,
 )
-from ..turns._transcript import (
-    _KIND_OF,
+from ..turns._transcript_core import (
     Appendable,
-    CompactionInfo,
     TranscriptCursor,
     TranscriptDelta,
     TranscriptEntry,
@@ -53,9 +53,6 @@ from ..turns._transcript import (
     TranscriptError,
     TranscriptStats,
     UnknownEntryError,
-    _encode,
-    _row_to_entry,
-    entry_id,
     parse_entry_id,
 )
 from ._database import Database
@@ -65,14 +62,15 @@ Connection = psycopg.Connection[Any]
 
 TRANSCRIPT_CHANNEL: Final[str] = "claw_transcript_changes"
 
-_ENTRY_COLUMNS: Final[str] = (
-    "s.session_key, e.session_id, e.seq, e.kind, e.created_at, e.payload, e.turn_id, "
-    "e.advancement_key, e.first_kept_seq, e.tokens_before, e.tokens_after"
+POSTGRES = core.TranscriptSql(
+    entries="claw_transcript_entries",
+    sessions="claw_transcript_sessions",
+    ledger="claw_turn_ledger",
+    placeholder="%s",
+    payload_bytes="octet_length(payload)",
+    creation_tiebreak="position",
 )
-_FROM: Final[str] = (
-    "FROM claw_transcript_entries e JOIN claw_transcript_sessions s USING (session_id)"
-)
-_INVISIBLE: Final[str] = "('tool_call', 'compaction')"
+"""The PostgreSQL spelling of the transcript tables."""
 _TURN_COLUMNS: Final[str] = (
     "turn_id, session_key, session_id, advancement_key, engine_id, first_seq, terminal_seq, "
     "admitted_at, terminal_at, committed_at, commit_outcome, closed_at, close_status, "
@@ -112,39 +110,9 @@ def _changed(conn: Connection, session_key: str) -> None:
 
 
 def _claim_session(conn: Connection, session_key: str, session_id: str, now: float) -> None:
-    for name, value in (("session_key", session_key), ("session_id", session_id)):
-        if not isinstance(value, str) or not value:
-            raise TranscriptError(f"{name} must be a non-empty string, got {value!r}")
+    core.check_session_names(session_key, session_id)
     _lock_transcript(conn, session_id)
-    conn.execute(
-        "INSERT INTO claw_transcript_sessions (session_id, session_key, created_at) "
-        "VALUES (%s, %s, %s) ON CONFLICT (session_id) DO NOTHING",
-        (session_id, session_key, now),
-    )
-    (owner,) = conn.execute(
-        "SELECT session_key FROM claw_transcript_sessions WHERE session_id = %s", (session_id,)
-    ).fetchone() or (None,)
-    if owner != session_key:
-        raise TranscriptError(
-            f"session id {session_id!r} has its transcript under session key {owner!r}, "
-            f"not {session_key!r}"
-        )
-
-
-def _last_seq(conn: Connection, session_id: str) -> int:
-    row = conn.execute(
-        "SELECT MAX(seq) FROM claw_transcript_entries WHERE session_id = %s", (session_id,)
-    ).fetchone()
-    return int(row[0] or 0) if row else 0
-
-
-def _latest_compaction(conn: Connection, session_id: str) -> tuple[int, int] | None:
-    row = conn.execute(
-        "SELECT seq, first_kept_seq FROM claw_transcript_entries "
-        "WHERE session_id = %s AND kind = 'compaction' ORDER BY seq DESC LIMIT 1",
-        (session_id,),
-    ).fetchone()
-    return None if row is None else (int(row[0]), int(row[1]))
+    core.claim_session(conn, POSTGRES, session_key, session_id, now)
 
 
 def _set_terminal(
@@ -173,44 +141,27 @@ def _append(
 ) -> tuple[TranscriptEntry, ...]:
     _claim_session(conn, session_key, session_id, now)
     if turn_id is not None:
-        turn = _get_turn(conn, turn_id)
-        if turn.session_id != session_id:
-            raise TranscriptError(
-                f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
-            )
-        if advancement_key is not None and advancement_key != turn.advancement_key:
-            raise TranscriptError(
-                f"turn {turn_id!r} has advancement key {turn.advancement_key!r}, "
-                f"not {advancement_key!r}"
-            )
-        advancement_key = turn.advancement_key
-    seq = _last_seq(conn, session_id)
-    entries = []
-    with conn.cursor() as cur:
-        for kind, payload, message in rows:
-            seq += 1
-            cur.execute(
-                "INSERT INTO claw_transcript_entries (session_id, seq, kind, created_at, "
-                "payload, turn_id, advancement_key) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (session_id, seq, kind.value, now, payload, turn_id, advancement_key),
-            )
-            entries.append(
-                TranscriptEntry(
-                    session_key=session_key,
-                    session_id=session_id,
-                    seq=seq,
-                    kind=kind,
-                    created_at=now,
-                    payload=message,
-                    turn_id=turn_id,
-                    advancement_key=advancement_key,
-                )
-            )
+        advancement_key = core.turn_advancement(
+            _get_turn(conn, turn_id),
+            turn_id=turn_id,
+            session_id=session_id,
+            advancement_key=advancement_key,
+        )
+    entries = core.insert_entries(
+        conn,
+        POSTGRES,
+        session_key=session_key,
+        session_id=session_id,
+        rows=rows,
+        turn_id=turn_id,
+        advancement_key=advancement_key,
+        now=now,
+    )
     if terminal:
         assert turn_id is not None
-        _set_terminal(conn, turn_id, session_id=session_id, terminal_seq=seq, now=now)
+        _set_terminal(conn, turn_id, session_id=session_id, terminal_seq=entries[-1].seq, now=now)
     _changed(conn, session_key)
-    return tuple(entries)
+    return entries
 
 
 def _append_compaction(
@@ -226,35 +177,20 @@ def _append_compaction(
     now: float,
 ) -> TranscriptEntry:
     _claim_session(conn, session_key, session_id, now)
-    seq = _last_seq(conn, session_id) + 1
-    kept = seq if first_kept_seq is None else first_kept_seq
-    previous = _latest_compaction(conn, session_id)
-    floor = 1 if previous is None else previous[1]
-    if not isinstance(kept, int) or not floor <= kept <= seq:
-        raise TranscriptError(
-            f"first_kept_seq must be between {floor} (the previous compaction's first "
-            f"kept entry) and {seq} (this compaction), got {first_kept_seq!r}"
-        )
-    for name, value in (("tokens_before", tokens_before), ("tokens_after", tokens_after)):
-        if value is not None and (not isinstance(value, int) or value < 0):
-            raise TranscriptError(f"{name} must be a non-negative int, got {value!r}")
-    conn.execute(
-        "INSERT INTO claw_transcript_entries (session_id, seq, kind, created_at, payload, "
-        "turn_id, first_kept_seq, tokens_before, tokens_after) "
-        "VALUES (%s, %s, 'compaction', %s, %s, %s, %s, %s, %s)",
-        (session_id, seq, now, _encode(message), turn_id, kept, tokens_before, tokens_after),
-    )
-    _changed(conn, session_key)
-    return TranscriptEntry(
+    entry = core.insert_compaction(
+        conn,
+        POSTGRES,
         session_key=session_key,
         session_id=session_id,
-        seq=seq,
-        kind=TranscriptEntryKind.COMPACTION,
-        created_at=now,
-        payload=message,
+        message=message,
+        first_kept_seq=first_kept_seq,
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
         turn_id=turn_id,
-        compaction=CompactionInfo(kept, tokens_before, tokens_after),
+        now=now,
     )
+    _changed(conn, session_key)
+    return entry
 
 
 def _admit(
@@ -277,12 +213,17 @@ def _admit(
     if recorded is not None:
         raise _AlreadyAdmitted
     _claim_session(conn, session_key, session_id, now)
-    seq = _last_seq(conn, session_id) + 1
-    conn.execute(
-        "INSERT INTO claw_transcript_entries (session_id, seq, kind, created_at, payload, "
-        "turn_id, advancement_key) VALUES (%s, %s, 'user', %s, %s, %s, %s)",
-        (session_id, seq, now, _encode(message), turn_id, advancement_key),
+    (entry,) = core.insert_entries(
+        conn,
+        POSTGRES,
+        session_key=session_key,
+        session_id=session_id,
+        rows=[(TranscriptEntryKind.USER, core.encode(message), message)],
+        turn_id=turn_id,
+        advancement_key=advancement_key,
+        now=now,
     )
+    seq = entry.seq
     # Another host admitting the same key waits here on the unique index until the
     # first transaction ends, then records nothing: exactly one turn per key.
     inserted = conn.execute(
@@ -304,16 +245,6 @@ def _admit(
     if inserted != 1:
         raise _AlreadyAdmitted
     _changed(conn, session_key)
-    entry = TranscriptEntry(
-        session_key=session_key,
-        session_id=session_id,
-        seq=seq,
-        kind=TranscriptEntryKind.USER,
-        created_at=now,
-        payload=message,
-        turn_id=turn_id,
-        advancement_key=advancement_key,
-    )
     return entry, _get_turn(conn, turn_id)
 
 
@@ -348,18 +279,21 @@ def _recorded_admission(
             f"{turn.advancement_key!r}); admit each logical turn once and reuse its record "
             "on retry"
         )
-    entries = _read_entries(conn, session_id, turn.first_seq - 1, turn.first_seq, 1)
+    entries = core.read_entries(
+        conn,
+        POSTGRES,
+        session_id,
+        after_seq=turn.first_seq - 1,
+        through_seq=turn.first_seq,
+        limit=1,
+    )
     return entries[0], turn
 
 
 def _terminal(conn: Connection, turn_id: str, terminal_seq: int, now: float) -> AdmittedTurn:
     turn = _get_turn(conn, turn_id)
     _lock_transcript(conn, turn.session_id)
-    if not 0 < terminal_seq <= _last_seq(conn, turn.session_id):
-        raise TranscriptError(
-            f"entry {entry_id(turn.session_id, terminal_seq)} does not exist; append "
-            "the terminal entry before marking it"
-        )
+    core.check_terminal_exists(conn, POSTGRES, turn, terminal_seq)
     result = _set_terminal(
         conn, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
     )
@@ -443,91 +377,9 @@ def _close_orphans(
     return tuple(closed)
 
 
-def _read_entries(
-    conn: Connection,
-    session_id: str,
-    after_seq: int,
-    through_seq: int | None,
-    limit: int | None,
-) -> tuple[TranscriptEntry, ...]:
-    sql = f"SELECT {_ENTRY_COLUMNS} {_FROM} WHERE e.session_id = %s AND e.seq > %s"
-    args: list[object] = [session_id, after_seq]
-    if through_seq is not None:
-        sql += " AND e.seq <= %s"
-        args.append(through_seq)
-    sql += " ORDER BY e.seq"
-    if limit is not None:
-        if limit < 0:
-            raise TranscriptError(f"limit must not be negative, got {limit}")
-        sql += " LIMIT %s"
-        args.append(limit)
-    return tuple(_row_to_entry(row) for row in conn.execute(sql, args).fetchall())
-
-
-def _stats(conn: Connection, session_id: str) -> TranscriptStats:
-    row = conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(octet_length(payload)), 0), COALESCE(MAX(seq), 0), "
-        "COUNT(*) FILTER (WHERE kind = 'compaction'), MAX(seq) FILTER (WHERE kind = 'compaction') "
-        "FROM claw_transcript_entries WHERE session_id = %s",
-        (session_id,),
-    ).fetchone()
-    assert row is not None
-    count, size, last, compactions, last_compaction = row
-    open_seqs = tuple(
-        int(r[0])
-        for r in conn.execute(
-            f"SELECT first_seq FROM claw_turn_ledger WHERE session_id = %s AND {_OPEN} "
-            "ORDER BY first_seq",
-            (session_id,),
-        ).fetchall()
-    )
-    return TranscriptStats(
-        session_id=session_id,
-        entry_count=int(count),
-        byte_size=int(size),
-        last_seq=int(last),
-        compaction_count=int(compactions),
-        last_compaction_seq=None if last_compaction is None else int(last_compaction),
-        open_turn_seqs=open_seqs,
-    )
-
-
-def _session_ids(conn: Connection, session_key: str) -> tuple[str, ...]:
-    rows = conn.execute(
-        "SELECT session_id FROM claw_transcript_sessions WHERE session_key = %s "
-        "ORDER BY created_at, position",
-        (session_key,),
-    ).fetchall()
-    return tuple(str(r[0]) for r in rows)
-
-
 def _delta(conn: Connection, session_id: str, cursor: TranscriptCursor | None) -> TranscriptDelta:
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    last = _last_seq(conn, session_id)
-    compaction = _latest_compaction(conn, session_id)
-    epoch = 0 if compaction is None else compaction[0]
-    rebuilt = cursor is None or cursor.epoch != epoch or cursor.seq > last
-    head: list[TranscriptEntry] = []
-    if rebuilt:
-        start = 1 if compaction is None else compaction[1]
-        if compaction is not None:
-            head = list(_read_entries(conn, session_id, compaction[0] - 1, compaction[0], 1))
-    else:
-        assert cursor is not None
-        start = cursor.seq + 1
-    rows = conn.execute(
-        f"SELECT {_ENTRY_COLUMNS} {_FROM} WHERE e.session_id = %s AND e.seq >= %s "
-        f"AND e.kind NOT IN {_INVISIBLE} ORDER BY e.seq",
-        (session_id, start),
-    ).fetchall()
-    entries = head + [_row_to_entry(r) for r in rows]
-    messages = tuple(e.payload for e in entries if not isinstance(e.payload, ToolCall))
-    return TranscriptDelta(
-        messages=messages,
-        entry_ids=tuple(e.entry_id for e in entries),
-        cursor=TranscriptCursor(session_id, epoch, last),
-        rebuilt=rebuilt,
-    )
+    return core.delta(conn, POSTGRES, session_id, cursor)
 
 
 def _select_turns(
@@ -624,18 +476,7 @@ class PostgresTranscriptStore:
         advancement_key: str | None = None,
         terminal: bool = False,
     ) -> tuple[TranscriptEntry, ...]:
-        if not messages:
-            raise TranscriptError("append needs at least one message")
-        for i, message in enumerate(messages):
-            candidate: object = message
-            if type(candidate) not in _KIND_OF:
-                hint = "; use append_compaction" if isinstance(candidate, CompactionSummary) else ""
-                raise TranscriptError(
-                    f"messages[{i}]: cannot append a {type(message).__name__}{hint}"
-                )
-        if terminal and turn_id is None:
-            raise TranscriptError("terminal=True needs the turn_id of an admitted turn")
-        rows = [(_KIND_OF[type(m)], _encode(m), m) for m in messages]
+        rows = core.appendable_rows(messages, turn_id=turn_id, terminal=terminal)
         result: tuple[TranscriptEntry, ...] = await self._write(
             functools.partial(
                 _append,
@@ -685,7 +526,14 @@ class PostgresTranscriptStore:
         limit: int | None = None,
     ) -> tuple[TranscriptEntry, ...]:
         result: tuple[TranscriptEntry, ...] = await self._read(
-            _read_entries, session_id, after_seq, through_seq, limit
+            functools.partial(
+                core.read_entries,
+                sql=POSTGRES,
+                session_id=session_id,
+                after_seq=after_seq,
+                through_seq=through_seq,
+                limit=limit,
+            )
         )
         return result
 
@@ -697,21 +545,16 @@ class PostgresTranscriptStore:
         return found[0]
 
     async def stats(self, session_id: str) -> TranscriptStats:
-        result: TranscriptStats = await self._read(_stats, session_id)
+        result: TranscriptStats = await self._read(core.stats, POSTGRES, session_id)
         return result
 
     async def session_ids(self, session_key: str) -> tuple[str, ...]:
-        result: tuple[str, ...] = await self._read(_session_ids, session_key)
+        result: tuple[str, ...] = await self._read(core.session_ids, POSTGRES, session_key)
         return result
 
     async def read_session_transcript_visible_message_delta(
         self, session_id: str, cursor: TranscriptCursor | None = None
     ) -> TranscriptDelta:
-        if cursor is not None and cursor.session_id != session_id:
-            raise TranscriptError(
-                f"cursor belongs to session id {cursor.session_id!r}, not {session_id!r}; "
-                "a reset session with a new id starts from no cursor"
-            )
         result: TranscriptDelta = await self._read(_delta, session_id, cursor)
         return result
 
@@ -737,9 +580,7 @@ class PostgresTranscriptStore:
         """
         if not isinstance(user_message, UserMessage):
             raise TranscriptError(f"a turn is admitted by a UserMessage, not {user_message!r}")
-        for name, value in (("turn_id", turn_id), ("advancement_key", advancement_key)):
-            if not isinstance(value, str) or not value:
-                raise TranscriptError(f"{name} must be a non-empty string, got {value!r}")
+        core.check_admission_ids(turn_id, advancement_key)
         try:
             result: tuple[TranscriptEntry, AdmittedTurn] = await self._write(
                 functools.partial(
@@ -761,7 +602,7 @@ class PostgresTranscriptStore:
                 session_id,
                 turn_id,
                 advancement_key,
-                _encode(user_message),
+                core.encode(user_message),
             )
         return result
 

@@ -44,39 +44,73 @@ summary, with ``rebuilt=True`` telling the engine to replace what it holds.
 
 from __future__ import annotations
 
-import enum
-import json
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import attrs
 import trio
 
-from claw._errors import ClawError, HostClosedError
+from claw._errors import HostClosedError
 from claw._workers import WorkerPool
 from claw.models import (
-    AssistantMessage,
     CompactionSummary,
     Message,
-    SystemMessage,
-    ToolCall,
-    ToolResult,
     UserMessage,
-    message_from_dict,
-    message_to_dict,
 )
 
 from .._commit_watch import CommitWatcher
 from . import _ledger
+from . import _transcript_core as core
 from ._ledger import AdmittedTurn, TurnStatus
+from ._transcript_core import (
+    Appendable,
+    CompactionInfo,
+    TranscriptCursor,
+    TranscriptDelta,
+    TranscriptEntry,
+    TranscriptEntryKind,
+    TranscriptError,
+    TranscriptStats,
+    TranscriptStorageError,
+    UnknownEntryError,
+    entry_id,
+    parse_entry_id,
+)
+
+__all__ = [
+    "Appendable",
+    "CompactionInfo",
+    "TranscriptCursor",
+    "TranscriptDelta",
+    "TranscriptEntry",
+    "TranscriptEntryKind",
+    "TranscriptError",
+    "TranscriptStats",
+    "TranscriptStorageError",
+    "TranscriptStore",
+    "UnknownEntryError",
+    "entry_id",
+    "open_transcript_store",
+    "parse_entry_id",
+]
 
 T = TypeVar("T")
+
+SQLITE = core.TranscriptSql(
+    entries="transcript_entries",
+    sessions="transcript_sessions",
+    ledger="turn_ledger",
+    placeholder="?",
+    payload_bytes="LENGTH(CAST(payload AS BLOB))",
+    creation_tiebreak="rowid",
+)
+"""The SQLite spelling of the transcript tables."""
 
 SCHEMA_VERSION = 3
 """Version 1 had no closed turns in the ledger, version 2 no turn owners; opening an
@@ -114,204 +148,6 @@ _SCHEMA = (
         completed_at REAL NOT NULL
     )""",
 )
-
-_ENTRY_COLUMNS = (
-    "s.session_key, e.session_id, e.seq, e.kind, e.created_at, e.payload, e.turn_id, "
-    "e.advancement_key, e.first_kept_seq, e.tokens_before, e.tokens_after"
-)
-_FROM = "FROM transcript_entries e JOIN transcript_sessions s USING (session_id)"
-_INVISIBLE = "('tool_call', 'compaction')"
-
-
-class TranscriptError(ClawError, ValueError):
-    """A transcript operation was refused: wrong session key, bad range, foreign cursor."""
-
-
-class TranscriptStorageError(ClawError, OSError):
-    """The transcript database cannot be used: not SQLite, corrupt, or unreadable.
-
-    Raised at open, naming the file. The database is the system of record of every
-    session's history, so claw never deletes or rebuilds it: restore it from a backup.
-    """
-
-
-class UnknownEntryError(ClawError, LookupError):
-    """No transcript entry has this id."""
-
-
-class TranscriptEntryKind(enum.StrEnum):
-    """What a transcript entry records."""
-
-    USER = "user"
-    ASSISTANT = "assistant"
-    TOOL_CALL = "tool_call"
-    TOOL_RESULT = "tool_result"
-    COMPACTION = "compaction"
-    SYSTEM = "system"
-
-
-_KIND_OF: dict[type[Any], TranscriptEntryKind] = {
-    UserMessage: TranscriptEntryKind.USER,
-    AssistantMessage: TranscriptEntryKind.ASSISTANT,
-    ToolCall: TranscriptEntryKind.TOOL_CALL,
-    ToolResult: TranscriptEntryKind.TOOL_RESULT,
-    SystemMessage: TranscriptEntryKind.SYSTEM,
-}
-
-Appendable = UserMessage | AssistantMessage | ToolCall | ToolResult | SystemMessage
-"""What :meth:`TranscriptStore.append` takes (compactions have their own method)."""
-
-
-@attrs.frozen
-class CompactionInfo:
-    """What a compaction entry replaced: every entry before ``first_kept_seq``."""
-
-    first_kept_seq: int
-    tokens_before: int | None
-    tokens_after: int | None
-
-
-@attrs.frozen
-class TranscriptEntry:
-    """One durable transcript entry.
-
-    ``payload`` is the stored message: a :class:`~claw.models.ToolCall` for
-    ``tool_call`` entries, a :class:`~claw.models.CompactionSummary` for
-    compactions (with ``compaction`` set), otherwise the message itself.
-    """
-
-    session_key: str
-    session_id: str
-    seq: int
-    kind: TranscriptEntryKind
-    created_at: float
-    payload: Message | ToolCall
-    turn_id: str | None = None
-    advancement_key: str | None = None
-    compaction: CompactionInfo | None = None
-
-    @property
-    def entry_id(self) -> str:
-        """The stable id ``<session_id>:<seq>``."""
-        return entry_id(self.session_id, self.seq)
-
-    @property
-    def message(self) -> Message | None:
-        """The entry as a model-visible message, or ``None`` for a ``tool_call`` record."""
-        return None if isinstance(self.payload, ToolCall) else self.payload
-
-
-def entry_id(session_id: str, seq: int) -> str:
-    """The stable id of entry ``seq`` of session ``session_id``."""
-    return f"{session_id}:{seq}"
-
-
-def parse_entry_id(value: str) -> tuple[str, int]:
-    """Split an entry id into ``(session_id, seq)``; raises :class:`UnknownEntryError`."""
-    session_id, sep, seq = value.rpartition(":")
-    if not sep or not session_id or not seq.isdigit() or int(seq) < 1:
-        raise UnknownEntryError(f"{value!r} is not a transcript entry id ('<session_id>:<seq>')")
-    return session_id, int(seq)
-
-
-def _non_negative(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
-
-
-@attrs.frozen
-class TranscriptCursor:
-    """Where a reader of a session's visible messages stands.
-
-    Opaque to engines in intent, but serialisable (``to_dict``/``from_dict``)
-    so an engine can persist it next to its own state.
-    """
-
-    session_id: str = attrs.field(validator=attrs.validators.instance_of(str))
-    epoch: int = attrs.field(validator=_non_negative)
-    seq: int = attrs.field(validator=_non_negative)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``{"sessionId", "epoch", "seq"}``."""
-        return {"sessionId": self.session_id, "epoch": self.epoch, "seq": self.seq}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TranscriptCursor:
-        """Parse the JSON form; raises :class:`TranscriptError` naming the bad field."""
-        if not isinstance(data, Mapping) or set(data) != {"sessionId", "epoch", "seq"}:
-            raise TranscriptError(f"a transcript cursor has sessionId, epoch and seq: {data!r}")
-        try:
-            return cls(data["sessionId"], data["epoch"], data["seq"])
-        except (TypeError, ValueError) as exc:
-            raise TranscriptError(f"bad transcript cursor {data!r}: {exc}") from None
-
-
-@attrs.frozen
-class TranscriptDelta:
-    """The answer of :meth:`TranscriptStore.read_session_transcript_visible_message_delta`.
-
-    ``rebuilt=False``: ``messages`` are the visible messages after the old
-    cursor; append them. ``rebuilt=True``: ``messages`` are the whole visible
-    history (first call, or a compaction since the old cursor); replace what
-    you hold. ``entry_ids`` name the entry behind each message (the
-    compaction entry for the summary). Keep ``cursor`` for the next call.
-    """
-
-    messages: tuple[Message, ...]
-    entry_ids: tuple[str, ...]
-    cursor: TranscriptCursor
-    rebuilt: bool
-
-
-@attrs.frozen
-class TranscriptStats:
-    """Size of one session's transcript, for flush and compaction thresholds.
-
-    ``byte_size`` is the UTF-8 size of the stored payloads, every entry
-    counted (compaction does not shrink a transcript; it only hides entries).
-    """
-
-    session_id: str
-    entry_count: int
-    byte_size: int
-    last_seq: int
-    compaction_count: int
-    last_compaction_seq: int | None
-    #: The first seq of each turn still in flight: what readers leave out for now.
-    open_turn_seqs: tuple[int, ...] = ()
-
-
-def _encode(payload: Message | ToolCall) -> str:
-    data = payload.to_dict() if isinstance(payload, ToolCall) else message_to_dict(payload)
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _row_to_entry(row: Sequence[Any]) -> TranscriptEntry:
-    (key, session_id, seq, kind, created, payload, turn_id, adv, kept, before, after) = row
-    kind = TranscriptEntryKind(kind)
-    data = json.loads(payload)
-    where = f"transcript entry {session_id}:{seq}"
-    decoded: Message | ToolCall = (
-        ToolCall.from_dict(data, path=where)
-        if kind is TranscriptEntryKind.TOOL_CALL
-        else message_from_dict(data, path=where)
-    )
-    compaction = (
-        CompactionInfo(first_kept_seq=kept, tokens_before=before, tokens_after=after)
-        if kind is TranscriptEntryKind.COMPACTION
-        else None
-    )
-    return TranscriptEntry(
-        session_key=key,
-        session_id=session_id,
-        seq=seq,
-        kind=kind,
-        created_at=created,
-        payload=decoded,
-        turn_id=turn_id,
-        advancement_key=adv,
-        compaction=compaction,
-    )
 
 
 @attrs.define
@@ -397,18 +233,7 @@ class TranscriptStore:
         advancement key, and ``terminal=True`` records the last of them as the
         turn's terminal entry in the same transaction.
         """
-        if not messages:
-            raise TranscriptError("append needs at least one message")
-        for i, message in enumerate(messages):
-            candidate: object = message
-            if type(candidate) not in _KIND_OF:
-                hint = "; use append_compaction" if isinstance(candidate, CompactionSummary) else ""
-                raise TranscriptError(
-                    f"messages[{i}]: cannot append a {type(message).__name__}{hint}"
-                )
-        if terminal and turn_id is None:
-            raise TranscriptError("terminal=True needs the turn_id of an admitted turn")
-        rows = [(_KIND_OF[type(m)], _encode(m), m) for m in messages]
+        rows = core.appendable_rows(messages, turn_id=turn_id, terminal=terminal)
         return await self._write(
             _append_sync,
             session_key=session_key,
@@ -462,7 +287,8 @@ class TranscriptStore:
     ) -> tuple[TranscriptEntry, ...]:
         """Entries with ``after_seq < seq <= through_seq`` in seq order, at most ``limit``."""
         return await self._run(
-            _read_entries_sync,
+            core.read_entries,
+            SQLITE,
             session_id,
             after_seq=after_seq,
             through_seq=through_seq,
@@ -473,7 +299,7 @@ class TranscriptStore:
         """The entry with this id; raises :class:`UnknownEntryError`."""
         session_id, seq = parse_entry_id(entry_id)
         found = await self._run(
-            _read_entries_sync, session_id, after_seq=seq - 1, through_seq=seq, limit=1
+            core.read_entries, SQLITE, session_id, after_seq=seq - 1, through_seq=seq, limit=1
         )
         if not found:
             raise UnknownEntryError(f"no transcript entry {entry_id!r}")
@@ -481,11 +307,11 @@ class TranscriptStore:
 
     async def stats(self, session_id: str) -> TranscriptStats:
         """Entry count, byte size, last seq and compactions of one session's transcript."""
-        return await self._run(_stats_sync, session_id)
+        return await self._run(core.stats, SQLITE, session_id)
 
     async def session_ids(self, session_key: str) -> tuple[str, ...]:
         """The session ids that have a transcript under ``session_key``, oldest first."""
-        return await self._run(_session_ids_sync, session_key)
+        return await self._run(core.session_ids, SQLITE, session_key)
 
     async def read_session_transcript_visible_message_delta(
         self, session_id: str, cursor: TranscriptCursor | None = None
@@ -495,11 +321,6 @@ class TranscriptStore:
         See the module docstring for how compaction and the cursor's epoch
         interact. A cursor of another session is refused.
         """
-        if cursor is not None and cursor.session_id != session_id:
-            raise TranscriptError(
-                f"cursor belongs to session id {cursor.session_id!r}, not {session_id!r}; "
-                "a reset session with a new id starts from no cursor"
-            )
         return await self._run(_delta_sync, session_id, cursor)
 
     async def visible_messages(self, session_id: str) -> tuple[Message, ...]:
@@ -634,34 +455,30 @@ def _append_sync(
     now: float,
 ) -> tuple[TranscriptEntry, ...]:
     with _transaction(conn):
-        _claim_session(conn, session_key, session_id, now)
+        core.claim_session(conn, SQLITE, session_key, session_id, now)
         if turn_id is not None:
-            advancement_key = _turn_advancement(conn, turn_id, session_id, advancement_key)
-        seq = _last_seq(conn, session_id)
-        entries = []
-        for kind, payload, message in rows:
-            seq += 1
-            conn.execute(
-                "INSERT INTO transcript_entries (session_id, seq, kind, created_at, payload, "
-                "turn_id, advancement_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session_id, seq, kind.value, now, payload, turn_id, advancement_key),
+            advancement_key = core.turn_advancement(
+                _ledger.get_turn(conn, turn_id),
+                turn_id=turn_id,
+                session_id=session_id,
+                advancement_key=advancement_key,
             )
-            entries.append(
-                TranscriptEntry(
-                    session_key=session_key,
-                    session_id=session_id,
-                    seq=seq,
-                    kind=kind,
-                    created_at=now,
-                    payload=message,
-                    turn_id=turn_id,
-                    advancement_key=advancement_key,
-                )
-            )
+        entries = core.insert_entries(
+            conn,
+            SQLITE,
+            session_key=session_key,
+            session_id=session_id,
+            rows=rows,
+            turn_id=turn_id,
+            advancement_key=advancement_key,
+            now=now,
+        )
         if terminal:
             assert turn_id is not None
-            _ledger.set_terminal(conn, turn_id, session_id=session_id, terminal_seq=seq, now=now)
-    return tuple(entries)
+            _ledger.set_terminal(
+                conn, turn_id, session_id=session_id, terminal_seq=entries[-1].seq, now=now
+            )
+    return entries
 
 
 def _append_compaction_sync(
@@ -677,36 +494,19 @@ def _append_compaction_sync(
     now: float,
 ) -> TranscriptEntry:
     with _transaction(conn):
-        _claim_session(conn, session_key, session_id, now)
-        seq = _last_seq(conn, session_id) + 1
-        kept = seq if first_kept_seq is None else first_kept_seq
-        previous = _latest_compaction(conn, session_id)
-        floor = 1 if previous is None else previous[1]
-        if not isinstance(kept, int) or not floor <= kept <= seq:
-            raise TranscriptError(
-                f"first_kept_seq must be between {floor} (the previous compaction's first "
-                f"kept entry) and {seq} (this compaction), got {first_kept_seq!r}"
-            )
-        for name, value in (("tokens_before", tokens_before), ("tokens_after", tokens_after)):
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise TranscriptError(f"{name} must be a non-negative int, got {value!r}")
-        payload = _encode(message)
-        conn.execute(
-            "INSERT INTO transcript_entries (session_id, seq, kind, created_at, payload, "
-            "turn_id, first_kept_seq, tokens_before, tokens_after) "
-            "VALUES (?, ?, 'compaction', ?, ?, ?, ?, ?, ?)",
-            (session_id, seq, now, payload, turn_id, kept, tokens_before, tokens_after),
+        core.claim_session(conn, SQLITE, session_key, session_id, now)
+        return core.insert_compaction(
+            conn,
+            SQLITE,
+            session_key=session_key,
+            session_id=session_id,
+            message=message,
+            first_kept_seq=first_kept_seq,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            turn_id=turn_id,
+            now=now,
         )
-    return TranscriptEntry(
-        session_key=session_key,
-        session_id=session_id,
-        seq=seq,
-        kind=TranscriptEntryKind.COMPACTION,
-        created_at=now,
-        payload=message,
-        turn_id=turn_id,
-        compaction=CompactionInfo(kept, tokens_before, tokens_after),
-    )
 
 
 def _admit_sync(
@@ -722,20 +522,22 @@ def _admit_sync(
     owner_id: str | None,
     now: float,
 ) -> tuple[TranscriptEntry, AdmittedTurn]:
-    for name, value in (("turn_id", turn_id), ("advancement_key", advancement_key)):
-        if not isinstance(value, str) or not value:
-            raise TranscriptError(f"{name} must be a non-empty string, got {value!r}")
-    payload = _encode(message)
+    core.check_admission_ids(turn_id, advancement_key)
+    payload = core.encode(message)
     with _transaction(conn):
-        _claim_session(conn, session_key, session_id, now)
+        core.claim_session(conn, SQLITE, session_key, session_id, now)
         recorded = _same_admission(conn, turn_id, advancement_key, session_id, payload)
         if recorded is not None:
             return recorded
-        seq = _last_seq(conn, session_id) + 1
-        conn.execute(
-            "INSERT INTO transcript_entries (session_id, seq, kind, created_at, payload, "
-            "turn_id, advancement_key) VALUES (?, ?, 'user', ?, ?, ?, ?)",
-            (session_id, seq, now, payload, turn_id, advancement_key),
+        (entry,) = core.insert_entries(
+            conn,
+            SQLITE,
+            session_key=session_key,
+            session_id=session_id,
+            rows=[(TranscriptEntryKind.USER, payload, message)],
+            turn_id=turn_id,
+            advancement_key=advancement_key,
+            now=now,
         )
         turn = _ledger.insert_admitted(
             conn,
@@ -744,21 +546,11 @@ def _admit_sync(
             session_id=session_id,
             advancement_key=advancement_key,
             engine_id=engine_id,
-            first_seq=seq,
+            first_seq=entry.seq,
             now=now,
             lifecycle_revision=lifecycle_revision,
             owner_id=owner_id,
         )
-    entry = TranscriptEntry(
-        session_key=session_key,
-        session_id=session_id,
-        seq=seq,
-        kind=TranscriptEntryKind.USER,
-        created_at=now,
-        payload=message,
-        turn_id=turn_id,
-        advancement_key=advancement_key,
-    )
     return entry, turn
 
 
@@ -775,7 +567,9 @@ def _same_admission(
     if row is None or row[0] != turn_id or row[1] != session_id:
         return None
     first = int(row[2])
-    (entry,) = _read_entries_sync(conn, session_id, after_seq=first - 1, through_seq=first, limit=1)
+    (entry,) = core.read_entries(
+        conn, SQLITE, session_id, after_seq=first - 1, through_seq=first, limit=1
+    )
     stored = conn.execute(
         "SELECT payload FROM transcript_entries WHERE session_id = ? AND seq = ?",
         (session_id, first),
@@ -790,11 +584,7 @@ def _terminal_sync(
 ) -> AdmittedTurn:
     with _transaction(conn):
         turn = _ledger.get_turn(conn, turn_id)
-        if not 0 < terminal_seq <= _last_seq(conn, turn.session_id):
-            raise TranscriptError(
-                f"entry {entry_id(turn.session_id, terminal_seq)} does not exist; append "
-                "the terminal entry before marking it"
-            )
+        core.check_terminal_exists(conn, SQLITE, turn, terminal_seq)
         return _ledger.set_terminal(
             conn, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
         )
@@ -924,153 +714,11 @@ def _transaction(conn: sqlite3.Connection, *, write: bool = True) -> Iterator[No
     conn.execute("COMMIT")
 
 
-def _claim_session(conn: sqlite3.Connection, session_key: str, session_id: str, now: float) -> None:
-    for name, value in (("session_key", session_key), ("session_id", session_id)):
-        if not isinstance(value, str) or not value:
-            raise TranscriptError(f"{name} must be a non-empty string, got {value!r}")
-    row = conn.execute(
-        "SELECT session_key FROM transcript_sessions WHERE session_id = ?", (session_id,)
-    ).fetchone()
-    if row is None:
-        conn.execute(
-            "INSERT INTO transcript_sessions (session_id, session_key, created_at) "
-            "VALUES (?, ?, ?)",
-            (session_id, session_key, now),
-        )
-    elif row[0] != session_key:
-        raise TranscriptError(
-            f"session id {session_id!r} has its transcript under session key {row[0]!r}, "
-            f"not {session_key!r}"
-        )
-
-
-def _turn_advancement(
-    conn: sqlite3.Connection, turn_id: str, session_id: str, advancement_key: str | None
-) -> str:
-    turn = _ledger.get_turn(conn, turn_id)
-    if turn.session_id != session_id:
-        raise TranscriptError(
-            f"turn {turn_id!r} belongs to session id {turn.session_id!r}, not {session_id!r}"
-        )
-    if advancement_key is not None and advancement_key != turn.advancement_key:
-        raise TranscriptError(
-            f"turn {turn_id!r} has advancement key {turn.advancement_key!r}, "
-            f"not {advancement_key!r}"
-        )
-    return turn.advancement_key
-
-
-def _last_seq(conn: sqlite3.Connection, session_id: str) -> int:
-    row = conn.execute(
-        "SELECT MAX(seq) FROM transcript_entries WHERE session_id = ?", (session_id,)
-    ).fetchone()
-    return int(row[0] or 0)
-
-
-def _latest_compaction(conn: sqlite3.Connection, session_id: str) -> tuple[int, int] | None:
-    """``(seq, first_kept_seq)`` of the latest compaction entry, if any."""
-    row = conn.execute(
-        "SELECT seq, first_kept_seq FROM transcript_entries "
-        "WHERE session_id = ? AND kind = 'compaction' ORDER BY seq DESC LIMIT 1",
-        (session_id,),
-    ).fetchone()
-    return None if row is None else (int(row[0]), int(row[1]))
-
-
-def _read_entries_sync(
-    conn: sqlite3.Connection,
-    session_id: str,
-    *,
-    after_seq: int,
-    through_seq: int | None,
-    limit: int | None,
-) -> tuple[TranscriptEntry, ...]:
-    sql = f"SELECT {_ENTRY_COLUMNS} {_FROM} WHERE e.session_id = ? AND e.seq > ?"
-    args: list[object] = [session_id, after_seq]
-    if through_seq is not None:
-        sql += " AND e.seq <= ?"
-        args.append(through_seq)
-    sql += " ORDER BY e.seq"
-    if limit is not None:
-        if limit < 0:
-            raise TranscriptError(f"limit must not be negative, got {limit}")
-        sql += " LIMIT ?"
-        args.append(limit)
-    return tuple(_row_to_entry(row) for row in conn.execute(sql, args))
-
-
-def _stats_sync(conn: sqlite3.Connection, session_id: str) -> TranscriptStats:
-    count, size, last, compactions, last_compaction = conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0), COALESCE(MAX(seq), 0), "
-        "COUNT(*) FILTER (WHERE kind = 'compaction'), MAX(seq) FILTER (WHERE kind = 'compaction') "
-        "FROM transcript_entries WHERE session_id = ?",
-        (session_id,),
-    ).fetchone()
-    open_seqs = tuple(
-        int(row[0])
-        for row in conn.execute(
-            "SELECT first_seq FROM turn_ledger WHERE session_id = ? AND terminal_seq IS NULL "
-            "AND close_status IS NULL ORDER BY first_seq",
-            (session_id,),
-        )
-    )
-    return TranscriptStats(
-        session_id=session_id,
-        entry_count=count,
-        byte_size=size,
-        last_seq=last,
-        compaction_count=compactions,
-        last_compaction_seq=last_compaction,
-        open_turn_seqs=open_seqs,
-    )
-
-
-def _session_ids_sync(conn: sqlite3.Connection, session_key: str) -> tuple[str, ...]:
-    rows = conn.execute(
-        "SELECT session_id FROM transcript_sessions WHERE session_key = ? "
-        "ORDER BY created_at, rowid",
-        (session_key,),
-    )
-    return tuple(row[0] for row in rows)
-
-
 def _delta_sync(
     conn: sqlite3.Connection, session_id: str, cursor: TranscriptCursor | None
 ) -> TranscriptDelta:
     with _transaction(conn, write=False):
-        last = _last_seq(conn, session_id)
-        compaction = _latest_compaction(conn, session_id)
-        epoch = 0 if compaction is None else compaction[0]
-        rebuilt = cursor is None or cursor.epoch != epoch or cursor.seq > last
-        if rebuilt:
-            start = 1 if compaction is None else compaction[1]
-            head: list[TranscriptEntry] = []
-            if compaction is not None:
-                head = list(
-                    _read_entries_sync(
-                        conn,
-                        session_id,
-                        after_seq=compaction[0] - 1,
-                        through_seq=compaction[0],
-                        limit=1,
-                    )
-                )
-        else:
-            assert cursor is not None
-            start, head = cursor.seq + 1, []
-        rows = conn.execute(
-            f"SELECT {_ENTRY_COLUMNS} {_FROM} WHERE e.session_id = ? AND e.seq >= ? "
-            f"AND e.kind NOT IN {_INVISIBLE} ORDER BY e.seq",
-            (session_id, start),
-        )
-        entries = head + [_row_to_entry(row) for row in rows]
-    messages = tuple(e.payload for e in entries if not isinstance(e.payload, ToolCall))
-    return TranscriptDelta(
-        messages=messages,
-        entry_ids=tuple(e.entry_id for e in entries),
-        cursor=TranscriptCursor(session_id, epoch, last),
-        rebuilt=rebuilt,
-    )
+        return core.delta(conn, SQLITE, session_id, cursor)
 
 
 def _committed_sync(
