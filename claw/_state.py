@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import trio
 
+from .sessions._changes import SessionListener
 from .sessions._rows import ChatType, SessionRow, SessionSnapshot
-from .sessions._store import SessionListener
 
 if TYPE_CHECKING:
     from ._workers import WorkerPool

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -32,23 +31,29 @@ import psycopg
 import trio
 
 from .._errors import HostClosedError
-from ..sessions._errors import InvalidSessionError, SessionExistsError, SessionNotFoundError
+from ..sessions._changes import (
+    SessionListener,
+    check_reassign,
+    check_spawn,
+    child_row,
+    notify_listeners,
+    reassigned_row,
+    reset_row,
+    root_row,
+)
+from ..sessions._errors import SessionExistsError, SessionNotFoundError
 from ..sessions._rows import (
     ChatType,
     SessionRow,
     SessionSnapshot,
-    validate_chat_type,
     validate_flag,
-    validate_key,
     validate_row,
-    validate_session_id,
 )
 from ._database import Database
 from ._listen import ListenerConnected, Notification
 from ._schema import SESSION_CHANNEL
 
 Connection = psycopg.Connection[Any]
-SessionListener = Callable[[str], None]
 
 _COLUMNS: Final[str] = (
     "agent_id, session_key, session_id, lifecycle_revision, chat_type, peer_is_owner, "
@@ -179,14 +184,7 @@ def _op_create(conn: Connection, row: SessionRow) -> _Change:
 
 def _op_reset(conn: Connection, key: str, keep_session_id: bool, now: float) -> _Change:
     old = _require(conn, key)
-    new = attrs.evolve(
-        old,
-        session_id=old.session_id if keep_session_id else str(uuid.uuid4()),
-        lifecycle_revision=old.lifecycle_revision + 1,
-        created_at=old.created_at if keep_session_id else now,
-        updated_at=now,
-    )
-    return _replace(conn, old, new)
+    return _replace(conn, old, reset_row(old, keep_session_id=keep_session_id, now=now))
 
 
 def _op_reassign(
@@ -199,13 +197,8 @@ def _op_reassign(
     now: float,
 ) -> _Change:
     old = _require(conn, key)
-    new = attrs.evolve(
-        old,
-        agent_id=old.agent_id if agent_id is None else agent_id,
-        chat_type=old.chat_type if chat_type is None else chat_type,
-        peer_is_owner=old.peer_is_owner if peer_is_owner is None else peer_is_owner,
-        lifecycle_revision=old.lifecycle_revision + 1,
-        updated_at=now,
+    new = reassigned_row(
+        old, agent_id=agent_id, chat_type=chat_type, peer_is_owner=peer_is_owner, now=now
     )
     return _replace(conn, old, new)
 
@@ -226,27 +219,13 @@ def _op_spawn_child(
     ).fetchone()
     if found is None:
         raise SessionNotFoundError(f"no session with key {parent_key!r}")
-    parent = _row(found)
-    if chat_type is None:
-        if parent.chat_type is None:
-            raise InvalidSessionError(
-                "chat_type",
-                f"parent {parent_key!r} has no chat type to inherit; pass chat_type explicitly",
-            )
-        chat_type = parent.chat_type
-    child = SessionRow(
-        agent_id=parent.agent_id,
-        session_key=child_key,
-        session_id=session_id,
-        lifecycle_revision=0,  # replaced by _insert_new
+    child = child_row(
+        _row(found),
+        child_key=child_key,
         chat_type=chat_type,
-        peer_is_owner=parent.peer_is_owner,
-        parent_key=parent.session_key,
-        parent_session_id=parent.session_id,
-        parent_revision=parent.lifecycle_revision,
-        created_at=now,
-        updated_at=now,
-        spawned_by_owner=sender_is_owner,
+        session_id=session_id,
+        sender_is_owner=sender_is_owner,
+        now=now,
     )
     return _insert_new(conn, child)
 
@@ -467,20 +446,13 @@ class PostgresSessionStore:
         session_id: str | None = None,
         peer_is_owner: bool = False,
     ) -> SessionRow:
-        now = self._clock()
-        row = SessionRow(
-            agent_id=validate_key("agent_id", agent_id),
-            session_key=validate_key("session_key", key),
-            session_id=(
-                str(uuid.uuid4())
-                if session_id is None
-                else validate_session_id("session_id", session_id)
-            ),
-            lifecycle_revision=0,
-            chat_type=validate_chat_type("chat_type", chat_type),
-            peer_is_owner=validate_flag("peer_is_owner", peer_is_owner),
-            created_at=now,
-            updated_at=now,
+        row = root_row(
+            key,
+            agent_id=agent_id,
+            chat_type=chat_type,
+            session_id=session_id,
+            peer_is_owner=peer_is_owner,
+            now=self._clock(),
         )
         return await self._change_row(key, _op_create, row)
 
@@ -493,19 +465,12 @@ class PostgresSessionStore:
         chat_type: ChatType | None = None,
         session_id: str | None = None,
     ) -> SessionRow:
-        validate_flag("sender_is_owner", sender_is_owner)
-        validate_key("parent_key", parent_key)
-        validate_key("session_key", child_key)
-        if parent_key == child_key:
-            raise InvalidSessionError(
-                "parent_key", f"a session cannot be its own parent, got {parent_key!r}"
-            )
-        if chat_type is not None:
-            validate_chat_type("chat_type", chat_type)
-        sid = (
-            str(uuid.uuid4())
-            if session_id is None
-            else validate_session_id("session_id", session_id)
+        sid = check_spawn(
+            parent_key,
+            child_key,
+            sender_is_owner=sender_is_owner,
+            chat_type=chat_type,
+            session_id=session_id,
         )
         return await self._change_row(
             child_key,
@@ -532,16 +497,7 @@ class PostgresSessionStore:
         chat_type: ChatType | None = None,
         peer_is_owner: bool | None = None,
     ) -> SessionRow:
-        if agent_id is None and chat_type is None and peer_is_owner is None:
-            raise InvalidSessionError(
-                "reassign", "name at least one of agent_id, chat_type, peer_is_owner"
-            )
-        if agent_id is not None:
-            validate_key("agent_id", agent_id)
-        if chat_type is not None:
-            validate_chat_type("chat_type", chat_type)
-        if peer_is_owner is not None:
-            validate_flag("peer_is_owner", peer_is_owner)
+        check_reassign(agent_id=agent_id, chat_type=chat_type, peer_is_owner=peer_is_owner)
         return await self._change_row(
             key,
             functools.partial(
@@ -618,13 +574,4 @@ class PostgresSessionStore:
         else:
             self._rows[change.key] = change.row
             self._watermarks.pop(change.key, None)
-        errors: builtins.list[Exception] = []
-        for listener in builtins.list(self._listeners):
-            try:
-                listener(change.key)
-            except Exception as exc:
-                errors.append(exc)
-        if len(errors) == 1:
-            raise errors[0]
-        if errors:
-            raise ExceptionGroup(f"session listeners failed for {change.key!r}", errors)
+        notify_listeners(self._listeners, (change.key,))

@@ -6,6 +6,7 @@ the capability layer mints and checks memory audiences with.
 """
 
 from .._util import fixup_module_metadata as _fixup_module_metadata
+from ._changes import SessionListener as SessionListener
 from ._errors import InvalidSessionError as InvalidSessionError
 from ._errors import SessionError as SessionError
 from ._errors import SessionExistsError as SessionExistsError
@@ -30,7 +31,6 @@ from ._rows import SessionRows as SessionRows
 from ._rows import SessionSnapshot as SessionSnapshot
 from ._rows import SessionView as SessionView
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
-from ._store import SessionListener as SessionListener
 from ._store import SessionStore as SessionStore
 from ._store import open_session_store as open_session_store
 

@@ -23,7 +23,6 @@ import logging
 import os
 import sqlite3
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Final, TypeVar
@@ -34,8 +33,17 @@ import trio
 from .._commit_watch import CommitWatcher
 from .._errors import HostClosedError
 from .._workers import WorkerPool
+from ._changes import (
+    SessionListener,
+    check_reassign,
+    check_spawn,
+    child_row,
+    notify_listeners,
+    reassigned_row,
+    reset_row,
+    root_row,
+)
 from ._errors import (
-    InvalidSessionError,
     SessionExistsError,
     SessionNotFoundError,
     SessionSchemaError,
@@ -45,11 +53,8 @@ from ._rows import (
     ChatType,
     SessionRow,
     SessionSnapshot,
-    validate_chat_type,
     validate_flag,
-    validate_key,
     validate_row,
-    validate_session_id,
 )
 from ._schema import COLUMNS, PLACEHOLDERS, ensure_schema, row_from_sql, row_to_sql
 
@@ -58,7 +63,6 @@ logger = logging.getLogger("claw.sessions")
 T = TypeVar("T")
 
 #: Listener signature: called with the session key whose incarnation changed.
-SessionListener = Callable[[str], None]
 
 _INSERT: Final[str] = f"INSERT INTO sessions ({COLUMNS}) VALUES ({PLACEHOLDERS})"
 _SELECT_ONE: Final[str] = f"SELECT {COLUMNS} FROM sessions WHERE session_key = ?"
@@ -71,10 +75,6 @@ class _Change:
     key: str
     row: SessionRow | None
     watermark: int
-
-
-def _new_session_id() -> str:
-    return str(uuid.uuid4())
 
 
 def _fetch(conn: sqlite3.Connection, key: str) -> SessionRow | None:
@@ -136,14 +136,7 @@ def _insert_new(conn: sqlite3.Connection, *, row: SessionRow) -> _Change:
 
 def _op_reset(conn: sqlite3.Connection, *, key: str, keep_session_id: bool, now: float) -> _Change:
     old = _require(conn, key)
-    new = attrs.evolve(
-        old,
-        session_id=old.session_id if keep_session_id else _new_session_id(),
-        lifecycle_revision=old.lifecycle_revision + 1,
-        created_at=old.created_at if keep_session_id else now,
-        updated_at=now,
-    )
-    return _replace(conn, old, new)
+    return _replace(conn, old, reset_row(old, keep_session_id=keep_session_id, now=now))
 
 
 def _op_reassign(
@@ -156,13 +149,8 @@ def _op_reassign(
     now: float,
 ) -> _Change:
     old = _require(conn, key)
-    new = attrs.evolve(
-        old,
-        agent_id=old.agent_id if agent_id is None else agent_id,
-        chat_type=old.chat_type if chat_type is None else chat_type,
-        peer_is_owner=old.peer_is_owner if peer_is_owner is None else peer_is_owner,
-        lifecycle_revision=old.lifecycle_revision + 1,
-        updated_at=now,
+    new = reassigned_row(
+        old, agent_id=agent_id, chat_type=chat_type, peer_is_owner=peer_is_owner, now=now
     )
     return _replace(conn, old, new)
 
@@ -177,27 +165,13 @@ def _op_spawn_child(
     sender_is_owner: bool,
     now: float,
 ) -> _Change:
-    parent = _require(conn, parent_key)
-    if chat_type is None:
-        if parent.chat_type is None:
-            raise InvalidSessionError(
-                "chat_type",
-                f"parent {parent_key!r} has no chat type to inherit; pass chat_type explicitly",
-            )
-        chat_type = parent.chat_type
-    child = SessionRow(
-        agent_id=parent.agent_id,
-        session_key=child_key,
-        session_id=session_id,
-        lifecycle_revision=0,  # replaced by _insert_new
+    child = child_row(
+        _require(conn, parent_key),
+        child_key=child_key,
         chat_type=chat_type,
-        peer_is_owner=parent.peer_is_owner,
-        parent_key=parent.session_key,
-        parent_session_id=parent.session_id,
-        parent_revision=parent.lifecycle_revision,
-        created_at=now,
-        updated_at=now,
-        spawned_by_owner=sender_is_owner,
+        session_id=session_id,
+        sender_is_owner=sender_is_owner,
+        now=now,
     )
     return _insert_new(conn, row=child)
 
@@ -550,20 +524,13 @@ class SessionStore:
         peer_is_owner: bool = False,
     ) -> SessionRow:
         """Create a root session; raises :class:`SessionExistsError` if ``key`` has a row."""
-        now = self._clock()
-        row = SessionRow(
-            agent_id=validate_key("agent_id", agent_id),
-            session_key=validate_key("session_key", key),
-            session_id=(
-                _new_session_id()
-                if session_id is None
-                else validate_session_id("session_id", session_id)
-            ),
-            lifecycle_revision=0,  # replaced by _insert_new
-            chat_type=validate_chat_type("chat_type", chat_type),
-            peer_is_owner=validate_flag("peer_is_owner", peer_is_owner),
-            created_at=now,
-            updated_at=now,
+        row = root_row(
+            key,
+            agent_id=agent_id,
+            chat_type=chat_type,
+            session_id=session_id,
+            peer_is_owner=peer_is_owner,
+            now=self._clock(),
         )
         return await self._change_row(key, functools.partial(_insert_new, row=row))
 
@@ -585,19 +552,12 @@ class SessionStore:
         fact for that turn). It is stored with the child, and it, not the
         sender of any later run on the child, decides the child's audience.
         """
-        validate_flag("sender_is_owner", sender_is_owner)
-        validate_key("parent_key", parent_key)
-        validate_key("session_key", child_key)
-        if parent_key == child_key:
-            raise InvalidSessionError(
-                "parent_key", f"a session cannot be its own parent, got {parent_key!r}"
-            )
-        if chat_type is not None:
-            validate_chat_type("chat_type", chat_type)
-        sid = (
-            _new_session_id()
-            if session_id is None
-            else validate_session_id("session_id", session_id)
+        sid = check_spawn(
+            parent_key,
+            child_key,
+            sender_is_owner=sender_is_owner,
+            chat_type=chat_type,
+            session_id=session_id,
         )
         return await self._change_row(
             child_key,
@@ -631,16 +591,7 @@ class SessionStore:
         peer_is_owner: bool | None = None,
     ) -> SessionRow:
         """Change who or what ``key`` belongs to; always a new lifecycle revision."""
-        if agent_id is None and chat_type is None and peer_is_owner is None:
-            raise InvalidSessionError(
-                "reassign", "name at least one of agent_id, chat_type, peer_is_owner"
-            )
-        if agent_id is not None:
-            validate_key("agent_id", agent_id)
-        if chat_type is not None:
-            validate_chat_type("chat_type", chat_type)
-        if peer_is_owner is not None:
-            validate_flag("peer_is_owner", peer_is_owner)
+        check_reassign(agent_id=agent_id, chat_type=chat_type, peer_is_owner=peer_is_owner)
         return await self._change_row(
             key,
             functools.partial(
@@ -729,19 +680,7 @@ class SessionStore:
         self._notify((change.key,))
 
     def _notify(self, keys: Iterable[str]) -> None:
-        errors: builtins.list[Exception] = []
-        keys = tuple(keys)
-        for key in keys:
-            for listener in builtins.list(self._listeners):
-                try:
-                    listener(key)
-                except Exception as exc:
-                    errors.append(exc)
-        if len(errors) == 1:
-            raise errors[0]
-        if errors:
-            named = ", ".join(map(repr, keys))
-            raise ExceptionGroup(f"session listeners failed for {named}", errors)
+        notify_listeners(self._listeners, keys)
 
 
 @asynccontextmanager
