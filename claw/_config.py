@@ -9,6 +9,7 @@ value, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 import types
@@ -35,6 +36,25 @@ def _positive(instance: object, attribute: attrs.Attribute[Any], value: int | fl
 def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: int | float) -> None:
     if value < 0:
         raise ConfigError(attribute.name, f"must not be negative, got {value!r}", value=value)
+
+
+#: The most connections one pool may open: PostgreSQL serves a few hundred in all.
+POOL_MAX_LIMIT = 1000
+
+
+def _pool_max(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if not 1 <= value <= POOL_MAX_LIMIT:
+        raise ConfigError(
+            attribute.name, f"must be 1 to {POOL_MAX_LIMIT} connections, got {value!r}",
+            value=value,
+        )
+
+
+def _seconds(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0 < value < math.inf:  # also refuses nan
+        raise ConfigError(
+            attribute.name, f"must be a positive number of seconds, got {value!r}", value=value
+        )
 
 
 def _trim(value: Any) -> Any:
@@ -202,10 +222,27 @@ class StateConfig:
     with claw's ``postgres`` extra). ``dsn`` is that backend's database address (for
     ``"postgresql"`` a libpq DSN; unset, ``CLAW_POSTGRES_DSN`` is read; unused by
     ``"sqlite"``).
+
+    ``pool_min`` and ``pool_max`` bound the connection pool of a database backend
+    (``"postgresql"``: connections kept open, and opened at most, per host process, besides
+    its LISTEN and owner-lock connections); ``pool_timeout`` is how many seconds a query
+    waits for a free connection before it fails with
+    :class:`~claw.DatabaseUnavailableError`. ``"sqlite"`` has no pool and ignores them.
     """
 
     backend: str = attrs.field(default="sqlite", converter=_trim)
     dsn: str | None = None
+    pool_min: int = attrs.field(default=1, validator=_non_negative)
+    pool_max: int = attrs.field(default=8, validator=_pool_max)
+    pool_timeout: float = attrs.field(default=30.0, validator=_seconds)
+
+    def __attrs_post_init__(self) -> None:
+        if self.pool_min > self.pool_max:
+            raise ConfigError(
+                "pool_min",
+                f"must not exceed pool_max ({self.pool_max}), got {self.pool_min}",
+                value=self.pool_min,
+            )
 
 
 @attrs.frozen

@@ -16,8 +16,9 @@ Configuration lives under ``[plugins.entries.memory-records.config]``: ``dsn`` (
 ``CLAW_POSTGRES_DSN`` environment variable), ``embedder`` (the id of a registered
 embedding provider, ``"claw-hash"`` by default, or ``"none"``), ``deny_sandboxed``,
 ``catch_up_interval`` (seconds between the catch-ups that repair lost notifications),
-``min_score``, ``vector_weight`` and ``pool_size``. Without a config table the plugin
-registers nothing, so installing it changes no host that does not use it.
+``min_score``, ``vector_weight``, and the connection pool's ``pool_min``, ``pool_max``
+and ``pool_timeout`` (as in ``[state]``). Without a config table the plugin registers
+nothing, so installing it changes no host that does not use it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from ._service import PLUGIN_ID, RecordsService
 from ._tools import TOOLS, record_tools
 
 DSN_ENV = "CLAW_POSTGRES_DSN"
+#: The most connections one pool may open (the same bound as ``[state] pool_max``).
+POOL_MAX_LIMIT = 1000
+#: A finite upper bound for seconds: refuses ``inf`` (and, by comparison, ``nan``).
+_FOREVER = 1e9
 _PREFIX = f"plugins.entries.{PLUGIN_ID}.config"
 
 
@@ -52,17 +57,30 @@ def _number(
     return float(value)
 
 
+def _count(data: Mapping[str, Any], key: str, default: int, *, low: int, high: int,
+           why: str = "") -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{_PREFIX}.{key}", f"expected {low} to {high} connections{why}",
+                          value=value)
+    return value
+
+
 @attrs.frozen
 class RecordsConfig:
     """Parsed ``[plugins.entries.memory-records.config]``."""
 
     dsn: str = attrs.field(repr=False)
+    #: Where ``dsn`` came from, for the errors that name it: the config key or the variable.
+    dsn_key: str = f"{_PREFIX}.dsn"
     embedder: str = "claw-hash"
     deny_sandboxed: bool = False
     catch_up_interval: float = 5.0
     min_score: float = 0.2
     vector_weight: float | None = None
-    pool_size: int = 4
+    pool_min: int = 1
+    pool_max: int = 4
+    pool_timeout: float = 30.0
 
     @classmethod
     def from_mapping(
@@ -99,11 +117,11 @@ class RecordsConfig:
             weight = _number(
                 data, "vector_weight", 0.5, low=0.0, high=1.0, what="a number between 0 and 1"
             )
-        pool = data.get("pool_size", 4)
-        if isinstance(pool, bool) or not isinstance(pool, int) or not 1 <= pool <= 64:
-            raise ConfigError(f"{_PREFIX}.pool_size", "expected 1 to 64 connections", value=pool)
+        pool_max = _count(data, "pool_max", 4, low=1, high=POOL_MAX_LIMIT)
+        pool_min = _count(data, "pool_min", 1, low=0, high=pool_max, why=" (at most pool_max)")
         return cls(
             dsn=dsn,
+            dsn_key=f"{_PREFIX}.dsn" if "dsn" in data else DSN_ENV,
             embedder=embedder,
             deny_sandboxed=deny,
             catch_up_interval=_number(
@@ -118,7 +136,12 @@ class RecordsConfig:
                 data, "min_score", 0.2, low=0.0, high=1.0, what="a number between 0 and 1"
             ),
             vector_weight=weight,
-            pool_size=pool,
+            pool_min=pool_min,
+            pool_max=pool_max,
+            pool_timeout=_number(
+                data, "pool_timeout", 30.0, low=0.001, high=_FOREVER,
+                what="a positive number of seconds",
+            ),
         )
 
 

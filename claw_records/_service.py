@@ -96,8 +96,10 @@ class RecordsService:
             async with open_database(
                 self.config.dsn,
                 workers=self.api.workers,
-                min_size=1,
-                max_size=self.config.pool_size,
+                min_size=self.config.pool_min,
+                max_size=self.config.pool_max,
+                acquire_timeout=self.config.pool_timeout,
+                dsn_key=self.config.dsn_key,
                 name=PLUGIN_ID,
             ) as db:
                 await db.transaction(_store.ensure_schema, db.name)

@@ -85,10 +85,14 @@ class PostgresStateBackend:
     """Sessions, transcripts and the turn ledger in one PostgreSQL database.
 
     Every host configured with the same DSN shares them; see ``docs/postgres.md``.
+    ``pool_min``/``pool_max``/``pool_timeout`` size each host's connection pool
+    (``[state]`` keys of the same names).
     """
 
     dsn: str = attrs.field(repr=redact_dsn)
-    max_connections: int = 8
+    pool_min: int = 1
+    pool_max: int = 8
+    pool_timeout: float = 30.0
 
     @property
     def name(self) -> str:
@@ -107,7 +111,8 @@ class PostgresStateBackend:
         self, workers: WorkerPool, clock: Callable[[], float]
     ) -> AsyncIterator[StateStores]:
         async with open_state(
-            self.dsn, workers=workers, clock=clock, max_connections=self.max_connections
+            self.dsn, workers=workers, clock=clock, pool_min=self.pool_min,
+            pool_max=self.pool_max, pool_timeout=self.pool_timeout,
         ) as state:
             yield StateStores(sessions=state.sessions, transcripts=state.transcripts)
 
@@ -132,4 +137,7 @@ def state_backend(config: HostConfig) -> PostgresStateBackend:
     """The entry point the host calls for ``[state] backend = "postgresql"``."""
     dsn, key = resolve_dsn(config)
     check_dsn(dsn, key=key)
-    return PostgresStateBackend(dsn)
+    state = config.state
+    return PostgresStateBackend(
+        dsn, pool_min=state.pool_min, pool_max=state.pool_max, pool_timeout=state.pool_timeout
+    )

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import attrs
 import psycopg
+import psycopg.conninfo
 import psycopg_pool
 import trio
 
@@ -70,11 +71,15 @@ class _Query:
 
 @attrs.frozen
 class DatabaseStatistics:
-    """A snapshot of a database pool's connections."""
+    """A snapshot of a database pool's connections: ``pool_size`` open now (at least
+    ``min_size``, at most ``max_size``), ``pool_available`` of them idle, and
+    ``requests_waiting`` calls waiting for one."""
 
     pool_size: int
     pool_available: int
     requests_waiting: int
+    min_size: int
+    max_size: int
 
 
 @attrs.define(eq=False)
@@ -125,6 +130,8 @@ class Database:
             pool_size=s.get("pool_size", 0),
             pool_available=s.get("pool_available", 0),
             requests_waiting=s.get("requests_waiting", 0),
+            min_size=self._pool.min_size,
+            max_size=self._pool.max_size,
         )
 
     def _check_open(self) -> None:
@@ -214,10 +221,17 @@ async def open_database(
 
     Connects once first, so a wrong DSN, password or database fails here with the
     server's reason (:class:`~claw.DatabaseUnavailableError`), not later with a pool
-    timeout. Calls run in ``workers`` (the host's worker pool). A malformed ``dsn`` is a
-    :class:`~claw.ConfigError` naming ``dsn_key``.
+    timeout. The pool keeps ``min_size`` connections open and opens at most ``max_size``;
+    a call waits ``acquire_timeout`` seconds for a free one, then fails with
+    :class:`~claw.DatabaseUnavailableError`. Its connections carry ``name`` as their
+    ``application_name`` unless ``dsn`` sets one, so ``pg_stat_activity`` shows which
+    pool each belongs to. Calls run in ``workers`` (the host's worker pool). A malformed
+    ``dsn`` is a :class:`~claw.ConfigError` naming ``dsn_key``.
     """
     check_dsn(dsn, key=dsn_key)
+    connect_kwargs: dict[str, Any] = {"autocommit": True}
+    if not psycopg.conninfo.conninfo_to_dict(dsn).get("application_name"):
+        connect_kwargs["application_name"] = name
 
     def probe() -> None:
         with psycopg.connect(dsn, connect_timeout=max(1, round(connect_timeout))):
@@ -232,7 +246,7 @@ async def open_database(
         open=False,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": True},
+        kwargs=connect_kwargs,
         check=psycopg_pool.ConnectionPool.check_connection,
         name=name,
         timeout=acquire_timeout,

@@ -80,17 +80,24 @@ async def open_state(
     *,
     workers: WorkerPool,
     clock: Callable[[], float] = time.time,
-    max_connections: int = 8,
+    pool_min: int = 1,
+    pool_max: int = 8,
+    pool_timeout: float = 30.0,
     dsn_key: str = "state.dsn",
 ) -> AsyncIterator[PostgresState]:
     """Open this host's PostgreSQL state; every store closes when the block ends.
+
+    The pool keeps ``pool_min`` connections open and opens at most ``pool_max``; a query
+    waits ``pool_timeout`` seconds for one (``[state] pool_min``, ``pool_max``,
+    ``pool_timeout``). The LISTEN watchers and the owner lock have connections of their own.
 
     Raises :class:`~claw.SchemaVersionError` when the database's state schema is
     unknown to this build, :class:`~claw.DatabaseUnavailableError` when the server
     cannot be reached, :class:`~claw.ConfigError` for a malformed DSN.
     """
     async with open_database(
-        dsn, workers=workers, max_size=max_connections, dsn_key=dsn_key, name="claw-state"
+        dsn, workers=workers, min_size=pool_min, max_size=pool_max,
+        acquire_timeout=pool_timeout, dsn_key=dsn_key, name="claw-state",
     ) as db:
         await db.transaction(functools.partial(_migrate, where=db.name))
         transcripts = PostgresTranscriptStore(db, clock)
