@@ -654,7 +654,11 @@ async def open_host(
                 reader._attach(transcripts)
             stack.push_async_callback(_shielded_close, host._close_transcript_readers)
             host._turns = TurnRunner(
-                host=host, store=transcripts, slot=host._engine_slot(), models=host.models
+                host=host,
+                store=transcripts,
+                slot=host._engine_slot(),
+                models=host.models,
+                locks=stores.session_locks,
             )
             stack.push_async_callback(host._turns.aclose)
             host._flush = FlushCoordinator(host)

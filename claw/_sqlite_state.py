@@ -5,6 +5,8 @@ holds the transcripts and the turn ledger. Nothing outside :mod:`claw.sessions` 
 :mod:`claw.turns` issues SQL on them. Any number of processes open them at once (WAL,
 busy timeouts, one short transaction per call); each open host is an owner
 (:mod:`claw._owners`) so that only a dead process's turns are closed by another.
+Turns of one session run one at a time across processes under an ``flock`` per
+session key (:class:`~claw._session_locks.SessionLockFiles`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import attrs
 import trio
 
 from ._owners import OwnerLease
+from ._session_locks import SessionLockFiles
 from ._state import SessionLister, StateStores
 from ._workers import WorkerPool
 from .sessions._reader import SessionRowReader
@@ -63,7 +66,11 @@ class SQLiteStateBackend:
                     owner_id=owner.owner_id,
                     is_alive=owner.is_alive,
                 ) as transcripts:
-                    yield StateStores(sessions=sessions, transcripts=transcripts)
+                    yield StateStores(
+                        sessions=sessions,
+                        transcripts=transcripts,
+                        session_locks=SessionLockFiles(self.state_dir).locks(workers),
+                    )
             finally:
                 with trio.CancelScope(shield=True):
                     await sessions.aclose()

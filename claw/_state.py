@@ -30,6 +30,11 @@ Contracts every implementation keeps (the SQLite one is :mod:`claw._sqlite_state
   call the listeners the same way.
 * A turn belongs to the process that admitted it (its *owner*); only turns whose owner
   is no longer alive are closed by another process (:meth:`TurnLedger.close_orphaned_turns`).
+* Turns of one session, with the flush and compaction they trigger, run one at a time
+  across every process and host sharing the state (:class:`SessionLocks`); a holder
+  that dies loses its lock with its process (or its database connection). Which
+  compaction cycle already flushed is recorded in the backend
+  (:meth:`TranscriptStorage.record_flush`), so it is flushed once across them too.
 """
 
 from __future__ import annotations
@@ -236,9 +241,15 @@ class TranscriptStorage(Protocol):
         by the host in its nursery."""
         ...
 
-    async def record_flush_completed(self, flush_id: str, session_key: str) -> None: ...
+    async def record_flush(self, flush_id: str, session_key: str) -> bool:
+        """Record durably that the flush ``flush_id`` is settled (it completed, or was
+        skipped): its compaction cycle does not flush again, in any process. One short
+        transaction; returns whether this call recorded it (``False``: already was)."""
+        ...
 
-    async def completed_flush_ids(self) -> frozenset[str]: ...
+    async def flush_recorded(self, flush_id: str) -> bool:
+        """Whether :meth:`record_flush` recorded ``flush_id``, by any process (one read)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -292,12 +303,27 @@ class TranscriptLedger(TranscriptStorage, TurnLedger, Protocol):
     so one store implements both (``host.transcripts``)."""
 
 
+class SessionLocks(Protocol):
+    """Exclusive per-session locks shared by every process (and host) on the state.
+
+    The turn runner holds a session's lock for a whole turn, flush and compaction
+    included (see :mod:`claw._session_locks`). Waiting is cancellable and leaves
+    nothing held; a holder's lock ends with its process (SQLite: ``flock``) or its
+    database connection (PostgreSQL: a session-level advisory lock).
+    """
+
+    def hold(self, session_key: str) -> AbstractAsyncContextManager[None]:
+        """Hold ``session_key``'s lock for the ``async with`` block, waiting for it."""
+        ...
+
+
 @attrs.frozen
 class StateStores:
     """The open stores of one host: what :meth:`StateBackend.open` yields."""
 
     sessions: SessionStorage
     transcripts: TranscriptLedger
+    session_locks: SessionLocks
 
 
 class StateBackend(Protocol):

@@ -20,9 +20,11 @@ compaction. Each call:
 
 A failed flush may run again in a later turn of the same cycle (a retry shares the flush
 id), never twice in one turn; a skipped or failed flush never stops the compaction that
-follows. The record of which
-cycles flushed is kept in memory: after a restart a cycle may flush again, which the
-shared flush id lets providers deduplicate.
+follows. Which cycles are settled (completed or skipped) is recorded in the state
+backend (:meth:`~claw._state.TranscriptStorage.record_flush`) and read back before each
+flush, inside the session's lock that the calling turn holds: a cycle flushes once
+across restarts, processes and hosts. A crash between a completed flush and its record
+may still flush that cycle again, which the shared flush id lets providers deduplicate.
 """
 
 from __future__ import annotations
@@ -126,7 +128,6 @@ class FlushCoordinator:
 
     host: Host
     _done: set[str] = attrs.field(factory=set, init=False)
-    _loaded: bool = attrs.field(default=False, init=False)
     _tried: weakref.WeakKeyDictionary[Run, set[str]] = attrs.field(
         factory=weakref.WeakKeyDictionary, init=False
     )
@@ -156,11 +157,13 @@ class FlushCoordinator:
         if not config.enabled:
             return None
         flush_id = derive_flush_id(row.session_id, row.lifecycle_revision, compaction_count)
-        if not self._loaded:  # flushes completed before a restart count as done
-            self._done |= await host.transcripts.completed_flush_ids()
-            self._loaded = True
         tried = self._tried.setdefault(run, set())
         if flush_id in self._done or flush_id in tried:
+            return None
+        # Settled before a restart, or by another process or host: the record is read
+        # while the calling turn holds the session's lock, so no one settles it meanwhile.
+        if await host.transcripts.flush_recorded(flush_id):
+            self._done.add(flush_id)
             return None
         result = await self._flush_if_due(
             flush_id,
@@ -174,11 +177,11 @@ class FlushCoordinator:
         )
         if result is not None:
             tried.add(flush_id)
-            if result.status == "completed":
-                # Durable, so that a crash before this cycle's compaction does not
-                # flush the same cycle again after the restart.
+            if result.status != "failed":
+                # Durable, so that neither a restart before this cycle's compaction nor
+                # another process's next turn flushes the same cycle again.
                 with trio.CancelScope(shield=True):
-                    await host.transcripts.record_flush_completed(flush_id, row.session_key)
+                    await host.transcripts.record_flush(flush_id, row.session_key)
         return result
 
     async def _flush_if_due(

@@ -114,7 +114,11 @@ class PostgresStateBackend:
             self.dsn, workers=workers, clock=clock, pool_min=self.pool_min,
             pool_max=self.pool_max, pool_timeout=self.pool_timeout,
         ) as state:
-            yield StateStores(sessions=state.sessions, transcripts=state.transcripts)
+            yield StateStores(
+                sessions=state.sessions,
+                transcripts=state.transcripts,
+                session_locks=state.session_locks,
+            )
 
 
 def resolve_dsn(config: HostConfig, environ: dict[str, str] | None = None) -> tuple[str, str]:

@@ -8,6 +8,9 @@ types (``boolean``, ``double precision``) and what several hosts need:
 * ``claw_turn_ledger.owner_id`` names the host process that admitted a turn; that
   process holds an advisory lock on it (:data:`OWNER_LOCK_CLASS`) while it lives, so
   another host can tell a dead owner's unfinished turn from a live one's.
+* A host running a turn of a session holds a session-level advisory lock on its key
+  (:data:`SESSION_LOCK_CLASS`), so turns, flushes and compactions of one session run on
+  one host at a time.
 * ``claw_turn_ledger.position`` orders turns by admission (SQLite's ``rowid``).
 * ``claw_session_changes`` is the NOTIFY channel of committed incarnation changes
   (payload: the session key), sent in the transaction that makes the change.
@@ -27,6 +30,9 @@ SESSION_CHANNEL: Final[str] = "claw_session_changes"
 
 #: First key of the two-key advisory locks a live host holds on its owner id.
 OWNER_LOCK_CLASS: Final[int] = 0x636C6177  # "claw"
+#: First key of the session-level locks a host holds on a session key while it runs a
+#: turn of that session (see ``_session_locks.py``).
+SESSION_LOCK_CLASS: Final[int] = 0x636C7373  # "clss"
 #: First key of the transaction-scoped locks serializing appends to one transcript.
 TRANSCRIPT_LOCK_CLASS: Final[int] = 0x636C7472  # "cltr"
 

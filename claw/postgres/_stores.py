@@ -4,7 +4,8 @@
 this process's owner lock (the advisory lock that tells other hosts its unfinished
 turns are not orphans), loads the session mirror, and runs the two LISTEN watchers
 (session changes into the mirror and the listeners; transcript writes into
-``version``) in its own nursery until the block ends.
+``version``) in its own nursery until the block ends. The session locks (one turn of
+a session at a time across hosts) are held on a connection of their own.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import attrs
 import psycopg
 import trio
 
+from .._session_locks import PolledSessionLocks
 from .._workers import WorkerPool
 from ._database import Database, open_database
 from ._migrations import migrate
 from ._schema import COMPONENT, OWNER_LOCK_CLASS, STATE_MIGRATIONS
+from ._session_locks import AdvisorySessionLocks
 from ._sessions import PostgresSessionStore
 from ._transcripts import PostgresTranscriptStore
 from ._translate import chainable, translate
@@ -35,6 +38,7 @@ class PostgresState:
     database: Database
     sessions: PostgresSessionStore
     transcripts: PostgresTranscriptStore
+    session_locks: PolledSessionLocks[Any]
 
 
 def _migrate(conn: psycopg.Connection[Any], where: str) -> tuple[str, ...]:
@@ -105,17 +109,24 @@ async def open_state(
             owner = await trio.to_thread.run_sync(_hold_owner_lock, dsn, transcripts.owner_id)
         except psycopg.Error as exc:
             raise translate(exc, what="owner lock", dsn=dsn) from chainable(exc, dsn)
+        session_locks = AdvisorySessionLocks(dsn, transcripts.owner_id)
         try:
             sessions = await PostgresSessionStore.open(db, clock=clock)
             async with trio.open_nursery() as nursery:
                 await nursery.start(sessions.watch)
                 await nursery.start(transcripts.watch)
                 try:
-                    yield PostgresState(database=db, sessions=sessions, transcripts=transcripts)
+                    yield PostgresState(
+                        database=db,
+                        sessions=sessions,
+                        transcripts=transcripts,
+                        session_locks=session_locks.locks(workers),
+                    )
                 finally:
                     nursery.cancel_scope.cancel()
                     await sessions.aclose()
                     await transcripts.aclose()
         finally:
             with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(session_locks.close)
                 await trio.to_thread.run_sync(_release_owner_lock, owner, transcripts.owner_id)

@@ -402,18 +402,20 @@ def _select_turns(
     return tuple(_turn(r) for r in rows)
 
 
-def _flush_done(conn: Connection, flush_id: str, session_key: str, now: float) -> None:
-    conn.execute(
+def _flush_done(conn: Connection, flush_id: str, session_key: str, now: float) -> bool:
+    cursor = conn.execute(
         "INSERT INTO claw_flush_completions (flush_id, session_key, completed_at) "
         "VALUES (%s, %s, %s) ON CONFLICT (flush_id) DO NOTHING",
         (flush_id, session_key, now),
     )
+    return cursor.rowcount == 1
 
 
-def _flush_ids(conn: Connection) -> frozenset[str]:
-    return frozenset(
-        str(r[0]) for r in conn.execute("SELECT flush_id FROM claw_flush_completions").fetchall()
-    )
+def _flush_recorded(conn: Connection, flush_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM claw_flush_completions WHERE flush_id = %s", (flush_id,)
+    ).fetchone()
+    return row is not None
 
 
 @attrs.define(eq=False)
@@ -631,12 +633,13 @@ class PostgresTranscriptStore:
         )
         return result
 
-    async def record_flush_completed(self, flush_id: str, session_key: str) -> None:
-        await self._write(_flush_done, flush_id, session_key, self._clock())
+    async def record_flush(self, flush_id: str, session_key: str) -> bool:
+        recorded: bool = await self._write(_flush_done, flush_id, session_key, self._clock())
+        return recorded
 
-    async def completed_flush_ids(self) -> frozenset[str]:
-        result: frozenset[str] = await self._read(_flush_ids)
-        return result
+    async def flush_recorded(self, flush_id: str) -> bool:
+        found: bool = await self._read(_flush_recorded, flush_id)
+        return found
 
     async def pending_commits(
         self, session_id: str | None = None, *, session_key: str | None = None

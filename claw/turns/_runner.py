@@ -16,7 +16,9 @@
 6. runs maintenance: the pre-compaction memory flush and compaction when thresholds
    say so, then the provider's optional refresh.
 
-Turns of one session are serialised. The path a turn takes is decided once, at
+Turns of one session are serialised, across every process and host sharing the state:
+a turn (with the flush and compaction it triggers) runs while the runner holds the
+session's lock (:class:`~claw._state.SessionLocks`). The path a turn takes is decided once, at
 admission, and recorded: the durable path (``commit_turn`` of the accepted turn) when
 the configured engine declares the full durable admitted-turn contract, the legacy path
 (the engine ingests each message; nothing is committed) otherwise. A retry of the turn
@@ -75,10 +77,12 @@ from ._tools import ToolContext, ToolPolicy, run_tool_call, select_tools, tool_s
 from ._transcript import parse_entry_id
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
     from .._config import AgentDefaultsConfig
     from .._host import Host
     from .._runs import Run
-    from .._state import TranscriptLedger
+    from .._state import SessionLocks, TranscriptLedger
 
 logger = logging.getLogger("claw.turns")
 
@@ -184,7 +188,7 @@ class TurnRunner:
     store: TranscriptLedger
     slot: ContextEngineSlot
     models: ModelRegistry
-    _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
+    locks: SessionLocks
     _threads: dict[str, _ThreadState] = attrs.field(factory=dict, init=False)
     _bootstrapped: set[tuple[str, str]] = attrs.field(factory=set, init=False)
     _maintenance_scopes: set[trio.CancelScope] = attrs.field(factory=set, init=False)
@@ -192,12 +196,10 @@ class TurnRunner:
 
     # -- public ----------------------------------------------------------------
 
-    def lock_for(self, session_key: str) -> trio.Lock:
-        """The lock that serialises turns (and maintenance) of one session."""
-        lock = self._locks.get(session_key)
-        if lock is None:
-            lock = self._locks[session_key] = trio.Lock()
-        return lock
+    def lock_for(self, session_key: str) -> AbstractAsyncContextManager[None]:
+        """Hold the lock that serialises turns (and their flush and compaction) of one
+        session, in this process and every other one on the state."""
+        return self.locks.hold(session_key)
 
     async def run_turn(
         self,

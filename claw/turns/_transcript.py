@@ -140,8 +140,9 @@ _SCHEMA = (
     ) WITHOUT ROWID""",
     """CREATE INDEX IF NOT EXISTS transcript_compactions
         ON transcript_entries (session_id, seq) WHERE kind = 'compaction'""",
-    # Completed pre-compaction flushes, by flush id (one per session incarnation and
-    # compaction cycle), so a restart inside a cycle does not flush that cycle again.
+    # Settled (completed or skipped) pre-compaction flushes, by flush id (one per session
+    # incarnation and compaction cycle), so neither a restart inside a cycle nor another
+    # process flushes that cycle again.
     """CREATE TABLE IF NOT EXISTS flush_completions (
         flush_id TEXT PRIMARY KEY,
         session_key TEXT NOT NULL,
@@ -415,13 +416,17 @@ class TranscriptStore:
             return ()
         return await self._write(_abort_orphans_sync, owners=dead, reason=reason, now=self._clock())
 
-    async def record_flush_completed(self, flush_id: str, session_key: str) -> None:
-        """Record durably that the flush ``flush_id`` completed (idempotent)."""
-        await self._write(_flush_done_sync, flush_id, session_key, now=self._clock())
+    async def record_flush(self, flush_id: str, session_key: str) -> bool:
+        """Record durably that the flush ``flush_id`` is settled; whether this call did."""
+        recorded: bool = await self._write(
+            _flush_done_sync, flush_id, session_key, now=self._clock()
+        )
+        return recorded
 
-    async def completed_flush_ids(self) -> frozenset[str]:
-        """The ids of every flush recorded as completed."""
-        return await self._run(_flush_ids_sync)
+    async def flush_recorded(self, flush_id: str) -> bool:
+        """Whether any process recorded the flush ``flush_id`` as settled."""
+        found: bool = await self._run(_flush_recorded_sync, flush_id)
+        return found
 
     async def pending_commits(
         self, session_id: str | None = None, *, session_key: str | None = None
@@ -746,17 +751,19 @@ def _get_turn_sync(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:
 
 def _flush_done_sync(
     conn: sqlite3.Connection, flush_id: str, session_key: str, *, now: float
-) -> None:
+) -> bool:
     with _transaction(conn):
-        conn.execute(
+        cursor = conn.execute(
             "INSERT OR IGNORE INTO flush_completions (flush_id, session_key, completed_at) "
             "VALUES (?, ?, ?)",
             (flush_id, session_key, now),
         )
+        return cursor.rowcount == 1
 
 
-def _flush_ids_sync(conn: sqlite3.Connection) -> frozenset[str]:
-    return frozenset(row[0] for row in conn.execute("SELECT flush_id FROM flush_completions"))
+def _flush_recorded_sync(conn: sqlite3.Connection, flush_id: str) -> bool:
+    row = conn.execute("SELECT 1 FROM flush_completions WHERE flush_id = ?", (flush_id,))
+    return row.fetchone() is not None
 
 
 def _ledger_write_sync(

@@ -1,6 +1,6 @@
 """One claw host process on the shared PostgreSQL state, driven line by line.
 
-Run as ``python -m tests.postgres.host_child DSN WORKSPACE STATE_DIR``. It opens a host
+Run as ``python -m tests.postgres.host_child DSN WORKSPACE STATE_DIR [LOG]``. It opens a host
 with ``[state] backend = "postgresql"`` and the recording memory provider (one
 owner-private record, and a gate so a search can be held inside the provider), prints
 ``{"ready": owner_id}``, then answers one JSON command per stdin line with one JSON
@@ -17,10 +17,21 @@ line on stdout (each written in one write):
 * ``{"op": "admit", "key": K, "session_id": S, "turn_id": T, "advancement_key": A}``
 * ``{"op": "close_orphans"}``, ``{"op": "append_terminal", "key", "session_id",
   "turn_id"}``, ``{"op": "exit"}``
+
+With ``LOG``, the memory slot holds a flush plan instead and the model logs its calls
+there (``tests/_session_turns.py``), for these:
+
+* ``{"op": "turns", "key": K, "count": N}``: run ``N`` turns of ``K`` past their flush
+  and compaction thresholds; answers the flushes and compactions this host ran so far
+* ``{"op": "hang_turn", "key": K}``: start a turn whose model never answers; answers
+  ``{"in_model": true}`` once the model has it (the host then holds ``K``)
+* ``{"op": "turn_within", "key": K, "seconds": S}``: try a turn of ``K``, giving up
+  after ``S`` seconds: ``{"cancelled": bool, "turns": how many the ledger holds}``
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -33,6 +44,7 @@ import claw
 from claw.memory import MemorySearchRequest
 from claw.models import AssistantMessage, UserMessage
 from claw_testing import MemoryRecord, RecordingMemoryProvider
+from tests._session_turns import HANG, LoggingModel, flush_plugin, flush_turns_compaction, run_turns
 
 
 def _say(obj: dict[str, Any]) -> None:
@@ -54,7 +66,7 @@ async def _lines() -> Any:
                     yield json.loads(line)
 
 
-async def main(dsn: str, workspace: Path, state_dir: Path) -> None:
+async def main(dsn: str, workspace: Path, state_dir: Path, log: Path | None) -> None:
     provider = RecordingMemoryProvider(
         provider_id="rec",
         records=[MemoryRecord(id="o", text="owner secret deploy pin", visibility="owner-private")],
@@ -65,10 +77,20 @@ async def main(dsn: str, workspace: Path, state_dir: Path) -> None:
     config = claw.HostConfig(
         workspace_dir=workspace,
         state_dir=state_dir,
-        plugins=claw.PluginsConfig(discover=False, slots=claw.SlotsConfig(memory="rec")),
+        plugins=claw.PluginsConfig(
+            discover=False, slots=claw.SlotsConfig(memory="rec" if log is None else "flusher")
+        ),
         state=claw.StateConfig(backend="postgresql", dsn=dsn),
+        agents=claw.AgentsConfig(
+            defaults=claw.AgentDefaultsConfig(
+                model="scripted/main", compaction=flush_turns_compaction()
+            )
+        ),
     )
-    async with claw.open_host(config, plugins=[plugin]) as host, trio.open_nursery() as nursery:
+    plugins = [plugin, flush_plugin()]
+    async with claw.open_host(config, plugins=plugins) as host, trio.open_nursery() as nursery:
+        model = LoggingModel(log if log is not None else state_dir / "model.log")
+        host.models.register_provider("scripted", lambda name: model)
         _say({"ready": host.transcripts.owner_id})
         held: list[Any] = []
         gated: trio.MemorySendChannel[dict[str, Any]] | None = None
@@ -144,6 +166,21 @@ async def main(dsn: str, workspace: Path, state_dir: Path) -> None:
             elif op == "close_orphans":
                 closed = await host.transcripts.close_orphaned_turns("its host is gone")
                 _say({"closed": [t.turn_id for t in closed]})
+            elif op == "turns":
+                _say(await run_turns(host, cmd["key"], cmd["count"]))
+            elif op == "hang_turn":
+                nursery.start_soon(
+                    functools.partial(
+                        host.run_turn, cmd["key"], UserMessage(HANG), sender_is_owner=True
+                    )
+                )
+                await model.hung.wait()
+                _say({"in_model": True})
+            elif op == "turn_within":
+                with trio.move_on_after(cmd["seconds"]) as waiting:
+                    await host.run_turn(cmd["key"], UserMessage("me too"), sender_is_owner=True)
+                turns = await host.transcripts.turns()
+                _say({"cancelled": waiting.cancelled_caught, "turns": len(turns)})
             else:
                 _say({"error": f"unknown op {op!r}"})
         if held:
@@ -153,4 +190,5 @@ async def main(dsn: str, workspace: Path, state_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))
+    log = Path(sys.argv[4]) if len(sys.argv) > 4 else None
+    trio.run(main, sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), log)

@@ -20,8 +20,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from claw.postgres._session_locks import session_locks_application_name
 from claw.postgres._stores import owner_application_name
 from tests._processes import reap
+from tests._session_turns import check_once_per_cycle, check_serial
 
 ROOT = Path(__file__).parent.parent.parent
 SID = "0b5e2f7c-1111-4a2b-9c3d-00000000abcd"
@@ -30,12 +32,13 @@ SID = "0b5e2f7c-1111-4a2b-9c3d-00000000abcd"
 class Host:
     """One child host; :meth:`ask` sends a command and returns its one-line answer."""
 
-    def __init__(self, dsn: str, base: Path, name: str) -> None:
+    def __init__(self, dsn: str, base: Path, name: str, log: Path | None = None) -> None:
         workspace = base / name / "ws"
         workspace.mkdir(parents=True)
+        extra = [] if log is None else [str(log)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.postgres.host_child", dsn, str(workspace),
-             str(base / name / "state")],
+             str(base / name / "state"), *extra],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         self._buffer = b""
@@ -54,10 +57,13 @@ class Host:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
 
-    def ask(self, **cmd: Any) -> Any:
+    def send(self, **cmd: Any) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
         self.proc.stdin.flush()
+
+    def ask(self, **cmd: Any) -> Any:
+        self.send(**cmd)
         return self._read()
 
     def close(self) -> None:
@@ -154,3 +160,105 @@ def test_a_killed_mid_turn_b_closes_the_turn_and_the_session_goes_on(
     assert b.ask(op="append_terminal", key="dm:carol", session_id=SID, turn_id="t-b") == {
         "seq": 3
     }
+
+
+# -- one turn of a session at a time, across hosts ---------------------------------
+
+
+@pytest.fixture
+def turn_hosts(postgres_dsn: str, tmp_path: Path) -> Iterator[tuple[Host, Host, Path]]:
+    """Two hosts whose model logs its calls to one file and whose sessions flush."""
+    log = tmp_path / "model.log"
+    started: list[Host] = []
+    try:
+        started.append(Host(postgres_dsn, tmp_path, "a", log))
+        started.append(Host(postgres_dsn, tmp_path, "b", log))
+        yield started[0], started[1], log
+    finally:
+        for host in started:
+            host.close()
+
+
+def _rows(dsn: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(query, args).fetchall()
+
+
+def test_two_hosts_running_turns_of_one_session_take_turns_and_flush_each_cycle_once(
+    turn_hosts: tuple[Host, Host, Path], postgres_dsn: str
+) -> None:
+    a, b, log = turn_hosts
+    created = a.ask(op="create", key="dm:alice")
+    b.ask(op="wait_known", key="dm:alice")
+    a.send(op="turns", key="dm:alice", count=5)
+    b.send(op="turns", key="dm:alice", count=5)
+    reports = [a._read(), b._read()]
+    # The model ran turns, flushes and summaries, never two at once ...
+    assert check_serial(log) >= 10
+    sid = created["session_id"]
+    # ... every turn's entries are one unbroken run of the transcript ...
+    turns = _rows(
+        postgres_dsn,
+        "SELECT turn_id, first_seq, terminal_seq FROM claw_turn_ledger WHERE session_id = %s",
+        sid,
+    )
+    assert len(turns) == 10
+    owner = dict(
+        _rows(
+            postgres_dsn,
+            "SELECT seq, turn_id FROM claw_transcript_entries WHERE session_id = %s",
+            sid,
+        )
+    )
+    for turn_id, first, terminal in turns:
+        assert {owner[seq] for seq in range(first, terminal + 1)} == {turn_id}
+    # ... and each compaction cycle flushed exactly once, on one host or the other.
+    ((compactions,),) = _rows(
+        postgres_dsn,
+        "SELECT count(*) FROM claw_transcript_entries WHERE session_id = %s "
+        "AND kind = 'compaction'",
+        sid,
+    )
+    assert compactions >= 2
+    check_once_per_cycle(
+        reports, session_id=sid, revision=created["revision"], compactions=compactions
+    )
+
+
+def test_a_cycle_flushed_on_one_host_is_not_flushed_again_on_another(
+    turn_hosts: tuple[Host, Host, Path],
+) -> None:
+    a, b, _ = turn_hosts
+    created = a.ask(op="create", key="dm:alice")
+    b.ask(op="wait_known", key="dm:alice")
+    assert b.ask(op="turns", key="dm:alice", count=1) == {"flushed": [], "compactions": 0}
+    first = a.ask(op="turns", key="dm:alice", count=1)  # cycle 0 flushes
+    assert len(first["flushed"]) == 1 and first["compactions"] == 0
+    second = b.ask(op="turns", key="dm:alice", count=1)  # and compacts, without a flush
+    assert second == {"flushed": [], "compactions": 1}
+    check_once_per_cycle(
+        [first, second],
+        session_id=created["session_id"],
+        revision=created["revision"],
+        compactions=1,
+    )
+
+
+def test_a_host_killed_holding_a_session_does_not_block_its_next_turn_on_another(
+    turn_hosts: tuple[Host, Host, Path], postgres_dsn: str
+) -> None:
+    a, b, _ = turn_hosts
+    a.ask(op="create", key="dm:alice")
+    b.ask(op="wait_known", key="dm:alice")
+    assert a.ask(op="hang_turn", key="dm:alice") == {"in_model": True}
+    # While A lives, it holds the session: B's turn waits, admitting nothing, until the
+    # test gives up on it (the wait is cancelled and leaves nothing held).
+    assert b.ask(op="turn_within", key="dm:alice", seconds=1.0) == {"cancelled": True, "turns": 1}
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    # A is dead to the other hosts once the server has ended its backends.
+    _wait_until_gone(postgres_dsn, session_locks_application_name(a.owner_id))
+    _wait_until_gone(postgres_dsn, owner_application_name(a.owner_id))
+    assert b.ask(op="turns", key="dm:alice", count=1) == {"flushed": [], "compactions": 0}
+    statuses = _rows(postgres_dsn, "SELECT close_status FROM claw_turn_ledger ORDER BY position")
+    assert statuses == [("aborted",), (None,)]

@@ -1,6 +1,7 @@
 """A claw host in a child process, driven by the multi-process tests.
 
-Usage: ``python _child.py MODE STATE_DIR [ARGS...]``. Every report is one line written
+Usage: ``python -m tests.claw.multiprocess._child MODE STATE_DIR [ARGS...]`` (from the
+repository root). Every report is one line written
 in one ``write`` (a reader never sees half of one). Modes:
 
 * ``open-race N GO``: wait for the file ``GO`` to exist, open a host on a fresh state
@@ -17,11 +18,17 @@ in one ``write`` (a reader never sees half of one). Modes:
 * ``commit GO ENGINE_DB``: wait for ``GO``, then open a host whose engine is the
   reference engine on ``ENGINE_DB`` (opening retries the pending commits); print
   ``OK``.
+* ``turns LOG``: open a host whose model logs its calls to ``LOG`` and whose memory
+  slot holds a flush plan (``tests/_session_turns.py``); print ``READY``, then obey
+  stdin: ``run N`` runs ``N`` turns of ``dm:alice`` (past their flush and compaction
+  thresholds) and prints ``DONE`` with a JSON report of the flushes and compactions
+  this process ran so far.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import time
@@ -41,6 +48,7 @@ from claw_testing import (
     harness_config,
     memory_provider_plugin,
 )
+from tests._session_turns import LoggingModel, flush_plugin, flush_turns_compaction, run_turns
 
 
 def say(line: str) -> None:
@@ -145,6 +153,20 @@ async def commit(state: Path, go: Path, engine_db: Path) -> None:
     say("OK")
 
 
+async def turns(state: Path, log: Path) -> None:
+    config = _config(state, memory="flusher", compaction=flush_turns_compaction())
+    async with claw.open_host(config, plugins=[flush_plugin()]) as host:
+        model = LoggingModel(log)
+        host.models.register_provider("scripted", lambda name: model)
+        say("READY")
+        report: dict[str, object] = {}
+        while line := (await trio.to_thread.run_sync(sys.stdin.readline)).strip():
+            command, count = line.split()
+            assert command == "run", line
+            report = await run_turns(host, "dm:alice", int(count))
+            say("DONE " + json.dumps(report))
+
+
 def main(argv: list[str]) -> None:
     mode, state, *args = argv
     path = Path(state)
@@ -158,6 +180,8 @@ def main(argv: list[str]) -> None:
         trio.run(admit, path, Path(args[0]), args[1], args[2])
     elif mode == "commit":
         trio.run(commit, path, Path(args[0]), Path(args[1]))
+    elif mode == "turns":
+        trio.run(turns, path, Path(args[0]))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

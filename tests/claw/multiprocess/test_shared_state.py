@@ -25,13 +25,15 @@ from ..._processes import reap
 
 pytestmark = pytest.mark.slow
 
-CHILD = Path(__file__).with_name("_child.py")
+ROOT = Path(__file__).parents[3]
+CHILD = "tests.claw.multiprocess._child"
 
 
 @contextmanager
 def child(*args: str | Path) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        [sys.executable, str(CHILD), *map(str, args)],
+        [sys.executable, "-m", CHILD, *map(str, args)],
+        cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -1,0 +1,131 @@
+"""Per-session exclusive locks across processes and hosts: one turn of a session at a time.
+
+A turn of a session, with the pre-compaction flush and the compaction it triggers, runs
+while its process holds that session's lock (:class:`~claw._state.SessionLocks`).
+:class:`PolledSessionLocks` is the shape both backends share:
+
+1. an in-process :class:`trio.Lock` per session key is the first gate, so the tasks of
+   one process queue on the event loop and never stack worker threads on one key;
+2. the cross-process lock is then *tried* (never waited on) in a worker thread, and
+   retried after a short, growing sleep while another process holds it.
+
+Trying instead of blocking is what keeps the wait cancellable: a cancelled turn is
+between two tries, in a Trio sleep, holding nothing and leaving no thread blocked. A
+try that took the lock is released even when the caller was cancelled meanwhile.
+
+The SQLite backend's lock is :class:`SessionLockFiles`: an exclusive ``flock`` on
+``<state_dir>/session-locks/<digest>.lock``, which the kernel drops however its holder
+ends (``SIGKILL`` included). PostgreSQL's is a session-level advisory lock
+(``claw/postgres/_session_locks.py``), which the server drops with its connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final, Generic, TypeVar
+
+import attrs
+import trio
+
+from ._workers import WorkerPool
+
+H = TypeVar("H")
+
+SESSION_LOCKS_DIR: Final[str] = "session-locks"
+
+#: The first and the longest sleep between two tries of a lock another process holds.
+FIRST_RETRY: Final[float] = 0.002
+LONGEST_RETRY: Final[float] = 0.05
+
+
+@attrs.define(eq=False)
+class PolledSessionLocks(Generic[H]):
+    """:class:`~claw._state.SessionLocks` over a try-lock primitive (see the module docstring).
+
+    ``try_acquire(key)`` returns a handle when it took ``key``'s lock and ``None`` when
+    another holder has it; ``release(handle)`` gives it back. Both are blocking calls,
+    run in ``workers``.
+    """
+
+    _workers: WorkerPool
+    _try_acquire: Callable[[str], H | None]
+    _release: Callable[[H], None]
+    _gates: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
+
+    def gate(self, session_key: str) -> trio.Lock:
+        """The in-process first gate of ``session_key``."""
+        gate = self._gates.get(session_key)
+        if gate is None:
+            gate = self._gates[session_key] = trio.Lock()
+        return gate
+
+    @asynccontextmanager
+    async def hold(self, session_key: str) -> AsyncIterator[None]:
+        """Hold ``session_key``'s lock for the block, waiting (cancellably) for it."""
+        async with self.gate(session_key):
+            handle: H | None = None
+            try:
+                delay = FIRST_RETRY
+                while True:
+                    handle = await self._workers.run_sync(self._try_acquire, session_key)
+                    if handle is not None:
+                        break
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, LONGEST_RETRY)
+                yield
+            finally:
+                if handle is not None:
+                    with trio.CancelScope(shield=True):
+                        await self._workers.run_sync(self._release, handle)
+
+
+def lock_file(state_dir: Path, session_key: str) -> Path:
+    """The lock file of ``session_key`` (named by a digest: keys may hold any character)."""
+    digest = hashlib.sha256(f"claw-session-lock-v1\x1f{session_key}".encode()).hexdigest()
+    return state_dir / SESSION_LOCKS_DIR / f"{digest[:32]}.lock"
+
+
+@attrs.frozen
+class SessionLockFiles:
+    """The SQLite backend's cross-process session lock: ``flock`` on one file per key.
+
+    The files are never removed: removing a lock file while another process has it open
+    would let a third lock a new file of the same name beside the held one. One small
+    empty file per session key is the cost.
+    """
+
+    state_dir: Path
+
+    def try_acquire(self, session_key: str) -> int | None:
+        """The locked file's descriptor, or ``None`` when another process holds it."""
+        path = lock_file(self.state_dir, session_key)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return None
+            raise
+        return fd
+
+    @staticmethod
+    def release(fd: int) -> None:
+        """Drop the lock (closing the descriptor drops it)."""
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    def locks(self, workers: WorkerPool) -> PolledSessionLocks[Any]:
+        """The :class:`~claw._state.SessionLocks` of this state directory."""
+        return PolledSessionLocks(workers, self.try_acquire, self.release)
