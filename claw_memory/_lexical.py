@@ -220,13 +220,16 @@ class LexicalIndex:
         sources: frozenset[str] | None,
         agent_ids: frozenset[str] | None,
         session_keys: frozenset[str] | None,
+        terms: Sequence[str] | None = None,
     ) -> tantivy.Query | None:
         """A term-level OR query for ``text``, or ``None`` when it has no searchable terms.
 
         Nothing in ``text`` is interpreted: quotes, ``AND``, ``-``, ``field:`` and
-        brackets are tokenised away like any punctuation.
+        brackets are tokenised away like any punctuation. ``terms``, when given, are
+        ``query_terms(text)`` already computed (ranking needs them again).
         """
-        terms = self.query_terms(text)
+        if terms is None:
+            terms = self.query_terms(text)
         grams = list(dict.fromkeys(cjk_bigrams(text)))
         schema = self.schema
         should: list[tuple[tantivy.Occur, tantivy.Query]] = []

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 import attrs
 import numpy as np
 import numpy.typing as npt
+import tantivy
 
+from claw.plugin_sdk import LexicalIndexError
 from claw.plugin_sdk.search import has_cjk, lexical_search, top_k
 
 from ._generation import Generation
@@ -143,6 +147,111 @@ def _rows_terms(
     return gen.rows_terms(rows, analyse)
 
 
+# A query term in at most this many documents has its rows read from the lexical index
+# (one term query, kept for the generation); a commoner one is looked up in the rows'
+# own analysed terms instead (reading its every document would cost more).
+TERM_ROWS_MAX_DF = 16_384
+# The most row numbers the term-row memo of one generation keeps (then it starts over).
+MAX_TERM_ROW_ENTRIES = 1 << 21
+
+
+@attrs.define(eq=False)
+class _TermRows:
+    """One generation's memo: term -> the sorted rows whose text has it."""
+
+    rows: dict[str, npt.NDArray[np.int64]] = attrs.field(factory=dict)
+    entries: int = 0
+
+
+_TERM_ROWS: weakref.WeakKeyDictionary[Generation, _TermRows] = weakref.WeakKeyDictionary()
+# The analysed words of a transcript turn's date ("8 May 2023"), by date text.
+_DATE_TERMS: dict[str, frozenset[str]] = {}
+_MAX_DATE_TERMS = 4096
+
+
+def _term_rows(
+    gen: Generation, lexical: LexicalIndex, memo: _TermRows, term: str, df: int
+) -> npt.NDArray[np.int64]:
+    """The sorted live rows of ``gen`` whose text field holds ``term`` (``df`` documents
+    at most: its document frequency, which also counts deleted documents)."""
+    found = memo.rows.get(term)
+    if found is not None:
+        return found
+    searcher = gen.searcher
+    assert searcher is not None
+    keys: list[Any] = []
+    if df > 0:
+        try:
+            query = tantivy.Query.term_query(lexical.schema, "text", term)
+            hits = searcher.search(query, limit=df, count=False).hits
+            if hits:
+                keys = searcher.fast_field_values("key", [addr for _, addr in hits])
+        except ValueError as exc:
+            raise LexicalIndexError(f"lexical search failed: {exc}") from exc
+    rows: set[int | None] = set(map(gen.row_of_key.get, keys))
+    rows.discard(None)
+    found = np.sort(np.fromiter(rows, dtype=np.int64, count=len(rows)))
+    if memo.entries + len(found) > MAX_TERM_ROW_ENTRIES:
+        memo.rows.clear()
+        memo.entries = 0
+    memo.rows[term] = found
+    memo.entries += len(found)
+    return found
+
+
+def _date_terms(lexical: LexicalIndex, text: str) -> frozenset[str]:
+    found = _DATE_TERMS.get(text)
+    if found is None:
+        if len(_DATE_TERMS) >= _MAX_DATE_TERMS:
+            _DATE_TERMS.clear()
+        found = _DATE_TERMS[text] = frozenset(lexical.document_terms(text))
+    return found
+
+
+def _membership(
+    gen: Generation,
+    lexical: LexicalIndex,
+    rows: Sequence[int],
+    terms: Sequence[str],
+    dfs: Sequence[int],
+) -> npt.NDArray[np.bool_]:
+    """Whether each of ``rows``'s own terms holds each of ``terms`` (terms x rows).
+
+    A row's own terms are those of its text and, for a transcript turn, of its date's
+    words: the same set :func:`_rows_terms` analyses. A rare term's rows come from the
+    lexical index (whose text field holds exactly the analysed text); only a common
+    one needs the rows' text analysed.
+    """
+    wanted = np.array(rows, dtype=np.int64)
+    out = np.zeros((len(terms), len(rows)), dtype=np.bool_)
+    memo = _TERM_ROWS.get(gen)
+    if memo is None:
+        memo = _TERM_ROWS[gen] = _TermRows()
+    analysed: list[frozenset[str]] | None = None
+    dated: list[tuple[int, frozenset[str]]] | None = None
+    for t, (term, df) in enumerate(zip(terms, dfs, strict=True)):
+        if df > TERM_ROWS_MAX_DF:
+            if analysed is None:
+                analysed = _rows_terms(gen, lexical, rows)
+            out[t] = [term in mine for mine in analysed]
+            continue
+        having = _term_rows(gen, lexical, memo, term, df)
+        if len(having):
+            at = np.minimum(np.searchsorted(having, wanted), len(having) - 1)
+            out[t] = having[at] == wanted
+        if dated is None:
+            records = gen.records
+            dated = []
+            for i, r in enumerate(rows if "sessions" in gen.sources_present else ()):
+                rec = records[r]
+                if rec.source == "sessions" and rec.timestamp is not None:
+                    dated.append((i, _date_terms(lexical, date_text(rec.timestamp))))
+        for i, words in dated:
+            if term in words:
+                out[t, i] = True
+    return out
+
+
 def coverage(
     gen: Generation,
     lexical: LexicalIndex,
@@ -162,46 +271,41 @@ def coverage(
     if not terms or not n or searcher is None:
         return zeros, zeros, zeros
     docs = max(int(searcher.num_docs), 1)
-    idf = np.array(
-        [
-            math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
-            for df in (int(searcher.doc_freq("text", t)) for t in terms)
-        ],
-        dtype=np.float64,
-    )
+    dfs = [int(searcher.doc_freq("text", t)) for t in terms]
+    idf = np.array([math.log(1.0 + (docs - df + 0.5) / (df + 0.5)) for df in dfs], dtype=np.float64)
     total = float(idf.sum())
     if total <= 0:
         return zeros, zeros, zeros
-    weighted = list(zip(terms, (idf / total).tolist(), strict=True))
+    weights = (idf / total).tolist()
+    if not gen.is_session[rows].any():
+        # No transcript turns: no neighbours, so every row covers the same three ways.
+        mine = _membership(gen, lexical, rows, terms, dfs)
+        own = np.zeros(n, dtype=np.float64)
+        for t, w in enumerate(weights):
+            own += np.where(mine[t], w, 0.0)
+        return own, own.copy(), own.copy()
     session = gen.is_session[rows].tolist()
     adjacent = [gen.adjacent_rows(r) if s else ((), ()) for r, s in zip(rows, session, strict=True)]
     wanted = list(dict.fromkeys([*rows, *(x for one, two in adjacent for x in (*one, *two))]))
-    have = dict(zip(wanted, _rows_terms(gen, lexical, wanted), strict=True))
+    at = {r: i for i, r in enumerate(wanted)}
+    # One more column, never set: where a row has fewer than two neighbours.
+    member = np.zeros((len(terms), len(wanted) + 1), dtype=np.bool_)
+    member[:, :-1] = _membership(gen, lexical, wanted, terms, dfs)
+    none = len(wanted)
+    one_at = np.array([[*(at[x] for x in one), none, none][:2] for one, _ in adjacent])
+    two_at = np.array([[*(at[x] for x in two), none, none][:2] for _, two in adjacent])
+    mine = member[:, [at[r] for r in rows]]
+    near_hit = mine | member[:, one_at[:, 0]] | member[:, one_at[:, 1]]
+    far_hit = near_hit | member[:, two_at[:, 0]] | member[:, two_at[:, 1]]
     own = np.zeros(n, dtype=np.float64)
     near = np.zeros(n, dtype=np.float64)
     far = np.zeros(n, dtype=np.float64)
-    for i, (r, (one, two)) in enumerate(zip(rows, adjacent, strict=True)):
-        mine = have[r]
-        ones = [have[x] for x in one]
-        twos = [have[x] for x in two]
-        c0 = c1 = c2 = 0.0
-        for t, w in weighted:
-            if t in mine:
-                c0 += w
-                c1 += w
-                c2 += w
-                continue
-            for x in ones:
-                if t in x:
-                    c1 += w
-                    c2 += w
-                    break
-            else:
-                for x in twos:
-                    if t in x:
-                        c2 += w
-                        break
-        own[i], near[i], far[i] = c0, c1, c2
+    # Term by term, in query order: the same sums, added in the same order, as one
+    # row at a time would give.
+    for t, w in enumerate(weights):
+        own += np.where(mine[t], w, 0.0)
+        near += np.where(near_hit[t], w, 0.0)
+        far += np.where(far_hit[t], w, 0.0)
     return own, near, far
 
 
@@ -270,6 +374,8 @@ def rank(
     mask = _filter_mask(gen, f)
 
     text_scores: dict[int, float] = {}
+    # Analysed once: the first stage's query and the second stage's coverage use them.
+    query_terms = lexical.query_terms(query) if use_text and lexical is not None else []
     if use_text and gen.searcher is not None and lexical is not None:
         # Only transcript chunks have context and speaker fields: without any, their
         # clauses could match nothing and are left out.
@@ -284,6 +390,7 @@ def rank(
             sources=f.sources,
             agent_ids=f.agent_ids,
             session_keys=f.session_keys,
+            terms=query_terms,
         )
         if q is not None:
             hits = lexical_search(gen.searcher, q, k)
@@ -323,7 +430,7 @@ def rank(
         scores = (params.vector_weight * v_arr + params.text_weight * t_arr) / total_w
     weights = (params.coverage_weight, params.near_coverage_weight, params.far_coverage_weight)
     if use_text and lexical is not None and len(rows) and sum(weights) > 0:
-        terms = [t for t in lexical.query_terms(query) if not has_cjk(t)]
+        terms = [t for t in query_terms if not has_cjk(t)]
         if terms:
             # Only the head of the first stage is re-scored (the rest keeps its order
             # below it): what the page can reach, with room to move up into it.

@@ -12,6 +12,7 @@ from hypothesis import given
 
 from claw.plugin_sdk import ConfigError, InlineWorkerPool
 from claw.plugin_sdk.search import QUERY_STOPWORDS
+from claw_memory import _ranking as ranking_module
 from claw_memory._index import open_memory_index
 from claw_memory._lexical import LexicalContext, LexicalIndex
 from claw_memory._ranking import coverage
@@ -367,6 +368,64 @@ async def test_coverage_counts_own_then_adjacent_then_two_away_turns(tmp_path: P
     assert own.tolist() == pytest.approx([third, 0.0], abs=0.05)
     assert near.tolist() == pytest.approx([2 * third, 0.0], abs=0.05)
     assert far.tolist() == pytest.approx([1.0, third], abs=0.05)
+
+
+async def test_coverage_of_rare_terms_reads_the_lexical_index_not_each_rows_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Analysing every head row's text cost more than the rest of a search on a fresh
+    # index; a term in few documents has its rows from one term query instead.
+    turns = _turns([("Ann", "violet"), ("Ann", "orange"), ("Ann", "paint")])
+    async with _session_index_turns(tmp_path, turns) as index:
+        gen, lexical = index._generation, index._lexical
+        analysed: list[str] = []
+        real = LexicalIndex.document_terms
+
+        def counting(self: LexicalIndex, text: str) -> list[str]:
+            analysed.append(text)
+            return real(self, text)
+
+        monkeypatch.setattr(LexicalIndex, "document_terms", counting)
+        terms = lexical.query_terms("paint orange")
+        own, _, _ = coverage(gen, lexical, list(range(len(gen.records))), terms)
+    assert sorted(own.tolist()) == pytest.approx([0.0, 0.5, 0.5], abs=0.05)
+    # At most the turns' date (one day) was analysed, never a turn's text.
+    assert set(analysed) <= {date_text(turns[0].timestamp)}
+
+
+def _many_turns() -> dict[str, list[TranscriptTurn]]:
+    words = ["violet", "orange", "paint", "brush", "canvas", "easel", "filler"]
+    return {
+        sid: [
+            TranscriptTurn(
+                f"{sid}-{i}",
+                "user",
+                "Ann",
+                " ".join(words[(i * k + j) % len(words)] for j in range(1 + i % 3)),
+                day + 3600 * i,
+            )
+            for i in range(9)
+        ]
+        for k, (sid, day) in enumerate((("s1", _MAY_8), ("s2", _JUNE_3)), start=1)
+    }
+
+
+@pytest.mark.parametrize(
+    "query", ["paint orange violet", "brush on 8 May", "June canvas easel filler", "nothing"]
+)
+async def test_coverage_from_the_lexical_index_equals_coverage_from_analysed_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, query: str
+) -> None:
+    # The two ways agree exactly, for own text, dates and both neighbour rings.
+    async with _sessions_index(tmp_path, _many_turns()) as index:
+        gen, lexical = index._generation, index._lexical
+        rows = list(range(len(gen.records)))[::-1]
+        terms = lexical.query_terms(query)
+        from_index = coverage(gen, lexical, rows, terms)
+        monkeypatch.setattr(ranking_module, "TERM_ROWS_MAX_DF", -1)
+        from_rows = coverage(gen, lexical, rows, terms)
+    assert [part.tolist() for part in from_index] == [part.tolist() for part in from_rows]
+    assert any(part.any() for part in from_index) == (query != "nothing")
 
 
 def _session_index_turns(tmp_path: Path, turns: list[TranscriptTurn]) -> Any:
