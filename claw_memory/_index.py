@@ -258,6 +258,9 @@ _INLINE_RANK_ROWS = 20_000
 # arriving (measured on claw serve with 32 clients: about 15% more requests per second
 # than ranking after one round).
 _GATHER_ROUNDS = 4
+# How many of the latest queries' vectors an index keeps (a query asked again, a page
+# after the first, costs no embedding).
+_QUERY_VECTORS = 1024
 
 
 # Up to this many vector cells, a sparse query vector (at most a quarter of its
@@ -332,6 +335,8 @@ class MemoryIndex:
         self._write_lock = trio.Lock()
         self._last_sync_at: float | None = None
         self._active_searches = 0
+        # The latest queries' vectors, oldest first (see _query_vector).
+        self._query_vectors: dict[str, npt.NDArray[np.float32]] = {}
         self._cache_entries = 0
         self._closed = False
 
@@ -989,6 +994,20 @@ class MemoryIndex:
             self._leaders += 1
             nxt.done.set()
 
+    async def _query_vector(self, query: str) -> npt.NDArray[np.float32]:
+        """The query's normalised vector; those of the latest queries are kept (the
+        embedder is the index's for its whole life, so a repeated query's vector is
+        the same), read-only."""
+        memo = self._query_vectors
+        found = memo.pop(query, None)
+        if found is None:
+            found = normalise_rows(await self._embed_query(query))[0]
+            found.setflags(write=False)
+            if len(memo) >= _QUERY_VECTORS:
+                del memo[next(iter(memo))]
+        memo[query] = found
+        return found
+
     async def _embed_query(self, query: str) -> npt.NDArray[np.float32]:
         """The query's vector; a local embedder with ``embed_sync`` runs inline for short
         queries, where a thread hand-off would cost more than the hashing itself."""
@@ -1267,7 +1286,7 @@ class MemoryIndex:
         try:
             qvec: npt.NDArray[np.float32] | None = None
             if chosen != "lexical" and self._embedder is not None:
-                qvec = normalise_rows(await self._embed_query(query))[0]
+                qvec = await self._query_vector(query)
             vector_weight, text_weight = settings.fusion_weights(self._embedder)
             params = RankParams(
                 mode=chosen,

@@ -499,6 +499,39 @@ async def test_offset_pagination_walks_the_ranking_without_gaps(
     assert seen == [h.chunk_id for h in full.hits] and len(seen) == 9
 
 
+@attrs.frozen
+class _CountingEmbedder:
+    """A hash embedder that counts the texts it embeds (no ``embed_sync``)."""
+
+    inner: HashEmbedder = attrs.field(factory=HashEmbedder)
+    texts: list[str] = attrs.field(factory=list)
+    id: str = "counting"
+    model: str = "hash"
+    dims: int = 384
+    max_input_bytes: int = 64 * 1024
+
+    async def embed(self, texts: Any) -> Any:
+        self.texts.extend(texts)
+        return await self.inner.embed(texts)
+
+
+async def test_a_repeated_query_is_embedded_once_and_ranks_the_same(
+    workspace: Path, index_dir: Path, workers: InlineWorkerPool
+) -> None:
+    for i in range(5):
+        _write(workspace, f"memory/n{i}.md", "repeat " * (i + 1) + f"filler {i}")
+    embedder = _CountingEmbedder()
+    async with _open(workspace, index_dir, workers, embedder=embedder) as index:
+        embedder.texts.clear()
+        first = await index.search("repeat filler")
+        again = await index.search("repeat filler", max_results=2, offset=1)
+        other = await index.search("filler")
+        third = await index.search("repeat filler")
+    assert embedder.texts == ["repeat filler", "filler"]
+    assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in first.hits][1:3]
+    assert third.hits == first.hits and other.hits
+
+
 def _session(src: InMemoryTranscriptSource, agent: str, sid: str, lines: list[str]) -> None:
     turns = [
         TranscriptTurn(
