@@ -139,14 +139,27 @@ class GuardedMemoryHandle:
         """The release check, right before a result leaves the guard: currency by the
         host's records, then the committed lineage read from the session store, so a
         reset committed by another process refuses the result even if this process has
-        not heard of it yet (see ``Host.verify_committed``)."""
-        self._check()
+        not heard of it yet (see ``Host.verify_committed``, which verifies the context
+        by the host's records first)."""
+        self._check_open()
+        self._check_selected()
         verify_committed = self._verify_committed
         context = self._context
         await _await_current_async(lambda: verify_committed(context), self._wait_for_writes)
 
-    async def _call(self, what: str, fn: Callable[[], Awaitable[T]], *, release: bool = False) -> T:
-        await self._current()
+    async def _call(
+        self,
+        what: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        release: bool = False,
+        current: bool = False,
+    ) -> T:
+        """Run one provider call between currency checks (the release check after it
+        when ``release``). ``current``: the caller checked currency with nothing awaited
+        since (the check before would repeat that one on the same state)."""
+        if not current:
+            await self._current()
         try:
             result = await fn()
         except ClawError:
@@ -206,22 +219,24 @@ class GuardedMemoryHandle:
             ):
                 continue
             hits.append(hit)
+        # Currency was checked when the search returned; nothing was awaited since.
         admitted = await self._authorize_hits(tuple(hits[: request.max_results]))
-        await self._released()
         return attrs.evolve(result, hits=admitted)
 
     async def _authorize_hits(
         self, hits: tuple[MemorySearchHit, ...]
     ) -> tuple[MemorySearchHit, ...]:
-        if not hits:
-            return hits
-        if self._authorize is None:
+        """The hits the provider's hook admits, after the release check."""
+        if not hits or self._authorize is None:
+            await self._released()
             return tuple(h for h in hits if h.source != "sessions")
         request = AuthorizeSearchHitsRequest.for_caller(
             agent_id=self.agent_id, authority=self._context.authority, hits=hits
         )
         authorize = self._authorize
-        admitted = await self._call("authorize_search_hits", lambda: authorize(request))
+        admitted = await self._call(
+            "authorize_search_hits", lambda: authorize(request), release=True, current=True
+        )
         # Only hits the provider was given may come back: a hook cannot add results.
         given = {id(h) for h in hits}
         return tuple(h for h in admitted if id(h) in given)

@@ -454,3 +454,63 @@ async def test_a_handle_used_after_its_block_closed_raises_without_reaching_the_
             await attempts[operation]()
         assert isinstance(claw.memory.MemoryHandleClosedError("x"), claw.HostClosedError)
         assert provider.call_names() == calls
+
+
+async def test_a_search_checks_its_caller_before_and_after_the_provider_and_once_at_release(
+    native_host: claw.Host, provider: RecordingMemoryProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before the search, after it, and the release check after the authorize hook: a
+    # check with nothing run since the last one (which repeated it on the same state)
+    # is no longer made; they cost a sixth of the gateway's CPU per request.
+    async with operator_context(native_host) as ctx, native_host.memory.open(ctx) as handle:
+        checked: list[object] = []
+        real = type(native_host).verify
+
+        def counting(self: claw.Host, capability: object, **kw: object) -> None:
+            checked.append(capability)
+            real(self, capability, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(type(native_host), "verify", counting)
+        hits = (await handle.search(MemorySearchRequest(query="friday deploy"))).hits
+    assert hits
+    assert "authorize_search_hits" in provider.call_names()
+    assert checked == [ctx, ctx, ctx]
+
+
+@attrs.define(eq=False)
+class _RevokingHook:
+    """A provider runtime whose authorize hook revokes the caller it was asked for."""
+
+    inner: RecordingMemoryProvider
+    host: claw.Host | None = None
+    context: claw.MemoryCallerContext | None = None
+
+    async def open(self, *, agent_id: str, context: claw.MemoryCallerContext) -> object:
+        return await self.inner.open(agent_id=agent_id, context=context)
+
+    async def authorize_search_hits(self, request: object) -> object:
+        assert self.host is not None and self.context is not None
+        self.host._capabilities.revoke(self.context, "revoked by the test's hook")
+        return await self.inner.authorize_search_hits(request)  # type: ignore[arg-type]
+
+
+async def test_a_caller_revoked_inside_the_authorize_hook_gets_no_hits(
+    host_config: claw.HostConfig,
+) -> None:
+    from .conftest import RECORDS
+
+    inner = RecordingMemoryProvider(provider_id="rec", records=list(RECORDS))
+    hook = _RevokingHook(inner=inner)
+    plugin = claw.Plugin(
+        id="rec",
+        register=lambda api: api.register_memory_capability(
+            MemoryPluginCapability(provider_runtime=hook)
+        ),
+    )
+    async with claw.open_host(memory_config(host_config, "rec"), plugins=[plugin]) as host:
+        hook.host = host
+        async with operator_context(host) as ctx, host.memory.open(ctx) as handle:
+            hook.context = ctx
+            with pytest.raises(claw.StaleCapabilityError):
+                await handle.search(MemorySearchRequest(query="friday deploy"))
+    assert "authorize_search_hits" in inner.call_names()
