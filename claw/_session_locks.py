@@ -26,7 +26,7 @@ import errno
 import fcntl
 import hashlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
@@ -57,33 +57,53 @@ class PolledSessionLocks(Generic[H]):
     _workers: WorkerPool
     _try_acquire: Callable[[str], H | None]
     _release: Callable[[H], None]
-    _gates: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
+    #: The first gate of each key in use, with how many tasks hold or wait on it; a
+    #: key's entry goes with its last user, so the map grows with concurrent use, not
+    #: with every session key this process ever served.
+    _gates: dict[str, tuple[trio.Lock, int]] = attrs.field(factory=dict, init=False)
 
-    def gate(self, session_key: str) -> trio.Lock:
-        """The in-process first gate of ``session_key``."""
-        gate = self._gates.get(session_key)
+    def gates_in_use(self) -> int:
+        """How many session keys have a task holding or waiting for their lock here."""
+        return len(self._gates)
+
+    @contextlib.contextmanager
+    def _gate(self, session_key: str) -> Iterator[trio.Lock]:
+        gate, users = self._gates.get(session_key, (None, 0))
         if gate is None:
-            gate = self._gates[session_key] = trio.Lock()
-        return gate
+            gate = trio.Lock()
+        self._gates[session_key] = (gate, users + 1)
+        try:
+            yield gate
+        finally:
+            gate, users = self._gates[session_key]
+            if users == 1:
+                del self._gates[session_key]
+            else:
+                self._gates[session_key] = (gate, users - 1)
 
     @asynccontextmanager
     async def hold(self, session_key: str) -> AsyncIterator[None]:
         """Hold ``session_key``'s lock for the block, waiting (cancellably) for it."""
-        async with self.gate(session_key):
-            handle: H | None = None
-            try:
-                delay = FIRST_RETRY
-                while True:
-                    handle = await self._workers.run_sync(self._try_acquire, session_key)
-                    if handle is not None:
-                        break
-                    await trio.sleep(delay)
-                    delay = min(delay * 2, LONGEST_RETRY)
+        with self._gate(session_key) as gate:
+            async with gate, self._hold_across_processes(session_key):
                 yield
-            finally:
+
+    @asynccontextmanager
+    async def _hold_across_processes(self, session_key: str) -> AsyncIterator[None]:
+        handle: H | None = None
+        try:
+            delay = FIRST_RETRY
+            while True:
+                handle = await self._workers.run_sync(self._try_acquire, session_key)
                 if handle is not None:
-                    with trio.CancelScope(shield=True):
-                        await self._workers.run_sync(self._release, handle)
+                    break
+                await trio.sleep(delay)
+                delay = min(delay * 2, LONGEST_RETRY)
+            yield
+        finally:
+            if handle is not None:
+                with trio.CancelScope(shield=True):
+                    await self._workers.run_sync(self._release, handle)
 
 
 def lock_file(state_dir: Path, session_key: str) -> Path:

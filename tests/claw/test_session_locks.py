@@ -94,3 +94,42 @@ def test_lock_files_are_named_by_digest_inside_the_state_dir(tmp_path: Path) -> 
     path = lock_file(tmp_path, "../../etc/passwd")
     assert path.parent == tmp_path / SESSION_LOCKS_DIR
     assert path.suffix == ".lock" and lock_file(tmp_path, "dm:a") != lock_file(tmp_path, "dm:b")
+
+
+async def test_the_first_gates_go_with_their_last_user(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A long-lived host serves ever new session keys: the in-process gates must not
+    # keep one lock per key it ever saw (before, every key's lock stayed forever).
+    locks = _locks(tmp_path)
+    for n in range(50):
+        async with locks.hold(f"dm:user-{n}"):
+            assert locks.gates_in_use() == 1
+    assert locks.gates_in_use() == 0
+
+    entered = trio.Event()
+    release = trio.Event()
+
+    async def holder() -> None:
+        async with locks.hold("dm:alice"):
+            entered.set()
+            await release.wait()
+
+    async def waiter(task_status: trio.TaskStatus[None]) -> None:
+        task_status.started()
+        async with locks.hold("dm:alice"):
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(holder)
+        await entered.wait()
+        await nursery.start(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert locks.gates_in_use() == 1  # one key, two users: one lock shared
+        release.set()
+    assert locks.gates_in_use() == 0
+
+    with trio.move_on_after(1):
+        async with locks.hold("dm:alice"):
+            await trio.sleep_forever()  # cancelled while held
+    assert locks.gates_in_use() == 0
