@@ -31,6 +31,7 @@ per request. The load generator is one process on the same machine: on 2 cores i
 competes with the workers for CPU, so its CPU per request is printed beside them.
 
     python -m benchmarks.gateway_load --clients C --seconds S [--workers 1,2] [--json]
+    python -m benchmarks.gateway_load --hosts 2 --clients 16 [--dsn DSN]   # one PostgreSQL
 """
 
 from __future__ import annotations
@@ -507,8 +508,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=[1],
         help="comma-separated worker counts for the scaling run (e.g. 1,2; default 1: none)",
     )
+    p.add_argument("--hosts", type=int, default=1,
+                   help="N > 1: N claw serve hosts on one PostgreSQL, --clients each "
+                        "(benchmarks/gateway_hosts.py)")
+    p.add_argument("--dsn", help="with --hosts: this database (default: a private server)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.hosts > 1:
+        from benchmarks import gateway_hosts
+
+        hosts = gateway_hosts.main(args)
+        if args.json:
+            emit_json(hosts)
+        return
     r = run(args.chunks, args.clients, args.seconds, args.abort_fraction, args.workers)
     print(
         f"gateway load: {r['chunks']} chunks, {r['clients']} clients, {args.seconds:g} s a phase "
