@@ -11,10 +11,12 @@ Core's coverage stage is off, as Memory Records has none):
   with their stored vectors, then indexed by the host the way any host starts: catching
   up from sequence 0 (timed: ``catch_up_s``).
 
-Reported per system: median and p95 ms over each query's fastest of ``--passes`` runs,
-and the ratio (the target: Memory Records within 1.2x of Memory Core). Then the
-propagation delay: a second host in another process polls its search while this one adds
-a record (``--probes`` times); p50 and p99 of the time from the add's return to the
+Both hosts stay open while measured, and their passes take turns (core, records, core,
+...), so a burst of load on a shared machine falls on both alike. Reported per system:
+median and p95 ms over each query's fastest of ``--passes`` runs, and the ratio (the
+target: Memory Records within 1.2x of Memory Core). Then the propagation delay: a second
+host in another process polls its search while this one adds a record (``--probes``
+times); p50 and p99 of the time from the add's return to the
 other process's first hit.
 
     python -m benchmarks.records_latency [--records N] [--queries Q] [--dsn DSN] [--json]
@@ -119,20 +121,29 @@ async def _operator(host: Any) -> AsyncIterator[Any]:
         )
 
 
-async def _passes(host: Any, caller: Any, queries: Sequence[str], passes: int) -> list[float]:
+async def _pass(handle: Any, queries: Sequence[str]) -> list[float]:
+    """One run of every query through ``handle``, one after the other; ms each."""
     from claw.memory import MemorySearchRequest
 
-    runs: list[list[float]] = []
-    async with host.memory.open(caller) as handle:
-        for _ in range(passes):
-            times = []
-            for q in queries:
-                t = time.perf_counter()
-                request = MemorySearchRequest(query=q, max_results=RESULTS, min_score=0.0)
-                await handle.search(request)
-                times.append((time.perf_counter() - t) * 1000)
-            runs.append(times)
-    return fastest(runs)
+    times = []
+    for q in queries:
+        t = time.perf_counter()
+        await handle.search(MemorySearchRequest(query=q, max_results=RESULTS, min_score=0.0))
+        times.append((time.perf_counter() - t) * 1000)
+    return times
+
+
+async def _interleaved(
+    handles: Sequence[Any], queries: Sequence[str], passes: int
+) -> list[list[float]]:
+    """Each handle's fastest time per query over ``passes`` passes, the systems' passes
+    taking turns (core, records, core, ...): on a shared machine a burst of load then
+    falls on both systems alike instead of on whichever ran during it."""
+    runs: list[list[list[float]]] = [[] for _ in handles]
+    for _ in range(passes):
+        for runs_of, handle in zip(runs, handles, strict=True):
+            runs_of.append(await _pass(handle, queries))
+    return [fastest(r) for r in runs]
 
 
 def _summary(name: str, times: Sequence[float], **extra: Any) -> dict[str, Any]:
@@ -165,31 +176,32 @@ async def measure(work: Path, dsn: str, args: argparse.Namespace) -> dict[str, A
     ws = work / "core" / "ws"
     _write_workspace(ws, texts)
     config = _claw_config(ws, work / "core" / "state", None)
-    t = time.perf_counter()
-    async with claw.open_host(
-        config, plugins=[_vector_plugin(vectors), claw_memory.plugin]
-    ) as host, _operator(host) as op:
-        async with host.memory.open(op) as handle:
-            await handle.search(MemorySearchRequest(query=qs[0]))
-        build = time.perf_counter() - t
-        rows.append(_summary("memory-core", await _passes(host, op, qs, passes), build_s=build))
-
     load_s = bulk_load(dsn, texts, vecs)
-    async with claw.open_host(
-        _records_config(work / "records", dsn),
-        plugins=[_vector_plugin(vectors), claw_records.plugin],
-    ) as host, _operator(host) as op:
+    async with contextlib.AsyncExitStack() as stack:
         t = time.perf_counter()
-        async with host.memory.open(op) as handle:
-            await handle.search(MemorySearchRequest(query=qs[0]))
-        catch_up = time.perf_counter() - t
-        rows.append(
-            _summary(
-                "memory-records",
-                await _passes(host, op, qs, passes),
-                bulk_load_s=load_s,
-                catch_up_s=catch_up,
+        core_host = await stack.enter_async_context(
+            claw.open_host(config, plugins=[_vector_plugin(vectors), claw_memory.plugin])
+        )
+        core_handle = await stack.enter_async_context(
+            core_host.memory.open(await stack.enter_async_context(_operator(core_host)))
+        )
+        await core_handle.search(MemorySearchRequest(query=qs[0]))
+        build = time.perf_counter() - t
+        host = await stack.enter_async_context(
+            claw.open_host(
+                _records_config(work / "records", dsn),
+                plugins=[_vector_plugin(vectors), claw_records.plugin],
             )
+        )
+        op = await stack.enter_async_context(_operator(host))
+        t = time.perf_counter()
+        rec_handle = await stack.enter_async_context(host.memory.open(op))
+        await rec_handle.search(MemorySearchRequest(query=qs[0]))
+        catch_up = time.perf_counter() - t
+        core_times, rec_times = await _interleaved((core_handle, rec_handle), qs, passes)
+        rows.append(_summary("memory-core", core_times, build_s=build))
+        rows.append(
+            _summary("memory-records", rec_times, bulk_load_s=load_s, catch_up_s=catch_up)
         )
         delays = await _propagation(host, op, dsn, work / "child", probes)
     await trio.lowlevel.checkpoint()
