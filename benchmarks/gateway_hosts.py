@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from benchmarks.gateway_load import (
     _verify,
     _write_workspace,
 )
+from benchmarks.records_latency import _server as _database
 
 #: The configuration of every host: the state in PostgreSQL (DSN from the environment).
 HOST_CONFIG = """\
@@ -55,17 +56,6 @@ HOST_CONFIG = """\
 backend = "postgresql"
 pool_max = 4
 """
-
-
-@contextlib.contextmanager
-def _database(dsn: str | None) -> Iterator[str]:
-    if dsn is not None:
-        yield dsn
-        return
-    from tests import _postgres
-
-    with _postgres.running_server() as server:
-        yield server.dsn_for(server.create_database())
 
 
 def _live_hosts(dsn: str) -> int:
