@@ -31,6 +31,7 @@ from ._capabilities import (
     CallerAuthority,
     Capability,
     CapabilityRegistry,
+    ConversationRecallPass,
     HostAuthority,
     MemoryAudience,
     MemoryCallerContext,
@@ -41,7 +42,7 @@ from ._config import HostConfig
 from ._errors import ClawError, ConfigError, ContractError, HostClosedError
 from ._events import EventLog
 from ._plugins import Plugin, PluginApi, PluginRegistry
-from ._runs import AudienceLineage, Run, open_run
+from ._runs import RECALL_STALE_REASON, AudienceLineage, Run, open_run, recall_current
 from ._sqlite_state import SQLiteStateBackend
 from ._state import SessionStorage, StateBackend, TranscriptLedger
 from ._transcript_reader import TranscriptReader
@@ -51,7 +52,7 @@ from .context._engines import ContextEngineSlot
 from .flush import FlushCoordinator
 from .memory._runtime import MemoryRuntime
 from .models import ModelRegistry, UserMessage, openai_compatible_provider
-from .sessions import SessionRow
+from .sessions import LineageLink, SessionRow
 from .turns._runner import TurnResult, TurnRunner
 from .turns._tools import ToolPolicy
 
@@ -185,6 +186,10 @@ class Host(metaclass=NoPublicConstructor):
         self._lineages: weakref.WeakKeyDictionary[MemoryAudience, AudienceLineage] = (
             weakref.WeakKeyDictionary()
         )
+        #: The conversations (and incarnations) each minted recall pass names.
+        self._recalls: weakref.WeakKeyDictionary[
+            ConversationRecallPass, tuple[LineageLink, ...]
+        ] = weakref.WeakKeyDictionary()
 
     @property
     def transcripts(self) -> TranscriptLedger:
@@ -424,31 +429,42 @@ class Host(metaclass=NoPublicConstructor):
         session store (not the mirror) the committed incarnation of every session in
         the audience's lineage, and of the lineages it was delegated from; if any
         changed (a reset, reassignment or delete committed by any process), revoke the
-        audience and raise :class:`~claw.StaleCapabilityError`. Fail closed: a store
-        that cannot answer raises too. Authorities with no audience carry no lineage
-        and cost no read. May raise :class:`~claw.CurrencyPendingError` (retryable)
+        audience and raise :class:`~claw.StaleCapabilityError`. A conversation recall
+        pass is checked in the same read: if a conversation it names changed
+        incarnation, the pass is revoked and the check raises. Fail closed: a store
+        that cannot answer raises too. Authorities with neither carry no lineage and
+        cost no read. May raise :class:`~claw.CurrencyPendingError` (retryable)
         while a write of this process to the lineage is in flight.
         """
         self.verify(context)
         authority = context.authority
-        audience = authority.audience if isinstance(authority, SessionAuthority) else None
-        if audience is None:
+        if not isinstance(authority, SessionAuthority):
+            return
+        audience, recall = authority.audience, authority.conversation_recall
+        if audience is None and recall is None:
             return
         chain: list[AudienceLineage] = []
         link: MemoryAudience | None = audience
         while link is not None:
             entry = self._lineages.get(link)
             if entry is None:  # pragma: no cover - every minted audience is recorded
-                self._capabilities.revoke(audience, "its lineage is unknown")
+                self._capabilities.revoke(link, "its lineage is unknown")
                 break
             chain.append(entry)
             link = entry.parent
-        keys = dict.fromkeys(key for entry in chain for key in entry.keys)
+        named = self._recalls.get(recall, ()) if recall is not None else ()
+        keys = dict.fromkeys(
+            [*(key for entry in chain for key in entry.keys), *(n.key for n in named)]
+        )
         committed = await self.sessions.read_committed(keys)
-        if not all(entry.current_in(committed) for entry in chain):
+        if audience is not None and not all(entry.current_in(committed) for entry in chain):
             self._capabilities.revoke(
                 audience,
                 "a session in its lineage changed incarnation (committed in the session store)",
+            )
+        if recall is not None and not recall_current(committed, named):
+            self._capabilities.revoke(
+                recall, f"{RECALL_STALE_REASON} (committed in the session store)"
             )
         # Raises for the revocation above, and for anything revoked while we read.
         self.verify(context)

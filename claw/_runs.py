@@ -12,7 +12,8 @@ audience is resolved once, from that fact and the durable session lineage, by th
 rules in :mod:`claw.sessions`; it is bound to the run's session and to the incarnation
 of every session in its lineage, so a reset, a reassignment, a delete, or the end of
 the run makes it stale (``assert_current()`` raises "memory audience is no longer
-current"). Audience revocation does not cancel the run: providers must call
+current"). A conversation recall pass is bound the same way to the incarnation of every
+conversation it names. Audience revocation does not cancel the run: providers must call
 ``assert_current()`` before each effect.
 """
 
@@ -252,8 +253,10 @@ def _mint_recall_pass(
     keys = frozenset(conversations)
     if isinstance(conversations, str) or not keys:
         raise ValueError("a conversation recall pass names at least one conversation key")
+    store = host.sessions
+    links: list[LineageLink] = []
     for key in sorted(keys):
-        row = host.sessions.get_nowait(key)
+        row = store.get_nowait(key)
         if row is None:
             raise SessionNotFoundError(key)
         if row.agent_id != agent_id:
@@ -264,14 +267,41 @@ def _mint_recall_pass(
             raise CapabilityDeniedError(
                 f"conversation {key!r} is a child session; a recall pass names root conversations"
             )
-    return scope._mint(
+        links.append(LineageLink(key, row.session_id, row.lifecycle_revision))
+    named = tuple(links)
+    names = tuple(link.key for link in named)
+
+    def current() -> bool:
+        if store.pending_nowait(names):
+            raise CurrencyPendingError(
+                "conversation recall pass currency is unavailable while a write to a "
+                "conversation it names is in flight; retry once it finishes"
+            )
+        return recall_current(store, named)
+
+    recall = scope._mint(
         ConversationRecallPass,
         agent_id=agent_id,
         holder_session_key=session_key,
         conversation_keys=keys,
         purpose=purpose,
         bound_session_key=session_key,
+        lineage_keys=names,
+        check=current,
+        stale_message=RECALL_STALE_REASON,
     )
+    host._recalls[recall] = named
+    return recall
+
+
+#: Why a recall pass went stale: a conversation it names was reset, reassigned or deleted.
+RECALL_STALE_REASON = "a conversation it names changed incarnation"
+
+
+def recall_current(view: SessionView, named: tuple[LineageLink, ...]) -> bool:
+    """Whether every conversation a recall pass names keeps the incarnation it had at
+    minting (each is a root conversation: a lineage of one)."""
+    return bool(named) and all(is_lineage_current(view, (link,)) for link in named)
 
 
 @asynccontextmanager

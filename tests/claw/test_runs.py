@@ -244,6 +244,33 @@ async def test_recall_pass_names_only_root_conversations_of_the_agent(host: claw
             pass  # pragma: no cover
 
 
+@pytest.mark.parametrize("change", ["reset", "reassign", "delete"])
+async def test_a_change_of_a_recalled_conversation_revokes_the_recall_pass(
+    host: claw.Host, change: str
+) -> None:
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+    await host.sessions.create("grp:2", agent_id="main", chat_type="group")
+    async with host.open_run(
+        "dm:alice", sender_is_owner=True, conversation_recall=["grp:1", "grp:2"]
+    ) as run:
+        recall = run.authority.conversation_recall
+        assert recall is not None
+        if change == "reset":
+            await host.sessions.reset("grp:2")
+        elif change == "reassign":
+            await host.sessions.reassign("grp:2", agent_id="other")
+        else:
+            await host.sessions.delete("grp:2")
+        with pytest.raises(claw.StaleCapabilityError, match="conversation recall pass"):
+            host.verify(recall)
+        # The run's authority carries the pass: it fails closed as a whole.
+        with pytest.raises(claw.StaleCapabilityError):
+            await host.verify_committed(run.caller)
+        assert run.audience is not None
+        host.verify(run.audience)  # the run's own audience is untouched
+
+
 async def test_operator_authority_never_carries_an_audience(host: claw.Host) -> None:
     async with host.open_scope("op") as scope:
         op = scope.mint_operator_authority({"operator.read", "operator.admin"})

@@ -9,6 +9,7 @@ line on stdout (each written in one write):
 * ``{"op": "create"|"reset", "key": K}``
 * ``{"op": "wait_known", "key": K}``: wait until this host's mirror has ``K``
 * ``{"op": "hold", "key": K}``: open a run and a memory handle on ``K`` and keep them
+  (``"recall": [keys]`` grants the run a conversation recall pass naming ``keys``)
 * ``{"op": "search"}``: search through the held handle: ``{"hits": [...]}`` or
   ``{"error": class name}``
 * ``{"op": "search_gated"}``: start a search that waits inside the provider; answers
@@ -121,7 +122,9 @@ async def main(dsn: str, workspace: Path, state_dir: Path, log: Path | None) -> 
                     await trio.sleep(0.005)
                 _say({"known": True})
             elif op == "hold":
-                run_cm = host.open_run(cmd["key"], sender_is_owner=True)
+                run_cm = host.open_run(
+                    cmd["key"], sender_is_owner=True, conversation_recall=cmd.get("recall")
+                )
                 run = await run_cm.__aenter__()
                 handle_cm = host.memory.open(run.caller)
                 handle = await handle_cm.__aenter__()

@@ -103,6 +103,22 @@ def test_a_reset_on_a_revokes_an_audience_held_by_a_run_on_b_before_its_next_sea
     assert answer.get("error") == "StaleCapabilityError", answer
 
 
+def test_a_reset_on_a_of_a_conversation_a_recall_pass_on_b_names_is_refused_at_release(
+    hosts: tuple[Host, Host],
+) -> None:
+    """B's audience (dm:alice) is unchanged; the pass's conversation is read at release."""
+    a, b = hosts
+    a.ask(op="create", key="dm:alice")
+    a.ask(op="create", key="grp:1")
+    b.ask(op="wait_known", key="grp:1")
+    assert b.ask(op="hold", key="dm:alice", recall=["grp:1"]) == {"held": True}
+    assert b.ask(op="search") == {"hits": ["o"]}
+    a.ask(op="reset", key="grp:1")
+    answer = b.ask(op="search")
+    assert answer.get("error") == "StaleCapabilityError", answer
+    assert "conversation recall pass" in answer["message"]
+
+
 def test_a_reset_on_a_during_a_search_on_b_keeps_that_searchs_data(
     hosts: tuple[Host, Host],
 ) -> None:

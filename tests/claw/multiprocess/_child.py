@@ -6,8 +6,9 @@ in one ``write`` (a reader never sees half of one). Modes:
 
 * ``open-race N GO``: wait for the file ``GO`` to exist, open a host on a fresh state
   directory at the same moment as the other children, create ``dm:N``, print ``OK``.
-* ``holder [deaf]``: open a host whose memory slot holds a recording provider with one
-  owner-private record, open an owner run of ``dm:alice``, print ``RUN``, then obey
+* ``holder [deaf] [recall]``: open a host whose memory slot holds a recording provider
+  with one owner-private record, open an owner run of ``dm:alice`` (with ``recall``,
+  holding a conversation recall pass naming ``grp:1``), print ``RUN``, then obey
   stdin: ``search`` prints ``HITS n`` or ``STALE ...``. Every session change the mirror
   sees prints ``CHANGED key``. ``deaf`` disables the watcher that brings other
   processes' commits into the mirror, so only the release check can refuse.
@@ -78,7 +79,7 @@ async def _deaf_watch(
     await trio.sleep_forever()
 
 
-async def holder(state: Path, deaf: bool) -> None:
+async def holder(state: Path, deaf: bool, recall: bool) -> None:
     if deaf:
         SessionStore.watch = _deaf_watch  # type: ignore[method-assign]
     provider = RecordingMemoryProvider(
@@ -88,7 +89,10 @@ async def holder(state: Path, deaf: bool) -> None:
     plugin = memory_provider_plugin(provider, plugin_id="rec")
     async with claw.open_host(_config(state, memory="rec"), plugins=[plugin]) as host:
         host.sessions.add_listener(lambda key: say(f"CHANGED {key}"))
-        async with host.open_run("dm:alice", sender_is_owner=True) as run:
+        named = ["grp:1"] if recall else None
+        async with host.open_run(
+            "dm:alice", sender_is_owner=True, conversation_recall=named
+        ) as run:
             assert run.audience is not None
             say("RUN")
             while line := (await trio.to_thread.run_sync(sys.stdin.readline)).strip():
@@ -173,7 +177,7 @@ def main(argv: list[str]) -> None:
     if mode == "open-race":
         trio.run(open_race, path, args[0], Path(args[1]))
     elif mode == "holder":
-        trio.run(holder, path, args[:1] == ["deaf"])
+        trio.run(holder, path, "deaf" in args, "recall" in args)
     elif mode == "hang-turn":
         trio.run(hang_turn, path)
     elif mode == "admit":

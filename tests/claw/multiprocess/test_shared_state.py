@@ -121,6 +121,32 @@ def test_a_reset_elsewhere_is_refused_at_release_even_when_the_watcher_is_off(
         expect(b, "STALE")
 
 
+def test_a_reset_elsewhere_of_a_recalled_conversation_is_refused_at_release(
+    tmp_path: Path,
+) -> None:
+    """B's run holds a recall pass naming grp:1; A resets grp:1. B's audience (dm:alice)
+    is unchanged and its mirror never hears of the reset: the release check still
+    reads the pass's conversations and fails closed."""
+    state = tmp_path / "state"
+    trio.run(_create, state)
+
+    async def create_group() -> None:
+        async with claw.open_host(_config(state)) as host:
+            await host.sessions.create("grp:1", agent_id="main", chat_type="group")
+
+    trio.run(create_group)
+    with child("holder", state, "deaf", "recall") as b:
+        expect(b, "RUN")
+        send(b, "search")
+        assert expect(b, "HITS") == "HITS 1"
+        trio.run(_reset, state, "grp:1")
+        send(b, "search")
+        line = expect(b, "STALE")
+        assert "conversation recall pass is no longer current" in line
+        send(b, "search")
+        expect(b, "STALE")
+
+
 def test_a_reset_elsewhere_revokes_the_audience_through_the_watcher(tmp_path: Path) -> None:
     state = tmp_path / "state"
     trio.run(_create, state)
