@@ -152,14 +152,14 @@ def _rows_terms(
 # own analysed terms instead (reading its every document would cost more).
 TERM_ROWS_MAX_DF = 16_384
 # The most row numbers the term-row memo of one generation keeps (then it starts over).
-MAX_TERM_ROW_ENTRIES = 1 << 21
+MAX_TERM_ROW_ENTRIES = 1 << 20
 
 
 @attrs.define(eq=False)
 class _TermRows:
-    """One generation's memo: term -> the sorted rows whose text has it."""
+    """One generation's memo: term -> the rows whose text has it."""
 
-    rows: dict[str, npt.NDArray[np.int64]] = attrs.field(factory=dict)
+    rows: dict[str, frozenset[int]] = attrs.field(factory=dict)
     entries: int = 0
 
 
@@ -171,9 +171,9 @@ _MAX_DATE_TERMS = 4096
 
 def _term_rows(
     gen: Generation, lexical: LexicalIndex, memo: _TermRows, term: str, df: int
-) -> npt.NDArray[np.int64]:
-    """The sorted live rows of ``gen`` whose text field holds ``term`` (``df`` documents
-    at most: its document frequency, which also counts deleted documents)."""
+) -> frozenset[int]:
+    """The live rows of ``gen`` whose text field holds ``term`` (``df`` documents at
+    most: its document frequency, which also counts deleted documents)."""
     found = memo.rows.get(term)
     if found is not None:
         return found
@@ -188,9 +188,7 @@ def _term_rows(
                 keys = searcher.fast_field_values("key", [addr for _, addr in hits])
         except ValueError as exc:
             raise LexicalIndexError(f"lexical search failed: {exc}") from exc
-    rows: set[int | None] = set(map(gen.row_of_key.get, keys))
-    rows.discard(None)
-    found = np.sort(np.fromiter(rows, dtype=np.int64, count=len(rows)))
+    found = frozenset(row for row in map(gen.row_of_key.get, keys) if row is not None)
     if memo.entries + len(found) > MAX_TERM_ROW_ENTRIES:
         memo.rows.clear()
         memo.entries = 0
@@ -222,7 +220,6 @@ def _membership(
     lexical index (whose text field holds exactly the analysed text); only a common
     one needs the rows' text analysed.
     """
-    wanted = np.array(rows, dtype=np.int64)
     out = np.zeros((len(terms), len(rows)), dtype=np.bool_)
     memo = _TERM_ROWS.get(gen)
     if memo is None:
@@ -236,9 +233,8 @@ def _membership(
             out[t] = [term in mine for mine in analysed]
             continue
         having = _term_rows(gen, lexical, memo, term, df)
-        if len(having):
-            at = np.minimum(np.searchsorted(having, wanted), len(having) - 1)
-            out[t] = having[at] == wanted
+        if having:
+            out[t] = [row in having for row in rows]
         if dated is None:
             records = gen.records
             dated = []
