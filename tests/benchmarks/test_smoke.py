@@ -10,8 +10,11 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from benchmarks import gateway_load, locomo, search_latency
@@ -59,6 +62,33 @@ def test_locomo_benchmark_runs_on_one_conversation(capsys: pytest.CaptureFixture
     for key in locomo.ACCEPTANCE_KEYS:
         assert 0.0 < float(result["tuning"][key]) <= 1.0  # type: ignore[index]
         assert 0.0 < float(result["fts5_speaker"][key]) <= 1.0  # type: ignore[index]
+    # The latency of each claw search comes with its CPU time, a bare tantivy call
+    # timed beside it and the machine's load.
+    claw = result["runs"]["claw lexical"]  # type: ignore[index]
+    for key in ("cpu_p95_ms", "bare_tantivy_p95_ms", "p95_over_bare_tantivy", "load_after"):
+        assert float(claw[key]) >= 0.0
+    assert float(claw["bare_tantivy_p95_ms"]) > 0.0
+
+
+async def test_locomo_embeds_each_distinct_text_once_across_variants() -> None:
+    from claw.plugin_sdk import InlineWorkerPool
+    from claw.plugin_sdk.search import HashEmbedder
+
+    seen: list[str] = []
+
+    class Counting(HashEmbedder):
+        async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+            seen.extend(texts)
+            return await super().embed(texts)
+
+    inner = Counting(workers=InlineWorkerPool())
+    embedder = locomo.RememberingEmbedder(inner)
+    first = await embedder.embed(["a question", "another", "a question"])
+    again = await embedder.embed(["another", "a question"])
+    assert seen == ["a question", "another"]
+    assert np.array_equal(first[0], again[1]) and np.array_equal(first[1], again[0])
+    assert (await embedder.embed([])).shape == (0, inner.dims)
+    assert (embedder.id, embedder.model, embedder.dims) == (inner.id, inner.model, inner.dims)
 
 
 @pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo data not present beside the repo")
