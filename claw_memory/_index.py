@@ -1304,6 +1304,7 @@ class MemoryIndex:
                 far_coverage_weight=settings.far_coverage_weight,
                 candidate_multiplier=settings.candidate_multiplier,
                 candidate_growth=settings.candidate_growth,
+                when_weight=settings.when_weight,
                 min_score=cut,
                 temporal_decay=settings.temporal_decay,
                 half_life_days=settings.half_life_days,

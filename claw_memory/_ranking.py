@@ -5,7 +5,8 @@ so the component lies in 0..1), vector candidates from an exact matrix product o
 the generation's normalised matrix. Every candidate gets both components (the cosine
 of a lexical-only candidate is computed exactly; a vector-only candidate has no
 lexical score), then the weighted sum, a second stage over the candidates (how much of
-the query their own text, and their text with their neighbouring turns', covers),
+the query their own text, and their text with their neighbouring turns', covers, and,
+for a question asking when, whether a transcript turn's own text states a time),
 optional temporal decay of dated daily notes, the ``min_score`` cut, tombstone
 filtering and optional MMR.
 
@@ -67,6 +68,7 @@ class RankParams:
     mmr_lambda: float
     filter: SearchFilter
     candidate_growth: float = 0.0
+    when_weight: float = 0.0
 
 
 @attrs.frozen
@@ -305,6 +307,33 @@ def coverage(
     return own, near, far
 
 
+# A question that asks for a time ("When did ...", "what year", "how long ago").
+_ASKS_WHEN = re.compile(
+    r"\bwhen\b|\bwhat (?:year|month|day|date|time)\b|\bhow long ago\b", re.IGNORECASE
+)
+# A turn that says when something happened, relative to its own date or outright:
+# what a question asking when is answered by ("I went there yesterday", "last Friday").
+_SAYS_WHEN = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|recently|lately|earlier|soon"
+    r"|(?:last|next|this|past|coming) (?:\w+ )?(?:week|weekend|month|year|night|time|summer"
+    r"|winter|spring|fall|autumn|mon|tue|wed|thu|fri|sat|sun)\w*"
+    r"|(?:mon|tues|wednes|thurs|fri|satur|sun)day"
+    r"|january|february|march|april|june|july|august|september|october|november|december"
+    r"|(?:19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_when(query: str) -> bool:
+    """Whether ``query`` asks for a time (English question words)."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def says_when(text: str) -> bool:
+    """Whether ``text`` states a time: a relative day or period, a weekday, a month, a year."""
+    return _SAYS_WHEN.search(text) is not None
+
+
 def _words(text: str) -> frozenset[str]:
     return frozenset(w.lower() for w in _WORD.findall(text))
 
@@ -431,11 +460,23 @@ def rank(
             # Only the head of the first stage is re-scored (the rest keeps its order
             # below it): what the page can reach, with room to move up into it.
             stage = np.argsort(-scores, kind="stable")[: max(2 * want, _SECOND_STAGE_MIN)]
-            parts = coverage(gen, lexical, rows[stage].tolist(), terms)
+            stage_rows = rows[stage].tolist()
+            parts = coverage(gen, lexical, stage_rows, terms)
             bonus = np.zeros(len(rows), dtype=np.float64)
             bonus[stage] = sum(w * part for w, part in zip(weights, parts, strict=True))
+            total = 1.0 + sum(weights)
+            if params.when_weight > 0 and asks_when(query):
+                # Transcript turns only: a memory-file chunk of hundreds of words
+                # nearly always names some time, so the bonus would not discriminate.
+                records = gen.records
+                timed = [
+                    records[r].source == "sessions" and says_when(records[r].text)
+                    for r in stage_rows
+                ]
+                bonus[stage] += params.when_weight * np.array(timed, dtype=np.float64)
+                total += params.when_weight
             # Still 0..1: a candidate covering the query everywhere keeps its score.
-            scores = (scores + bonus) / (1.0 + sum(weights))
+            scores = (scores + bonus) / total
     if params.temporal_decay:
         dated = gen.dated[rows]
         has_date = ~np.isnan(dated)

@@ -70,6 +70,14 @@ class MemoryCoreSettings:
     coverage_weight: float = 0.3
     near_coverage_weight: float = 0.5
     far_coverage_weight: float = 0.2
+    # Second stage, for a question that asks when ("When did ...", "what year"): a
+    # bonus for a transcript turn whose own text states a time ("yesterday", "last
+    # Friday", "in June", "2022"), as 84% of the evidence turns of such questions do
+    # on the LoCoMo tuning split (19% of all turns). Tuning split, hash hybrid, turn
+    # recall_any@1 / @10 / session @5: 0.464 / 0.836 / 0.928 without it, 0.472 / 0.837
+    # / 0.925 at 0.1, 0.472 / 0.841 / 0.925 at 0.25, 0.471 / 0.839 / 0.928 at 0.3,
+    # 0.466 / 0.838 / 0.926 at 0.4, 0.466 / 0.834 / 0.926 at 0.5.
+    when_weight: float = 0.3
     candidate_multiplier: int = 4
     # First-stage candidates per retriever: at least candidate_multiplier x the page, and
     # at least candidate_growth per 1,000 rows of the index, so the cut keeps agreeing
@@ -156,6 +164,7 @@ class MemoryCoreSettings:
             "coverage_weight",
             "near_coverage_weight",
             "far_coverage_weight",
+            "when_weight",
             "candidate_growth",
         ):
             value = getattr(self, name)

@@ -15,7 +15,7 @@ from claw.plugin_sdk.search import QUERY_STOPWORDS
 from claw_memory import _ranking as ranking_module
 from claw_memory._index import open_memory_index
 from claw_memory._lexical import LexicalContext, LexicalIndex
-from claw_memory._ranking import coverage
+from claw_memory._ranking import asks_when, coverage, says_when
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import (
     InMemoryTranscriptSource,
@@ -432,7 +432,62 @@ def _session_index_turns(tmp_path: Path, turns: list[TranscriptTurn]) -> Any:
     return _sessions_index(tmp_path, {"s1": turns})
 
 
-@pytest.mark.parametrize("name", ["coverage_weight", "near_coverage_weight", "far_coverage_weight"])
+@pytest.mark.parametrize(
+    "name", ["coverage_weight", "near_coverage_weight", "far_coverage_weight", "when_weight"]
+)
 def test_a_negative_coverage_weight_is_refused_by_name(name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         MemoryCoreSettings(**{name: -0.1})
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("When did Ann go to the pottery class?", True),
+        ("In what year did Bob move?", True),
+        ("How long ago was the trip?", True),
+        ("What did Ann paint?", False),
+        ("Whenever Ann paints, what colour does she use?", False),
+    ],
+)
+def test_a_question_asks_when_by_its_question_words(question: str, expected: bool) -> None:
+    assert asks_when(question) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I went to a pottery class yesterday", True),
+        ("Last Fri I finally took the kids out", True),
+        ("we are moving next month", True),
+        ("we met in June, 2021", True),
+        ("I may go to a pottery class", False),
+        ("the pottery class was lovely", False),
+    ],
+)
+def test_a_turn_says_when_by_a_relative_day_a_weekday_a_month_or_a_year(
+    text: str, expected: bool
+) -> None:
+    assert says_when(text) is expected
+
+
+@pytest.mark.parametrize("when_weight", [0.3, 0.0])
+async def test_a_question_asking_when_prefers_the_turn_that_says_when(
+    tmp_path: Path, when_weight: float
+) -> None:
+    # Both turns speak of the pottery class; the one that says when is the answer to
+    # "when", though the other matches the question's words more often.
+    turns = _turns(
+        [
+            ("Ann", "the pottery class was fun, I love the pottery class"),
+            ("Bob", _CHATTER),
+            ("Bob", _CHATTER + " again"),
+            ("Ann", "I went to a pottery class yesterday"),
+        ]
+    )
+    async with _sessions_index(tmp_path, {"s1": turns}, when_weight=when_weight) as index:
+        when = (await index.search("When did Ann go to the pottery class?")).hits
+        what = (await index.search("What did Ann think of the pottery class?")).hits
+    assert when[0].entry_ids == (("s1-3",) if when_weight else ("s1-0",))
+    # A question that does not ask when is ranked as before.
+    assert what[0].entry_ids == ("s1-0",)
