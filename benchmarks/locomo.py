@@ -222,9 +222,15 @@ ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
         "own text only",
         {"context_boost": 0.0, "far_context_boost": 0.0, "speaker_boost": 0.0, "date_boost": 0.0},
     ),
+    ("without the when bonus", {"when_weight": 0.0}),
     (
-        "without the second stage (coverage)",
-        {"coverage_weight": 0.0, "near_coverage_weight": 0.0, "far_coverage_weight": 0.0},
+        "without the second stage (coverage, when)",
+        {
+            "coverage_weight": 0.0,
+            "near_coverage_weight": 0.0,
+            "far_coverage_weight": 0.0,
+            "when_weight": 0.0,
+        },
     ),
     ("second stage on own text only", {"near_coverage_weight": 0.0, "far_coverage_weight": 0.0}),
 )
