@@ -9,7 +9,8 @@ one is built and swapped in.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -22,30 +23,196 @@ from claw.plugin_sdk.search import normalise_rows
 from ._records import ChunkRecord, dated_epoch
 
 
-def _codes(values: Sequence[str | None], index: dict[str, int]) -> npt.NDArray[np.int32]:
-    """Integer codes of ``values``; ``index`` (value -> code) is extended in place."""
-    codes = np.full(len(values), -1, dtype=np.int32)
-    for i, v in enumerate(values):
-        if v is not None:
-            codes[i] = index.setdefault(v, len(index))
-    return codes
+class RowColumns:
+    """Per-row metadata of a run of rows, gathered in one pass over their records.
+
+    A generation keeps what filters, key lookups and provenance grouping need as
+    compact arrays (a few bytes per row) rather than as one Python object per chunk:
+    at a million chunks the objects alone would hold more memory than the matrix.
+    String values (provenances, agents, session keys) are coded in first-seen order.
+    """
+
+    def __init__(self) -> None:
+        self.keys = array("q")
+        self.is_session = bytearray()
+        self.dated = array("d")
+        self.provenances: dict[str, int] = {}
+        self.prov_codes = array("i")
+        self.agents: dict[str, int] = {}
+        self.agent_codes = array("i")
+        self.skeys: dict[str, int] = {}
+        self.skey_codes = array("i")
+        self.sources: set[str] = set()
+        self.session_agents: set[str | None] = set()
+        self.session_keys: set[str | None] = set()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def of(cls, records: Iterable[ChunkRecord]) -> RowColumns:
+        cols = cls()
+        cols.extend(records)
+        return cols
+
+    def extend(self, records: Iterable[ChunkRecord]) -> None:
+        for r in records:
+            self.add(r)
+
+    def add(self, r: ChunkRecord) -> None:
+        self.keys.append(r.key)
+        session = r.source == "sessions"
+        self.is_session.append(session)
+        d = dated_epoch(r.path) if r.source == "memory" else None
+        self.dated.append(np.nan if d is None else d)
+        self.prov_codes.append(self.provenances.setdefault(r.provenance, len(self.provenances)))
+        self.agent_codes.append(
+            -1 if r.agent_id is None else self.agents.setdefault(r.agent_id, len(self.agents))
+        )
+        self.skey_codes.append(
+            -1 if r.session_key is None else self.skeys.setdefault(r.session_key, len(self.skeys))
+        )
+        self.sources.add(r.source)
+        if session:
+            self.session_agents.add(r.agent_id)
+            self.session_keys.add(r.session_key)
+
+    def rows_by_provenance(self, first_row: int) -> dict[str, list[int]]:
+        names = list(self.provenances)
+        rows: dict[str, list[int]] = {}
+        for i, code in enumerate(self.prov_codes):
+            found = rows.get(names[code])
+            if found is None:
+                rows[names[code]] = [first_row + i]
+            else:
+                found.append(first_row + i)
+        return rows
+
+    @staticmethod
+    def _global(
+        local: array[int], values: Mapping[str, int], index: dict[str, int]
+    ) -> npt.NDArray[np.int32]:
+        codes = np.frombuffer(local, dtype=np.int32) if len(local) else np.zeros(0, np.int32)
+        if not values:
+            return np.full(len(codes), -1, dtype=np.int32)
+        table = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
+        return np.where(codes >= 0, table[np.maximum(codes, 0)], -1).astype(np.int32)
+
+    def agent_column(self, index: dict[str, int]) -> npt.NDArray[np.int32]:
+        """Agent codes in ``index`` (value -> code, extended in place; -1: none)."""
+        return self._global(self.agent_codes, self.agents, index)
+
+    def skey_column(self, index: dict[str, int]) -> npt.NDArray[np.int32]:
+        return self._global(self.skey_codes, self.skeys, index)
+
+    def key_column(self) -> npt.NDArray[np.int64]:
+        return np.frombuffer(self.keys, dtype=np.int64).copy() if len(self.keys) else _NO_KEYS
+
+    def session_column(self) -> npt.NDArray[np.bool_]:
+        return np.frombuffer(bytes(self.is_session), dtype=np.bool_).copy()
+
+    def dated_column(self) -> npt.NDArray[np.float64]:
+        return np.array(self.dated, dtype=np.float64)
 
 
-def _dated(records: Sequence[ChunkRecord]) -> npt.NDArray[np.float64]:
-    return np.array(
-        [
-            np.nan if r.source != "memory" or (d := dated_epoch(r.path)) is None else d
-            for r in records
-        ],
-        dtype=np.float64,
-    )
+_NO_KEYS: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+_ABSENT = -1
 
 
-def _by_provenance(records: Sequence[ChunkRecord], first_row: int) -> dict[str, list[int]]:
-    rows: dict[str, list[int]] = {}
-    for i, r in enumerate(records):
-        rows.setdefault(r.provenance, []).append(first_row + i)
-    return rows
+class KeyIndex(Mapping[int, int]):
+    """Chunk key -> live row, as sorted arrays plus a small overlay of later changes.
+
+    The base (sorted keys and their rows) is built from a generation's live rows; the
+    rows a derived generation adds or kills since then live in ``overlay`` (``-1``: the
+    key is gone), so publishing a change costs its size, until the overlay passes a
+    sixteenth of the rows and the base is built again. Where two live rows share a key,
+    the later row wins, as it would in a dict filled in row order.
+    """
+
+    def __init__(
+        self,
+        sorted_keys: npt.NDArray[np.int64],
+        rows: npt.NDArray[np.int64],
+        overlay: dict[int, int] | None = None,
+    ) -> None:
+        self._keys = sorted_keys
+        self._rows = rows
+        self.overlay: dict[int, int] = overlay if overlay is not None else {}
+
+    @classmethod
+    def build(cls, keys: npt.NDArray[np.int64], alive: npt.NDArray[np.bool_] | None) -> KeyIndex:
+        rows = np.arange(len(keys), dtype=np.int64)
+        if alive is not None:
+            rows = rows[alive]
+        live = keys[rows]
+        order = np.argsort(live, kind="stable")
+        sk, sr = live[order], rows[order]
+        if len(sk) > 1:
+            last = np.ones(len(sk), dtype=np.bool_)
+            last[:-1] = sk[1:] != sk[:-1]
+            sk, sr = sk[last], sr[last]
+        return cls(sk, sr)
+
+    def _base(self, key: int) -> int:
+        i = int(np.searchsorted(self._keys, key))
+        if i < len(self._keys) and int(self._keys[i]) == key:
+            return int(self._rows[i])
+        return _ABSENT
+
+    def __getitem__(self, key: int) -> int:
+        row = self.overlay.get(key)
+        if row is None:
+            row = self._base(key)
+        if row == _ABSENT:
+            raise KeyError(key)
+        return row
+
+    def lookup(self, keys: Sequence[int]) -> list[int]:
+        """The live row of each key (``-1`` where none), vectorised over the base."""
+        if not keys:
+            return []
+        q = np.asarray(keys, dtype=np.int64)
+        if len(self._keys):
+            pos = np.minimum(np.searchsorted(self._keys, q), len(self._keys) - 1)
+            found = np.where(self._keys[pos] == q, self._rows[pos], _ABSENT)
+        else:
+            found = np.full(len(q), _ABSENT, dtype=np.int64)
+        out: list[int] = found.tolist()
+        if self.overlay:
+            over = self.overlay
+            for i, k in enumerate(keys):
+                row = over.get(k)
+                if row is not None:
+                    out[i] = row
+        return out
+
+    def __iter__(self) -> Iterator[int]:
+        over = self.overlay
+        for k in self._keys.tolist():
+            if k not in over:
+                yield k
+        for k, row in over.items():
+            if row != _ABSENT:
+                yield k
+
+    def __len__(self) -> int:
+        over = self.overlay
+        shadowed = int(np.isin(self._keys, np.fromiter(over, np.int64, len(over))).sum())
+        return len(self._keys) - shadowed + sum(1 for r in over.values() if r != _ABSENT)
+
+
+def _concat(a: Sequence[ChunkRecord], b: Sequence[ChunkRecord]) -> Sequence[ChunkRecord]:
+    """``a`` followed by ``b``: one log view where both are views of the same log."""
+    if not b:
+        return a
+    if not a:
+        return b
+    joined = getattr(a, "joined", None)
+    if joined is not None:
+        out: Sequence[ChunkRecord] | None = joined(b)
+        if out is not None:
+            return out
+    return (*a, *b)
 
 
 @attrs.define(eq=False)
@@ -90,8 +257,11 @@ class Generation:
     number: int
     index_generation: int
     searcher: tantivy.Searcher | None
-    records: tuple[ChunkRecord, ...]
-    row_of_key: Mapping[int, int]
+    # Row-ordered records: a tuple, or a view of the publication log that decodes a
+    # row when it is read (a search reads a few dozen).
+    records: Sequence[ChunkRecord]
+    row_of_key: KeyIndex
+    keys: npt.NDArray[np.int64]
     matrix: npt.NDArray[np.float32] | None
     is_session: npt.NDArray[np.bool_]
     agent_codes: npt.NDArray[np.int32]
@@ -120,10 +290,18 @@ class Generation:
         searcher: tantivy.Searcher | None,
         records: Sequence[ChunkRecord],
         matrix: npt.NDArray[np.float32] | None,
+        columns: RowColumns | None = None,
     ) -> Generation:
-        """Assemble a compact generation; ``matrix`` rows must already be normalised."""
+        """Assemble a compact generation; ``matrix`` rows must already be normalised.
+
+        ``columns`` are the records' metadata when the caller gathered them already
+        (otherwise they are read from ``records``, once each).
+        """
         if matrix is not None and matrix.shape[0] != len(records):
             raise ValueError("one vector row per record is required")
+        cols = RowColumns.of(records) if columns is None else columns
+        if len(cols) != len(records):
+            raise ValueError("one column entry per record is required")
         agent_index: dict[str, int] = {}
         skey_index: dict[str, int] = {}
         buffer = None
@@ -136,26 +314,27 @@ class Generation:
             # first in-memory derivation copies it into one.
             buffer = _VectorBuffer(data=data, used=len(records)) if data.flags.writeable else None
             view = _read_only(data[: len(records)])
-        sessions = [r for r in records if r.source == "sessions"]
+        keys = cols.key_column()
         return cls(
             number=number,
             index_generation=index_generation,
             searcher=searcher,
-            records=tuple(records),
-            row_of_key={r.key: i for i, r in enumerate(records)},
+            records=records if not isinstance(records, list) else tuple(records),
+            row_of_key=KeyIndex.build(keys, None),
+            keys=keys,
             matrix=view,
-            is_session=np.array([r.source == "sessions" for r in records], dtype=np.bool_),
-            agent_codes=_codes([r.agent_id for r in records], agent_index),
+            is_session=cols.session_column(),
+            agent_codes=cols.agent_column(agent_index),
             agent_index=agent_index,
-            skey_codes=_codes([r.session_key for r in records], skey_index),
+            skey_codes=cols.skey_column(skey_index),
             skey_index=skey_index,
-            dated=_dated(records),
-            sources_present=frozenset(r.source for r in records),
-            session_agents=frozenset(r.agent_id for r in sessions),
-            session_keys=frozenset(r.session_key for r in sessions),
+            dated=cols.dated_column(),
+            sources_present=frozenset(cols.sources),
+            session_agents=frozenset(cols.session_agents),
+            session_keys=frozenset(cols.session_keys),
             alive=None,
             live_count=len(records),
-            rows_of_provenance=_by_provenance(records, 0),
+            rows_of_provenance=cols.rows_by_provenance(0),
             buffer=buffer,
         )
 
@@ -286,16 +465,23 @@ class Generation:
         return rows
 
     def dead_rows(
-        self, replaced: frozenset[str] = frozenset(), removed_ids: frozenset[str] = frozenset()
+        self,
+        replaced: frozenset[str] = frozenset(),
+        removed_ids: frozenset[str] = frozenset(),
+        within: Iterable[str] | None = None,
     ) -> list[int]:
-        """The live rows of ``replaced`` provenances and of ``removed_ids``, sorted."""
+        """The live rows of ``replaced`` provenances and of ``removed_ids``, sorted;
+        ``within`` (the provenances ``removed_ids`` belong to) spares reading the other
+        rows' records."""
         dead = [r for prov in replaced for r in self.rows_of_provenance.get(prov, ())]
         if removed_ids:
+            groups = (
+                self.rows_of_provenance.values()
+                if within is None
+                else [self.rows_of_provenance.get(p, ()) for p in within]
+            )
             dead.extend(
-                r
-                for rows in self.rows_of_provenance.values()
-                for r in rows
-                if self.records[r].chunk_id in removed_ids
+                r for rows in groups for r in rows if self.records[r].chunk_id in removed_ids
             )
         return sorted(set(dead))
 
@@ -314,19 +500,24 @@ class Generation:
         dead: Sequence[int],
         added: Sequence[ChunkRecord],
         matrix: npt.NDArray[np.float32] | None,
+        columns: RowColumns | None = None,
     ) -> Generation:
         """The next generation over storage someone else extended: ``matrix`` holds
         this generation's rows followed by one (normalised) row per ``added`` record.
 
         This is how a process follows a published generation (a mapped matrix file
-        the writer appended to) without copying a single vector.
+        the writer appended to) without copying a single vector. ``dead`` may name
+        added rows too (it is applied after the addition); ``columns`` are the added
+        records' metadata when the caller has them.
         """
         n_new = len(self.records) + len(added)
         if matrix is not None:
             if matrix.shape[0] != n_new:
                 raise ValueError("the matrix must hold one row per old and added record")
             matrix = _read_only(matrix)
-        return self._appended(number, searcher, dead=dead, added=added, view=matrix, buffer=None)
+        return self._appended(
+            number, searcher, dead=dead, added=added, view=matrix, buffer=None, columns=columns
+        )
 
     def _appended(
         self,
@@ -337,9 +528,14 @@ class Generation:
         added: Sequence[ChunkRecord],
         view: npt.NDArray[np.float32] | None,
         buffer: _VectorBuffer | None,
+        columns: RowColumns | None = None,
     ) -> Generation:
         n_old = len(self.records)
         n_new = n_old + len(added)
+        cols = RowColumns.of(added) if columns is None else columns
+        if len(cols) != len(added):
+            raise ValueError("one column entry per added record is required")
+        dead = sorted(set(dead))
         dead_total = n_old - self.live_count + len(dead)
         alive = None
         if dead_total:
@@ -347,50 +543,51 @@ class Generation:
             if self.alive is not None:
                 alive[:n_old] = self.alive
             alive[dead] = False
+        keys = np.concatenate([self.keys, cols.key_column()])
 
-        row_of_key = dict(self.row_of_key)
-        for r in dead:
-            key = self.records[r].key
-            if row_of_key.get(key) == r:  # a newer live row may hold the same key
-                del row_of_key[key]
-        for i, rec in enumerate(added):
-            row_of_key[rec.key] = n_old + i
+        overlay = dict(self.row_of_key.overlay)
+        for i, key in enumerate(cols.keys):
+            overlay[key] = n_old + i
+        index = KeyIndex(self.row_of_key._keys, self.row_of_key._rows, overlay)
+        for r, key in zip(dead, keys[dead].tolist(), strict=True):
+            if index.get(key) == r:  # a newer live row may hold the same key
+                overlay[key] = _ABSENT
+        if len(overlay) > max(4096, n_new // 16):
+            index = KeyIndex.build(keys, alive)
+
         rows_of_provenance = dict(self.rows_of_provenance)
+        for prov, rows in cols.rows_by_provenance(n_old).items():
+            rows_of_provenance[prov] = [*rows_of_provenance.get(prov, ()), *rows]
         gone = set(dead)
-        for prov in {self.records[r].provenance for r in dead}:
+        records = _concat(self.records, added)
+        touched = {self.records[r].provenance for r in dead if r < n_old}
+        touched |= {added[r - n_old].provenance for r in dead if r >= n_old}
+        for prov in touched:
             left = [r for r in rows_of_provenance.get(prov, ()) if r not in gone]
             if left:
                 rows_of_provenance[prov] = left
             else:
                 rows_of_provenance.pop(prov, None)
-        for prov, rows in _by_provenance(added, n_old).items():
-            rows_of_provenance[prov] = [*rows_of_provenance.get(prov, ()), *rows]
 
         agent_index = dict(self.agent_index)
         skey_index = dict(self.skey_index)
-        sessions = [r for r in added if r.source == "sessions"]
         return Generation(
             number=number,
             index_generation=self.index_generation,
             searcher=searcher,
-            records=self.records + tuple(added),
-            row_of_key=row_of_key,
+            records=records,
+            row_of_key=index,
+            keys=keys,
             matrix=view,
-            is_session=np.concatenate(
-                [self.is_session, np.array([r.source == "sessions" for r in added], dtype=bool)]
-            ),
-            agent_codes=np.concatenate(
-                [self.agent_codes, _codes([r.agent_id for r in added], agent_index)]
-            ),
+            is_session=np.concatenate([self.is_session, cols.session_column()]),
+            agent_codes=np.concatenate([self.agent_codes, cols.agent_column(agent_index)]),
             agent_index=agent_index,
-            skey_codes=np.concatenate(
-                [self.skey_codes, _codes([r.session_key for r in added], skey_index)]
-            ),
+            skey_codes=np.concatenate([self.skey_codes, cols.skey_column(skey_index)]),
             skey_index=skey_index,
-            dated=np.concatenate([self.dated, _dated(added)]),
-            sources_present=self.sources_present | {r.source for r in added},
-            session_agents=self.session_agents | {r.agent_id for r in sessions},
-            session_keys=self.session_keys | {r.session_key for r in sessions},
+            dated=np.concatenate([self.dated, cols.dated_column()]),
+            sources_present=self.sources_present | cols.sources,
+            session_agents=self.session_agents | cols.session_agents,
+            session_keys=self.session_keys | cols.session_keys,
             alive=alive,
             live_count=n_new - dead_total,
             rows_of_provenance=rows_of_provenance,

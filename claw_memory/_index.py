@@ -33,7 +33,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn, final
 
@@ -54,16 +54,19 @@ from ._errors import (
     InvalidSearchError,
     SourcePathError,
 )
-from ._generation import Generation
+from ._generation import Generation, RowColumns
 from ._lease import LEASE_FILE, WriterLease
 from ._lexical import DOCUMENT_VERSION, LexicalIndex
 from ._published import (
     Pointer,
+    RowRecords,
+    Written,
     flip_pointer,
     follow_generation,
     generation_after,
     live_row_batches,
     load_generation,
+    pending_generation,
     read_pointer,
     write_epoch,
     write_publication,
@@ -149,17 +152,13 @@ def _prepare_lexical_dir(root: Path, generation: int, fresh: bool) -> Path:
     return target
 
 
-def _blob_batches(
-    blobs: Sequence[bytes | None], dims: int, step: int = 65_536
-) -> Iterator[npt.NDArray[np.float32]]:
-    """The stored vectors as normalised matrix rows, a bounded batch at a time."""
-    for start in range(0, len(blobs), step):
-        part = blobs[start : start + step]
-        m = np.zeros((len(part), dims), dtype=np.float32)
-        for i, blob in enumerate(part):
-            if blob is not None and len(blob) == 4 * dims:
-                m[i] = np.frombuffer(blob, dtype=np.float32)
-        yield normalise_rows(m)
+def _blob_rows(blobs: Sequence[bytes | None], dims: int) -> npt.NDArray[np.float32]:
+    """Stored vectors as normalised matrix rows (a missing or malformed one: zeros)."""
+    m = np.zeros((len(blobs), dims), dtype=np.float32)
+    for i, blob in enumerate(blobs):
+        if blob is not None and len(blob) == 4 * dims:
+            m[i] = np.frombuffer(blob, dtype=np.float32)
+    return normalise_rows(m)
 
 
 def publish_from_store(
@@ -172,10 +171,14 @@ def publish_from_store(
     dims: int | None,
 ) -> None:
     """Publish everything the store holds as a new epoch (a first open, changed settings,
-    or a writer that died between its commit and its publication)."""
+    or a writer that died between its commit and its publication), a bounded batch of
+    chunks at a time."""
     version = store.version()
-    records, blobs = store.load_chunks()
-    pointer = write_epoch(
+    parts = (
+        (records, None if dims is None else _blob_rows(blobs, dims))
+        for records, blobs in store.iter_chunks()
+    )
+    written = write_epoch(
         index_dir,
         epoch=1 if old is None else old.epoch + 1,
         number=1 if old is None else old.number + 1,
@@ -183,10 +186,10 @@ def publish_from_store(
         identity=identity,
         store_version=version,
         dims=dims,
-        records=records,
-        row_batches=() if dims is None else _blob_batches(blobs, dims),
+        parts=parts,
+        count=store.chunk_count(),
     )
-    flip_pointer(index_dir, pointer)
+    flip_pointer(index_dir, written.pointer)
 
 
 def _prepare_files(
@@ -241,10 +244,18 @@ SyncProgress = Callable[[str, int, int], None]
 
 # Files read and chunked per worker call, so that a long first index reports progress.
 _CHUNK_BATCH_FILES = 64
+# Chunks a sync embeds, stores and writes per batch: what it holds at once (chunks,
+# vectors, lexical documents), whatever the size of the change.
+_SYNC_BATCH_CHUNKS = 8192
 
 
 def _no_progress(stage: str, done: int, total: int) -> None:
     return None
+
+
+def _embed_progress(report: SyncProgress, before: int, done: int, total: int) -> None:
+    """An embed step of one batch, counted with the ``before`` chunks of earlier ones."""
+    report("embed", before + done, before + total)
 
 
 _INLINE_QUERY_CHARS = 2048
@@ -739,68 +750,114 @@ class MemoryIndex:
             prev = self._sources.get(e.provenance)
             if force or prev is None or (prev.size, prev.mtime_ns) != (e.size, e.mtime_ns):
                 to_read.append(e)
-        to_chunk = [
-            s
-            for s in sessions
-            if force
-            or (prev := self._sources.get(session_provenance(s))) is None
-            or prev.token != s.change_token
-        ]
-        chunk_total = len(to_read) + len(to_chunk)
-        changes: list[tuple[SourceState, list[PreparedChunk]]] = []
-        stat_only: list[SourceState] = []
-        old_sources = dict(self._sources)
-        for start in range(0, len(to_read), _CHUNK_BATCH_FILES):
-            batch = to_read[start : start + _CHUNK_BATCH_FILES]
-            file_changes, batch_stats = await self._workers.run_sync(
-                _prepare_files, batch, old_sources, settings, self._tombstones, force
-            )
-            changes.extend(file_changes)
-            stat_only.extend(batch_stats)
-            report("chunk", start + len(batch), chunk_total)
-
         session_map: dict[str, TranscriptSession] = {}
-        chunked = len(to_read)
+        to_chunk: list[TranscriptSession] = []
         for s in sessions:
-            prov = session_provenance(s)
-            present.add(prov)
+            present.add(session_provenance(s))
             session_map[session_path(s)] = s
-            prev = self._sources.get(prov)
-            if not force and prev is not None and prev.token == s.change_token:
-                continue
-            chunked += 1
-            report("chunk", chunked, chunk_total)
-            turns = list(await self._transcripts.read_turns(s)) if self._transcripts else []
-            chunks = await self._workers.run_sync(
-                lambda s=s, turns=turns: prepare_session_chunks(
-                    s,
-                    turns,
-                    turns_per_chunk=settings.transcript_turns_per_chunk,
-                    context_turns=settings.transcript_context_turns,
-                    max_tokens=settings.chunk_tokens,
-                    chars_per_token=settings.chars_per_token,
-                    tombstones=self._tombstones,
-                )
-            )
-            state = SourceState(
-                provenance=prov,
-                source="sessions",
-                path=session_path(s),
-                size=len(turns),
-                mtime_ns=None,
-                token=s.change_token,
-                hash=sha256_hex(s.change_token),
-                skip_reason=None,
-            )
-            changes.append((state, chunks))
+            prev = self._sources.get(session_provenance(s))
+            if force or prev is None or prev.token != s.change_token:
+                to_chunk.append(s)
         self._sessions = session_map
-
         removed = [prov for prov in self._sources if prov not in present]
-        if not changes and not removed:
-            if stat_only:
-                await self._workers.run_sync(self._store.update_stats, stat_only)
-                for st in stat_only:
-                    self._sources[st.provenance] = st
+        chunk_total = len(to_read) + len(to_chunk)
+        old_sources = dict(self._sources)
+
+        async def changed_batches() -> AsyncGenerator[
+            list[tuple[SourceState, list[PreparedChunk]]]
+        ]:
+            # Changed sources, read and chunked a bounded batch at a time: a first index
+            # of a million chunks holds one batch of chunks and vectors, not all of them.
+            batch: list[tuple[SourceState, list[PreparedChunk]]] = []
+            held = 0
+            for start in range(0, len(to_read), _CHUNK_BATCH_FILES):
+                files = to_read[start : start + _CHUNK_BATCH_FILES]
+                file_changes, batch_stats = await self._workers.run_sync(
+                    _prepare_files, files, old_sources, settings, self._tombstones, force
+                )
+                stat_only.extend(batch_stats)
+                report("chunk", start + len(files), chunk_total)
+                batch.extend(file_changes)
+                held += sum(len(c) for _, c in file_changes)
+                if held >= _SYNC_BATCH_CHUNKS:
+                    yield batch
+                    batch, held = [], 0
+            chunked = len(to_read)
+            for s in to_chunk:
+                chunked += 1
+                report("chunk", chunked, chunk_total)
+                turns = list(await self._transcripts.read_turns(s)) if self._transcripts else []
+                chunks = await self._workers.run_sync(
+                    lambda s=s, turns=turns: prepare_session_chunks(
+                        s,
+                        turns,
+                        turns_per_chunk=settings.transcript_turns_per_chunk,
+                        context_turns=settings.transcript_context_turns,
+                        max_tokens=settings.chunk_tokens,
+                        chars_per_token=settings.chars_per_token,
+                        tombstones=self._tombstones,
+                    )
+                )
+                state = SourceState(
+                    provenance=session_provenance(s),
+                    source="sessions",
+                    path=session_path(s),
+                    size=len(turns),
+                    mtime_ns=None,
+                    token=s.change_token,
+                    hash=sha256_hex(s.change_token),
+                    skip_reason=None,
+                )
+                batch.append((state, chunks))
+                held += len(chunks)
+                if held >= _SYNC_BATCH_CHUNKS:
+                    yield batch
+                    batch, held = [], 0
+            if batch:
+                yield batch
+
+        stat_only: list[SourceState] = []
+        indexed: list[str] = []
+        replaced_all: set[str] = set()
+        old_count = added_count = embedded = 0
+        embed_done = 0
+        pub: _Publishing | None = None
+        rows_of = self._generation.rows_of_provenance
+        async with contextlib.aclosing(changed_batches()) as batches:
+            async for batch in batches:
+                chunks_in = [c for _, chunks in batch for c in chunks]
+                vectors, fresh = await self._embed_chunks(
+                    chunks_in,
+                    functools.partial(_embed_progress, report, embed_done),
+                )
+                embed_done += len(chunks_in)
+                embedded += fresh
+                if pub is None:
+                    pub = self._begin_publication()
+                source_changes: list[SourceChange] = []
+                offset = 0
+                for state, chunks in batch:
+                    vecs = None if vectors is None else vectors[offset : offset + len(chunks)]
+                    offset += len(chunks)
+                    source_changes.append(SourceChange(state.provenance, state, chunks, vecs))
+                    if state.skip_reason is None:
+                        indexed.append(state.path)
+                added_count += await self._apply_batch(pub, source_changes, chunks_in, vectors)
+                old_count += sum(len(rows_of.get(c.provenance, ())) for c in source_changes)
+                replaced_all.update(c.provenance for c in source_changes)
+        if removed:
+            if pub is None:
+                pub = self._begin_publication()
+            gone = [SourceChange(prov, None, (), None) for prov in removed]
+            await self._apply_batch(pub, gone, [], None)
+            old_count += sum(len(rows_of.get(prov, ())) for prov in removed)
+            replaced_all.update(removed)
+
+        if stat_only:
+            await self._workers.run_sync(self._store.update_stats, stat_only)
+            for st in stat_only:
+                self._sources[st.provenance] = st
+        if pub is None:
             self._last_sync_at = time.time()
             return SyncReport(
                 indexed=(),
@@ -811,53 +868,50 @@ class MemoryIndex:
                 embedded=0,
                 generation=self._generation.number,
             )
-
-        # Embed every new chunk (through the cache).
-        all_chunks = [c for _, chunks in changes for c in chunks]
-        vectors, embedded = await self._embed_chunks(
-            all_chunks, lambda done, total: report("embed", done, total)
-        )
-
-        source_changes: list[SourceChange] = []
-        offset = 0
-        for state, chunks in changes:
-            vecs = None if vectors is None else vectors[offset : offset + len(chunks)]
-            offset += len(chunks)
-            source_changes.append(SourceChange(state.provenance, state, chunks, vecs))
-        source_changes.extend(SourceChange(prov, None, (), None) for prov in removed)
-        replaced = frozenset(c.provenance for c in source_changes)
-        rows_of = self._generation.rows_of_provenance
-        old_count = sum(len(rows_of.get(prov, ())) for prov in replaced)
-
         report("publish", 0, 3)
-        await self._workers.run_sync(self._store.apply_changes, source_changes)
         report("publish", 1, 3)
-        for ch in source_changes:
-            if ch.state is None:
-                self._sources.pop(ch.provenance, None)
-            else:
-                self._sources[ch.provenance] = ch.state
-        if stat_only:
-            await self._workers.run_sync(self._store.update_stats, stat_only)
-            for st in stat_only:
-                self._sources[st.provenance] = st
-
-        documents = [(c.record, c.context) for c in all_chunks]
-        await self._publish_lexical(sorted(replaced), documents)
+        await self._commit_lexical(pub, sorted(replaced_all))
         report("publish", 2, 3)
-        added = [c.record for c in all_chunks]
-        await self._publish(replaced=replaced, added=added, added_vectors=vectors)
+        await self._finish_publication(pub)
         report("publish", 3, 3)
         self._last_sync_at = time.time()
         return SyncReport(
-            indexed=tuple(sorted(st.path for st, _ in changes if st.skip_reason is None)),
+            indexed=tuple(sorted(indexed)),
             removed=tuple(sorted(self._path_of_prov(p) for p in removed)),
             skipped=self._skipped(),
-            chunks_added=len(added),
+            chunks_added=added_count,
             chunks_removed=old_count,
             embedded=embedded,
             generation=self._generation.number,
         )
+
+    async def _apply_batch(
+        self,
+        pub: _Publishing,
+        changes: Sequence[SourceChange],
+        chunks: Sequence[PreparedChunk],
+        vectors: npt.NDArray[np.float32] | None,
+    ) -> int:
+        """One bounded batch of a sync: committed to SQLite, staged in the lexical
+        writer (committed once, at the end) and written past the published prefix as a
+        block of the coming publication. Returns the rows it added."""
+        await self._workers.run_sync(self._store.apply_changes, changes)
+        for ch in changes:
+            if ch.state is None:
+                self._sources.pop(ch.provenance, None)
+            else:
+                self._sources[ch.provenance] = ch.state
+        provenances = sorted(c.provenance for c in changes)
+        pub.provenances.update(provenances)
+        await self._stage_lexical(pub, provenances, [(c.record, c.context) for c in chunks])
+        replaced = frozenset(provenances)
+        await self._write_block(
+            pub,
+            dead=pub.old.dead_rows(replaced),
+            added=[c.record for c in chunks],
+            vectors=vectors,
+        )
+        return len(chunks)
 
     @staticmethod
     def _path_of_prov(prov: str) -> str:
@@ -1073,90 +1127,164 @@ class MemoryIndex:
         try:
             await self._workers.run_sync(writer.replace, provenances, documents)
         except LexicalIndexError as exc:
-            # SQLite holds the change and its journal entry: rebuild rather than fail
-            # every later sync on the same broken directory.
-            self._writer = await self._workers.run_sync(
-                rebuild_lexical, self._store, writer, writer.path, exc
-            )
-            # The directory was replaced: search it through a fresh reader.
-            self._lexical = await self._workers.run_sync(LexicalIndex.open_reader, writer.path)
+            await self._rebuild_lexical(writer, exc)
             return
         await self._workers.run_sync(self._store.clear_pending, provenances)
+
+    async def _rebuild_lexical(self, writer: LexicalIndex, exc: LexicalIndexError) -> None:
+        # SQLite holds the change and its journal entry: rebuild rather than fail
+        # every later sync on the same broken directory.
+        self._writer = await self._workers.run_sync(
+            rebuild_lexical, self._store, writer, writer.path, exc
+        )
+        # The directory was replaced: search it through a fresh reader.
+        self._lexical = await self._workers.run_sync(LexicalIndex.open_reader, writer.path)
+
+    async def _stage_lexical(
+        self,
+        pub: _Publishing,
+        provenances: Sequence[str],
+        documents: Sequence[tuple[ChunkRecord, str]],
+    ) -> None:
+        """Stage one batch's documents in the lexical writer, uncommitted."""
+        writer = self._writer
+        if writer is None:
+            raise RuntimeError("the lexical writer is open only while holding the writer lease")
+        try:
+            await self._workers.run_sync(
+                functools.partial(writer.replace, provenances, documents, commit=False)
+            )
+        except LexicalIndexError as exc:
+            # Rebuilt from SQLite, which holds every batch applied so far.
+            await self._rebuild_lexical(writer, exc)
+
+    async def _commit_lexical(self, pub: _Publishing, provenances: Sequence[str]) -> None:
+        """Commit the staged batches, then clear their journal entries."""
+        writer = self._writer
+        if writer is None:
+            raise RuntimeError("the lexical writer is open only while holding the writer lease")
+        try:
+            await self._workers.run_sync(writer.commit)
+        except LexicalIndexError as exc:
+            await self._rebuild_lexical(writer, exc)
+            return
+        await self._workers.run_sync(self._store.clear_pending, provenances)
+
+    def _begin_publication(self) -> _Publishing:
+        pointer = self._pointer
+        if pointer is None or not self._lease.held:
+            raise RuntimeError("publishing needs the writer lease and a published pointer")
+        return _Publishing(old=self._generation, pointer=pointer, number=pointer.number + 1)
+
+    async def _write_block(
+        self,
+        pub: _Publishing,
+        *,
+        dead: Sequence[int],
+        added: Sequence[ChunkRecord],
+        vectors: npt.NDArray[np.float32] | None,
+    ) -> None:
+        """Write one block of ``pub`` past the published prefix (invisible until the
+        pointer flips): ``dead`` rows of the generation it follows, ``added`` records."""
+        rows = pub.old.added_rows(vectors, len(added))
+        written = await self._workers.run_sync(
+            functools.partial(
+                write_publication,
+                self._index_dir,
+                pub.pointer,
+                number=pub.number,
+                dead=dead,
+                added=added,
+                vectors=rows,
+                store_version=pub.pointer.store_version,
+            )
+        )
+        pub.add(written, dead, added)
 
     async def _publish(
         self,
         *,
         replaced: frozenset[str] = frozenset(),
         removed_ids: frozenset[str] = frozenset(),
+        within: Iterable[str] | None = None,
         added: Sequence[ChunkRecord] = (),
         added_vectors: npt.NDArray[np.float32] | None = None,
     ) -> None:
-        """Publish the next generation: append it to the published files, flip the
-        pointer, and follow it (the pointer and generation change in one step, so a
-        cancellation leaves this process on the old pair and it follows later).
+        """Publish the next generation in one block (see :meth:`_finish_publication`)."""
+        pub = self._begin_publication()
+        dead = pub.old.dead_rows(replaced, removed_ids, within)
+        await self._write_block(pub, dead=dead, added=added, vectors=added_vectors)
+        await self._finish_publication(pub)
+
+    async def _finish_publication(self, pub: _Publishing) -> None:
+        """Publish what ``pub``'s blocks wrote: flip the pointer, and follow it (the
+        pointer and generation change in one step, so a cancellation leaves this
+        process on the old pair and it follows later).
 
         Rows that go are marked dead and new ones appended after the published rows
         (the cost of the change, not of the index); once dead rows pass an eighth,
-        the live rows and the new ones are written as a new, compact epoch instead.
+        the live rows are written as a new, compact epoch instead.
         """
         run = self._workers.run_sync
-        old, pointer = self._generation, self._pointer
-        if pointer is None or not self._lease.held:
-            raise RuntimeError("publishing needs the writer lease and a published pointer")
-        dead = old.dead_rows(replaced, removed_ids)
-        vectors = old.added_rows(added_vectors, len(added))
+        old = pub.old
         version = await run(self._store.version)
         searcher = await run(self._lexical.searcher)
-        records: list[ChunkRecord] | None = None
-        if old.needs_compaction(dead, len(added)):
-            keep = np.ones(len(old.records), dtype=np.bool_)
-            if old.alive is not None:
-                keep &= old.alive
-            keep[dead] = False
+        written = pub.written(version)
+        epoch = False
+        columns: RowColumns | None = pub.columns
+        if old.needs_compaction(pub.dead, pub.added):
+            appended = await run(
+                functools.partial(
+                    pending_generation,
+                    old,
+                    self._index_dir,
+                    written,
+                    searcher,
+                    dead=pub.dead,
+                    columns=pub.columns,
+                )
+            )
+            keep = np.ones(len(appended.records), dtype=np.bool_)
+            if appended.alive is not None:
+                keep &= appended.alive
             rows = np.flatnonzero(keep)
-            records = [old.records[i] for i in rows.tolist()] + list(added)
-            new_pointer = await run(
+            records = appended.records
+            kept = (
+                records.select(rows)
+                if isinstance(records, RowRecords)
+                else [records[i] for i in rows.tolist()]
+            )
+            pointer = written.pointer
+            written = await run(
                 functools.partial(
                     write_epoch,
                     self._index_dir,
                     epoch=pointer.epoch + 1,
-                    number=pointer.number + 1,
+                    number=pointer.number,
                     index_generation=pointer.index_generation,
                     identity=pointer.identity,
                     store_version=version,
                     dims=pointer.dims,
-                    records=records,
-                    row_batches=live_row_batches(old.matrix, rows, vectors),
+                    records=kept,
+                    row_batches=live_row_batches(appended.matrix, rows, None),
                 )
             )
-        else:
-            new_pointer = await run(
-                functools.partial(
-                    write_publication,
-                    self._index_dir,
-                    pointer,
-                    number=pointer.number + 1,
-                    dead=dead,
-                    added=added,
-                    vectors=vectors,
-                    store_version=version,
-                )
-            )
-        await run(flip_pointer, self._index_dir, new_pointer)
+            epoch, columns = True, None
+        await run(flip_pointer, self._index_dir, written.pointer)
         new = await run(
             functools.partial(
                 generation_after,
                 old,
                 self._index_dir,
-                new_pointer,
+                written,
                 searcher,
-                dead=dead,
-                added=added,
-                records=records,
+                dead=pub.dead,
+                columns=columns,
+                epoch=epoch,
             )
         )
         # The pointer's number survives restarts: every process reports the same one.
-        self._pointer, self._generation = new_pointer, new
+        self._pointer, self._generation = written.pointer, new
 
     def _known_files(self) -> dict[str, tuple[int | None, int | None]]:
         """``{virtual path: (size, mtime_ns)}`` of the memory files as last synced.
@@ -1517,7 +1645,7 @@ class MemoryIndex:
             provs = sorted({m[1] for m in matches})
             remaining = await self._workers.run_sync(self._store.chunks_for, provs)
             await self._publish_lexical(provs, remaining)
-            await self._publish(removed_ids=frozenset(ids))
+            await self._publish(removed_ids=frozenset(ids), within=provs)
             return ForgetResult(dry_run=False, chunk_ids=ids, paths=paths)
 
     def source_paths(self, source: SourceKind = "memory") -> tuple[str, ...]:
@@ -1577,6 +1705,38 @@ def files_changed(
     if len(current) != len(known):
         return True
     return any(known.get(vpath) != (size, mtime) for vpath, (_, size, mtime, _) in current.items())
+
+
+@attrs.define(eq=False)
+class _Publishing:
+    """A publication being written: blocks past the published prefix of ``pointer``,
+    one per batch of a sync, each written after the previous one."""
+
+    old: Generation
+    pointer: Pointer
+    number: int
+    dead: list[int] = attrs.field(factory=list)
+    added: int = 0
+    columns: RowColumns = attrs.field(factory=RowColumns)
+    provenances: set[str] = attrs.field(factory=set)
+    _starts: list[npt.NDArray[np.int64]] = attrs.field(factory=list)
+    _lengths: list[npt.NDArray[np.int32]] = attrs.field(factory=list)
+
+    def add(self, written: Written, dead: Sequence[int], added: Sequence[ChunkRecord]) -> None:
+        self.pointer = written.pointer
+        self.dead.extend(dead)
+        self.added += len(added)
+        self.columns.extend(added)
+        self._starts.append(written.starts)
+        self._lengths.append(written.lengths)
+
+    def written(self, store_version: int) -> Written:
+        """Every block as one write, under a pointer recording ``store_version``."""
+        return Written(
+            pointer=attrs.evolve(self.pointer, store_version=store_version),
+            starts=np.concatenate(self._starts) if self._starts else np.zeros(0, np.int64),
+            lengths=np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32),
+        )
 
 
 @attrs.define(eq=False)

@@ -137,15 +137,31 @@ class LexicalIndex:
         return self._writer
 
     def replace(
-        self, provenances: Iterable[str], documents: Sequence[tuple[ChunkRecord, str]]
+        self,
+        provenances: Iterable[str],
+        documents: Sequence[tuple[ChunkRecord, str]],
+        *,
+        commit: bool = True,
     ) -> None:
-        """Delete every document of ``provenances``, add ``documents``, and commit."""
+        """Delete every document of ``provenances``, add ``documents``, and commit
+        (``commit=False``: leave that to :meth:`commit`, so that a long first index
+        given in batches commits once)."""
         writer = self._require_writer()
         try:
             for prov in provenances:
                 writer.delete_documents_by_term("prov", prov)
             for record, context in documents:
                 writer.add_document(self._document(record, context))
+            if commit:
+                writer.commit()
+        except ValueError as exc:
+            writer.rollback()
+            raise LexicalIndexError(f"lexical indexing failed: {exc}") from exc
+
+    def commit(self) -> None:
+        """Commit what :meth:`replace` staged."""
+        writer = self._require_writer()
+        try:
             writer.commit()
         except ValueError as exc:
             writer.rollback()

@@ -33,15 +33,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import overload
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import tantivy
 
-from ._generation import Generation
+from ._generation import Generation, RowColumns
 from ._records import ChunkRecord
 
 POINTER = "CURRENT"
@@ -111,6 +113,93 @@ def _decode(line: bytes) -> ChunkRecord:
     return ChunkRecord(*values)
 
 
+class _LogFile:
+    """An epoch's publication log, open for reading: the descriptor keeps an epoch a
+    compaction unlinked readable for the generations that still view it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        st = os.fstat(self.fd)
+        self.identity = (st.st_dev, st.st_ino)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            os.close(self.fd)
+
+
+# Decoded records a log view keeps (the ones searches read again: the head of popular
+# queries); then it starts over, so a long-lived generation stays bounded.
+_DECODED_ROWS = 4096
+
+
+class RowRecords(Sequence[ChunkRecord]):
+    """The records of a generation's rows, read from the publication log by row.
+
+    A generation keeps only where each row's line lies (12 bytes a row); a record is
+    decoded when a search reads it (a page of hits, the head of a ranking), so a
+    million-chunk index holds no million Python objects, and every process reads the
+    same lines through the page cache.
+    """
+
+    def __init__(
+        self, log: _LogFile, starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int32]
+    ) -> None:
+        self._log = log
+        self._starts = starts
+        self._lengths = lengths
+        self._decoded: dict[int, ChunkRecord] = {}
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @overload
+    def __getitem__(self, row: int) -> ChunkRecord: ...
+    @overload
+    def __getitem__(self, row: slice) -> Sequence[ChunkRecord]: ...
+    def __getitem__(self, row: int | slice) -> ChunkRecord | Sequence[ChunkRecord]:
+        if isinstance(row, slice):
+            return self.select(np.arange(len(self))[row])
+        found = self._decoded.get(row)
+        if found is None:
+            found = _decode(self.raw(row))
+            if len(self._decoded) >= _DECODED_ROWS:
+                self._decoded.clear()
+            self._decoded[row] = found
+        return found
+
+    def raw(self, row: int) -> bytes:
+        """The log line of ``row`` (its JSON, with the newline)."""
+        if row < 0:
+            row += len(self)
+        if not 0 <= row < len(self):
+            raise IndexError(row)
+        return os.pread(self._log.fd, int(self._lengths[row]), int(self._starts[row]))
+
+    def select(self, rows: npt.NDArray[np.intp]) -> RowRecords:
+        """A view of ``rows`` of this one, in that order (a compaction's live rows)."""
+        return RowRecords(self._log, self._starts[rows], self._lengths[rows])
+
+    def joined(self, other: Sequence[ChunkRecord]) -> RowRecords | None:
+        """This view followed by ``other`` when both view the same log, else ``None``."""
+        if not isinstance(other, RowRecords) or other._log.identity != self._log.identity:
+            return None
+        return RowRecords(
+            self._log,
+            np.concatenate([self._starts, other._starts]),
+            np.concatenate([self._lengths, other._lengths]),
+        )
+
+
+def _lines(records: Sequence[ChunkRecord]) -> Iterator[bytes]:
+    if isinstance(records, RowRecords):
+        for i in range(len(records)):
+            yield records.raw(i)
+    else:
+        for r in records:
+            yield _encode(r)
+
+
 def _write_at(fd: int, offset: int, parts: Iterable[bytes]) -> int:
     for part in parts:
         view = memoryview(part)
@@ -121,16 +210,44 @@ def _write_at(fd: int, offset: int, parts: Iterable[bytes]) -> int:
     return offset
 
 
-def _log_block(number: int, dead: Sequence[int], records: Sequence[ChunkRecord]) -> Iterator[bytes]:
-    yield (json.dumps({"n": number, "dead": list(dead), "added": len(records)}) + "\n").encode()
-    batch: list[bytes] = []
-    for r in records:
-        batch.append(_encode(r))
-        if len(batch) >= 1024:
-            yield b"".join(batch)
-            batch = []
-    if batch:
-        yield b"".join(batch)
+@attrs.frozen(eq=False)
+class Written:
+    """What one write to an epoch's files left past the published prefix: the pointer
+    that would publish it, and where the written records' lines lie in the log."""
+
+    pointer: Pointer
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int32]
+
+    def records(self, index_dir: Path) -> Sequence[ChunkRecord]:
+        """The written records, as a view of the log (read back by row)."""
+        if not len(self.starts):
+            return ()
+        log = _LogFile(_epoch_path(index_dir, self.pointer.epoch, "log"))
+        return RowRecords(log, self.starts, self.lengths)
+
+
+Part = tuple[Sequence[ChunkRecord], "npt.NDArray[np.float32] | None"]
+"""A bounded batch of records with their normalised matrix rows (``None``: no matrix)."""
+
+
+def _paired(
+    records: Sequence[ChunkRecord], row_batches: Iterable[npt.NDArray[np.float32]]
+) -> Iterator[Part]:
+    """``records`` cut to match the row batches (or in bounded batches, without rows)."""
+    done = 0
+    for batch in row_batches:
+        yield _slice(records, done, done + batch.shape[0]), batch
+        done += batch.shape[0]
+    while done < len(records):
+        yield _slice(records, done, done + _BATCH_ROWS), None
+        done += _BATCH_ROWS
+
+
+def _slice(records: Sequence[ChunkRecord], start: int, stop: int) -> Sequence[ChunkRecord]:
+    if start == 0 and stop >= len(records):
+        return records
+    return records[start:stop]
 
 
 def _append(
@@ -140,41 +257,86 @@ def _append(
     fresh: bool,
     number: int,
     dead: Sequence[int],
-    records: Sequence[ChunkRecord],
-    row_batches: Iterable[npt.NDArray[np.float32]],
+    parts: Iterable[Part],
     store_version: int,
-) -> Pointer:
+    added: int | None = None,
+) -> Written:
+    """Write one block (header, then the parts' records and rows) past ``pointer``'s
+    prefix; the header's count is ``added`` (summed from the parts when not given, which
+    then must be a sequence)."""
     (index_dir / PUBLISHED).mkdir(exist_ok=True)
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if fresh else 0)
+    if added is None:
+        parts = list(parts)
+        added = sum(len(recs) for recs, _ in parts)
     rows = pointer.rows
-    if pointer.dims is not None:
-        fd = os.open(_epoch_path(index_dir, pointer.epoch, "f32"), flags, 0o644)
-        try:
-            offset = rows * pointer.dims * 4
-            for batch in row_batches:
-                block = np.ascontiguousarray(batch, dtype=np.float32)
-                if block.ndim != 2 or block.shape[1] != pointer.dims:
-                    raise ValueError(f"matrix rows must have {pointer.dims} dimensions")
-                offset = _write_at(fd, offset, [block.tobytes()])
-                rows += block.shape[0]
-            os.ftruncate(fd, offset)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-    else:
-        rows += len(records)
-    if rows != pointer.rows + len(records):
-        raise ValueError("one matrix row per published record is required")
+    starts = np.empty(added, dtype=np.int64)
+    lengths = np.empty(added, dtype=np.int32)
+    dims = pointer.dims
+    vfd = None
+    if dims is not None:
+        vfd = os.open(_epoch_path(index_dir, pointer.epoch, "f32"), flags, 0o644)
     fd = os.open(_epoch_path(index_dir, pointer.epoch, "log"), flags, 0o644)
     try:
-        end = _write_at(fd, pointer.log_bytes, _log_block(number, dead, records))
+        offset = rows * (dims or 0) * 4
+        header = json.dumps({"n": number, "dead": list(dead), "added": added}) + "\n"
+        end = _write_at(fd, pointer.log_bytes, [header.encode()])
+        i = 0
+        for recs, given in parts:
+            if vfd is not None and dims is not None:
+                if given is None:
+                    raise ValueError("one matrix row per published record is required")
+                block = np.ascontiguousarray(given, dtype=np.float32)
+                if block.ndim != 2 or block.shape[1] != dims:
+                    raise ValueError(f"matrix rows must have {dims} dimensions")
+                if block.shape[0] != len(recs):
+                    raise ValueError("one matrix row per published record is required")
+                offset = _write_at(vfd, offset, [block.tobytes()])
+            batch: list[bytes] = []
+            for line in _lines(recs):
+                if i + len(batch) >= added:
+                    raise ValueError("more records than the block's header counts")
+                batch.append(line)
+                if len(batch) >= 1024:
+                    end = _flush_lines(fd, end, batch, starts=starts, lengths=lengths, first=i)
+                    i += len(batch)
+                    batch = []
+            if batch:
+                end = _flush_lines(fd, end, batch, starts=starts, lengths=lengths, first=i)
+                i += len(batch)
+        if i != added:
+            raise ValueError("fewer records than the block's header counts")
+        rows += added
+        if vfd is not None:
+            os.ftruncate(vfd, offset)
+            os.fdatasync(vfd)
         os.ftruncate(fd, end)
         os.fdatasync(fd)
     finally:
         os.close(fd)
-    return attrs.evolve(
+        if vfd is not None:
+            os.close(vfd)
+    new = attrs.evolve(
         pointer, number=number, rows=rows, log_bytes=end, store_version=store_version
     )
+    return Written(pointer=new, starts=starts, lengths=lengths)
+
+
+def _flush_lines(
+    fd: int,
+    offset: int,
+    batch: list[bytes],
+    *,
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int32],
+    first: int,
+) -> int:
+    pos = offset
+    for j, line in enumerate(batch):
+        starts[first + j] = pos
+        lengths[first + j] = len(line)
+        pos += len(line)
+    return _write_at(fd, offset, [b"".join(batch)])
 
 
 def write_publication(
@@ -186,16 +348,16 @@ def write_publication(
     added: Sequence[ChunkRecord],
     vectors: npt.NDArray[np.float32] | None,
     store_version: int,
-) -> Pointer:
-    """Append one publication to the current epoch (not yet visible: see :func:`flip_pointer`)."""
+) -> Written:
+    """Append one publication block to the current epoch (not yet visible: see
+    :func:`flip_pointer`); a sync writes one block per bounded batch of its changes."""
     return _append(
         index_dir,
         pointer,
         fresh=False,
         number=number,
         dead=dead,
-        records=added,
-        row_batches=() if vectors is None else (vectors,),
+        parts=[(added, vectors)],
         store_version=store_version,
     )
 
@@ -209,11 +371,14 @@ def write_epoch(
     identity: str,
     store_version: int,
     dims: int | None,
-    records: Sequence[ChunkRecord],
-    row_batches: Iterable[npt.NDArray[np.float32]],
-) -> Pointer:
+    records: Sequence[ChunkRecord] | None = None,
+    row_batches: Iterable[npt.NDArray[np.float32]] = (),
+    parts: Iterable[Part] | None = None,
+    count: int | None = None,
+) -> Written:
     """Write a new epoch holding ``records`` (all live) and their normalised rows,
-    given in bounded batches (not yet visible: see :func:`flip_pointer`)."""
+    given in bounded batches, or ``count`` records given as ``parts`` (bounded batches
+    of records and rows, read once); not yet visible: see :func:`flip_pointer`."""
     empty = Pointer(
         epoch=epoch,
         number=number,
@@ -230,9 +395,9 @@ def write_epoch(
         fresh=True,
         number=number,
         dead=(),
-        records=records,
-        row_batches=row_batches,
+        parts=_paired(records or (), row_batches) if parts is None else parts,
         store_version=store_version,
+        added=len(records or ()) if parts is None else count,
     )
 
 
@@ -253,26 +418,51 @@ def live_row_batches(
 def generation_after(
     old: Generation,
     index_dir: Path,
-    pointer: Pointer,
+    written: Written,
     searcher: tantivy.Searcher,
     *,
     dead: Sequence[int],
-    added: Sequence[ChunkRecord],
-    records: Sequence[ChunkRecord] | None,
+    columns: RowColumns | None,
+    epoch: bool,
 ) -> Generation:
     """The writer's own view of what it just published after ``old``: ``dead`` rows
-    killed and ``added`` appended, or, for a new epoch, ``records`` whole."""
+    killed and the written records appended, or, for a new ``epoch``, those records
+    whole. ``columns`` are the written records' metadata when the writer has them."""
+    pointer = written.pointer
     matrix = mapped_matrix(index_dir, pointer)
-    if records is not None:
+    records = written.records(index_dir)
+    if epoch:
         return Generation.build(
             number=pointer.number,
             index_generation=pointer.index_generation,
             searcher=searcher,
             records=records,
             matrix=matrix,
+            columns=columns,
         )
     return old.appended(
-        number=pointer.number, searcher=searcher, dead=dead, added=added, matrix=matrix
+        number=pointer.number,
+        searcher=searcher,
+        dead=dead,
+        added=records,
+        matrix=matrix,
+        columns=columns,
+    )
+
+
+def pending_generation(
+    old: Generation,
+    index_dir: Path,
+    written: Written,
+    searcher: tantivy.Searcher,
+    *,
+    dead: Sequence[int],
+    columns: RowColumns | None,
+) -> Generation:
+    """What ``written`` would publish after ``old``, before it is published (the rows
+    a compaction then rewrites as a new epoch)."""
+    return generation_after(
+        old, index_dir, written, searcher, dead=dead, columns=columns, epoch=False
     )
 
 
@@ -298,44 +488,64 @@ def mapped_matrix(index_dir: Path, pointer: Pointer) -> npt.NDArray[np.float32] 
     return matrix
 
 
-def _read_blocks(
-    index_dir: Path, epoch: int, start: int, stop: int
-) -> list[tuple[int, list[int], list[ChunkRecord]]]:
-    blocks: list[tuple[int, list[int], list[ChunkRecord]]] = []
-    with _epoch_path(index_dir, epoch, "log").open("rb") as f:
+@attrs.frozen(eq=False)
+class _Replayed:
+    """The blocks of a stretch of log, read in one streaming pass: the dead rows, the
+    added records (a view of the log) and their metadata; no record object is kept."""
+
+    dead: list[int]
+    records: Sequence[ChunkRecord]
+    columns: RowColumns
+
+
+def _read_blocks(index_dir: Path, epoch: int, start: int, stop: int) -> _Replayed:
+    path = _epoch_path(index_dir, epoch, "log")
+    log = _LogFile(path)
+    dead: set[int] = set()
+    columns = RowColumns()
+    starts = array("q")
+    lengths = array("i")
+    with open(log.fd, "rb", closefd=False) as f:
         f.seek(start)
         pos = start
         while pos < stop:
             header = f.readline()
             pos += len(header)
             head = json.loads(header)
-            records = []
             for _ in range(int(head["added"])):
                 line = f.readline()
+                starts.append(pos)
+                lengths.append(len(line))
                 pos += len(line)
-                records.append(_decode(line))
-            blocks.append((int(head["n"]), [int(r) for r in head["dead"]], records))
+                columns.add(_decode(line))
+            dead.update(int(r) for r in head["dead"])
     if pos != stop:
         raise ValueError(f"publication log of epoch {epoch} does not end at its pointer")
-    return blocks
+    records: Sequence[ChunkRecord] = ()
+    if starts:
+        records = RowRecords(
+            log,
+            np.frombuffer(starts, dtype=np.int64).copy(),
+            np.frombuffer(lengths, dtype=np.int32).copy(),
+        )
+    return _Replayed(sorted(dead), records, columns)
 
 
 def load_generation(index_dir: Path, pointer: Pointer, searcher: tantivy.Searcher) -> Generation:
     """The generation ``pointer`` publishes, read from its epoch's files."""
-    blocks = _read_blocks(index_dir, pointer.epoch, 0, pointer.log_bytes)
-    records = [r for _, _, added in blocks for r in added]
-    dead = sorted({r for _, rows, _ in blocks for r in rows})
+    replayed = _read_blocks(index_dir, pointer.epoch, 0, pointer.log_bytes)
     matrix = mapped_matrix(index_dir, pointer)
     gen = Generation.build(
         number=pointer.number,
         index_generation=pointer.index_generation,
         searcher=searcher,
-        records=records,
+        records=replayed.records,
         matrix=matrix,
+        columns=replayed.columns,
     )
-    if dead:
+    if replayed.dead:
         gen = gen.appended(
-            number=pointer.number, searcher=searcher, dead=dead, added=(), matrix=matrix
+            number=pointer.number, searcher=searcher, dead=replayed.dead, added=(), matrix=matrix
         )
     return gen
 
@@ -357,16 +567,12 @@ def follow_generation(
     ):
         return load_generation(index_dir, new, searcher)
     matrix = mapped_matrix(index_dir, new)
-    blocks = _read_blocks(index_dir, new.epoch, old.log_bytes, new.log_bytes)
-    for _number, dead, added in blocks:
-        rows = len(gen.records) + len(added)
-        gen = gen.appended(
-            number=new.number,
-            searcher=searcher,
-            dead=dead,
-            added=added,
-            matrix=None if matrix is None else matrix[:rows],
-        )
-    if not blocks:
-        gen = gen.appended(number=new.number, searcher=searcher, dead=(), added=(), matrix=matrix)
-    return gen
+    replayed = _read_blocks(index_dir, new.epoch, old.log_bytes, new.log_bytes)
+    return gen.appended(
+        number=new.number,
+        searcher=searcher,
+        dead=replayed.dead,
+        added=replayed.records,
+        matrix=matrix,
+        columns=replayed.columns,
+    )

@@ -420,9 +420,9 @@ def rank(
         if q is not None:
             hits = lexical_search(gen.searcher, q, k)
             best = max((s for _, s in hits), default=0.0)
-            for key, s in hits:
-                row = gen.row_of_key.get(key)
-                if row is not None and best > 0:
+            found = gen.row_of_key.lookup([key for key, _ in hits])
+            for (_, s), row in zip(hits, found, strict=True):
+                if row >= 0 and best > 0:
                     text_scores[row] = s / best
 
     vec_rows: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)

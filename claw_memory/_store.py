@@ -14,7 +14,7 @@ import functools
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -235,16 +235,16 @@ class Store:
         )
         return {r[0]: SourceState(*r) for r in rows}
 
-    def load_chunks(self) -> tuple[list[ChunkRecord], list[bytes | None]]:
-        """Every chunk record, with its vector blob, ordered by provenance then line."""
-        records: list[ChunkRecord] = []
-        blobs: list[bytes | None] = []
-        for row in self._db.execute(
+    def iter_chunks(
+        self, batch: int = 8192
+    ) -> Iterator[tuple[list[ChunkRecord], list[bytes | None]]]:
+        """Every chunk record with its vector blob, ordered by provenance then line, a
+        bounded batch at a time (a million chunks are never all in memory)."""
+        cursor = self._db.execute(
             f"SELECT {_CHUNK_COLUMNS} FROM chunks ORDER BY provenance, start_line, id"
-        ):
-            records.append(_row_to_record(row))
-            blobs.append(row[16])
-        return records, blobs
+        )
+        while rows := cursor.fetchmany(batch):
+            yield [_row_to_record(r) for r in rows], [r[16] for r in rows]
 
     def chunks_for(self, provenances: Iterable[str] | None) -> list[tuple[ChunkRecord, str]]:
         """Records (with their lexical context) of the given provenances (``None``: all)."""

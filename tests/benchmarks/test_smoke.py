@@ -152,6 +152,9 @@ def test_search_latency_benchmark_runs_on_a_tiny_corpus(
         "claw_peak_rss_mib",
         "claw_shipped_over_fair_floor",
         "next_search_ms",
+        "second_reader_rss_mib",
+        "second_reader_vmrss_mib",
+        "claw_build_cpu_s",
     ):
         value = float(result[key])  # type: ignore[arg-type]
         assert value == value, key  # measured, not NaN
@@ -222,9 +225,7 @@ def test_gateway_load_counts_the_cpu_of_a_servers_children() -> None:
     )
     try:
         deadline = time.monotonic() + 120  # a hang guard, not a measurement
-        while (
-            gateway_load.tree_cpu_s(parent.pid) - gateway_load.process_cpu_s(parent.pid) < 0.25
-        ):
+        while gateway_load.tree_cpu_s(parent.pid) - gateway_load.process_cpu_s(parent.pid) < 0.25:
             assert time.monotonic() < deadline, "the child's CPU never showed in the tree"
             time.sleep(0.05)
     finally:
