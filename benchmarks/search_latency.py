@@ -578,22 +578,47 @@ def run_sqlite(root: Path, work: Path, *, vec: bool) -> None:
 
 # -- claw ----------------------------------------------------------------------------
 class CorpusVectors:
-    """An embedding provider serving the corpus vectors (unknown text: a seeded vector).
-
-    It holds no copy of the corpus: a sorted array of the texts' hashes maps a text to
-    its row, read from ``vectors.npy`` with ``pread`` (the page cache, not this
-    process's memory), so claw's peak RSS is claw's own (at 1M chunks a list of the
-    texts and an in-memory matrix added about 4 GiB to it).
-    """
+    """An embedding provider serving the corpus vectors (unknown text: a seeded vector)."""
 
     id = "bench-vectors"
     model = "zipf-word-sum"
     dims = DIMS
     max_input_bytes = 64 * 1024
 
+    def __init__(self, texts: Sequence[str], vecs: npt.NDArray[np.float32]) -> None:
+        self._row = {t: i for i, t in enumerate(texts)}
+        self._vecs = vecs
+
+    def lookup(self, text: str) -> npt.NDArray[np.float32]:
+        row = self._row.get(text)
+        if row is not None:
+            return self._vecs[row]
+        return _unknown_vector(text)
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        import trio
+
+        await trio.lowlevel.checkpoint()
+        return np.stack([self.lookup(t) for t in texts]).astype(np.float32)
+
+
+def _unknown_vector(text: str) -> npt.NDArray[np.float32]:
+    seed = int.from_bytes(text.encode()[:64].ljust(8, b"\0")[:8], "little") ^ len(text)
+    v = np.random.default_rng(seed).standard_normal(DIMS).astype(np.float32)
+    out: npt.NDArray[np.float32] = v / np.linalg.norm(v)
+    return out
+
+
+class StoredCorpusVectors(CorpusVectors):
+    """:class:`CorpusVectors` that holds no copy of the corpus: a sorted array of the
+    texts' hashes maps a text to its row, read from ``vectors.npy`` with ``pread`` (the
+    page cache, not this process's memory), so claw's peak RSS is claw's own (at 1M
+    chunks a list of the texts and an in-memory matrix added about 4 GiB to it).
+    ``chunks=False``: the queries only."""
+
     def __init__(self, root: Path, *, chunks: bool = True) -> None:
         qs = (root / "queries.txt").read_text(encoding="utf-8").splitlines()
-        self._queries = dict(zip(qs, np.load(root / "qvectors.npy"), strict=True))
+        super().__init__(qs, np.load(root / "qvectors.npy"))
         hashes = np.fromiter((hash(t) for t in _text_lines(root)) if chunks else (), dtype=np.int64)
         order = np.argsort(hashes, kind="stable")
         self._hashes, self._rows = hashes[order], order
@@ -604,24 +629,16 @@ class CorpusVectors:
         self._fd = os.open(root / "vectors.npy", os.O_RDONLY)
 
     def lookup(self, text: str) -> npt.NDArray[np.float32]:
-        found = self._queries.get(text)
-        if found is not None:
-            return found
+        row = self._row.get(text)
+        if row is not None:
+            return self._vecs[row]
         h = hash(text)
         i = int(np.searchsorted(self._hashes, h))
         if i < len(self._hashes) and int(self._hashes[i]) == h:
             row = int(self._rows[i])
             raw = os.pread(self._fd, DIMS * 4, self._offset + row * DIMS * 4)
             return np.frombuffer(raw, dtype=np.float32)
-        seed = int.from_bytes(text.encode()[:64].ljust(8, b"\0")[:8], "little") ^ len(text)
-        v = np.random.default_rng(seed).standard_normal(DIMS).astype(np.float32)
-        return v / np.linalg.norm(v)
-
-    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        import trio
-
-        await trio.lowlevel.checkpoint()
-        return np.stack([self.lookup(t) for t in texts]).astype(np.float32)
+        return _unknown_vector(text)
 
 
 def _text_lines(root: Path) -> Iterator[str]:
@@ -722,7 +739,7 @@ def run_second_reader(root: Path, index_dir: Path, workspace: Path) -> None:
     from claw_memory._plugin import MemoryCoreConfig
 
     qs = (root / "queries.txt").read_text(encoding="utf-8").splitlines()
-    vectors = CorpusVectors(root, chunks=False)
+    vectors = StoredCorpusVectors(root, chunks=False)
     settings = attrs.evolve(
         MemoryCoreConfig.from_mapping(_memory_core_config(None)).settings,
         sync_on_open=False,
@@ -822,7 +839,7 @@ def run_claw(
     from claw.plugin_sdk import Plugin, PluginContracts
 
     qs = (root / "queries.txt").read_text(encoding="utf-8").splitlines()
-    vectors = CorpusVectors(root)
+    vectors = StoredCorpusVectors(root)
     bench_plugin = Plugin(
         id="bench-vectors",
         name="benchmark vectors",

@@ -250,3 +250,32 @@ def test_gateway_load_measures_each_worker_count_in_one_run(
         assert phase["alive_after"] is True
         assert phase["server_cpu_us_per_request"] > 0.0
     assert result["workers_requests_per_s_ratio"] > 0.0
+
+
+def test_scaling_plot_draws_one_point_per_run_and_size(tmp_path: Path) -> None:
+    from benchmarks import scaling_plot
+
+    runs = []
+    for label, chunks, rss in (("before", 10_000, 30_000), ("after", 10_000, 9_000)):
+        path = tmp_path / f"{label}-{chunks}.json"
+        path.write_text(
+            "table line\n"
+            + json.dumps(
+                {"chunks": chunks, "rss_bytes_per_chunk": rss, "hybrid_us_per_1k_chunks": 250.0}
+            )
+            + "\n"
+        )
+        runs.append(f"{label}={path}")
+    later = tmp_path / "after-100000.json"
+    later.write_text(
+        json.dumps(
+            {"chunks": 100_000, "rss_bytes_per_chunk": 3_000, "hybrid_us_per_1k_chunks": 400.0}
+        )
+    )
+    runs.append(f"after={later}")
+    out = tmp_path / "plot.svg"
+    scaling_plot.main(["--out", str(out), *runs])
+    svg = out.read_text()
+    assert svg.startswith("<svg") and svg.count("<circle") == 6  # 3 runs x 2 panels
+    assert svg.count("<polyline") == 2  # the after series in each panel
+    assert ">before<" in svg and ">after<" in svg
