@@ -190,7 +190,7 @@ def _term_rows(
                 keys = searcher.fast_field_values("key", [addr for _, addr in hits])
         except ValueError as exc:
             raise LexicalIndexError(f"lexical search failed: {exc}") from exc
-    found = frozenset(row for row in map(gen.row_of_key.get, keys) if row is not None)
+    found = frozenset(r for r in gen.row_of_key.lookup(keys) if r >= 0)
     if memo.entries + len(found) > MAX_TERM_ROW_ENTRIES:
         memo.rows.clear()
         memo.entries = 0
