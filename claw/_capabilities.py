@@ -260,6 +260,17 @@ class MemoryCallerContext(Capability):
             )
         registry.verify(self)
 
+    def assert_current_for(self, agent_id: str) -> None:
+        """:meth:`assert_current`, and refuse a caller whose audience is another agent's.
+
+        What a memory provider checks when it opens agent ``agent_id``'s memory for this
+        caller; the providers call it rather than each spelling the rule.
+        """
+        audience = self.audience
+        if audience is not None and audience.agent_id != agent_id:
+            raise CapabilityDeniedError("memory audience belongs to another agent")
+        self.assert_current()
+
     @property
     def session_key(self) -> str | None:
         """The caller's session key, for session authority; else ``None``."""

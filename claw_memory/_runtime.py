@@ -386,10 +386,7 @@ class MemoryCoreProviderRuntime:
     async def open(
         self, *, agent_id: str, context: MemoryCallerContext
     ) -> MemoryProviderOpenResult:
-        audience = context.audience
-        if audience is not None and audience.agent_id != agent_id:
-            raise CapabilityDeniedError("memory audience belongs to another agent")
-        context.assert_current()
+        context.assert_current_for(agent_id)
         return MemoryProviderOpenResult(
             provider=MemoryCoreHandle(
                 service=self.service,

@@ -272,11 +272,8 @@ class RecordingMemoryProvider:
         authority = context.authority
         if not isinstance(authority, OperatorAuthority | SessionAuthority | HostAuthority):
             raise CapabilityDeniedError("unknown authority")  # pragma: no cover
-        audience = authority.audience if isinstance(authority, SessionAuthority) else None
-        if audience is not None and audience.agent_id != agent_id:
-            raise CapabilityDeniedError("memory audience belongs to another agent")
         await trio.lowlevel.checkpoint()
-        context.assert_current()
+        context.assert_current_for(agent_id)
         cls = _HANDLE_CLASSES[(bool(self.capabilities.candidates), self.refreshable)]
         self.open_handles += 1
         return MemoryProviderOpenResult(

@@ -394,3 +394,14 @@ async def test_a_run_without_audience_says_why(host: claw.Host) -> None:
             assert child.audience is None
             assert child.no_audience_reason is not None
             assert "stale lineage" in child.no_audience_reason
+
+
+async def test_a_caller_is_current_for_its_own_agent_only(host: claw.Host) -> None:
+    # What every memory provider checks when it opens an agent's memory for a caller.
+    await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with host.open_run("dm:alice", sender_is_owner=True, sandboxed=False) as run:
+        run.caller.assert_current_for("main")
+        with pytest.raises(claw.CapabilityDeniedError, match="another agent"):
+            run.caller.assert_current_for("other")
+    with pytest.raises(claw.StaleCapabilityError):
+        run.caller.assert_current_for("main")
