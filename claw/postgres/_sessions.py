@@ -22,33 +22,17 @@ What several hosts add:
 from __future__ import annotations
 
 import builtins
-import functools
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 import psycopg
 import trio
 
-from .._errors import HostClosedError
-from ..sessions._changes import (
-    SessionListener,
-    check_reassign,
-    check_spawn,
-    child_row,
-    notify_listeners,
-    reassigned_row,
-    reset_row,
-    root_row,
-)
+from ..sessions._changes import child_row, reassigned_row, reset_row
 from ..sessions._errors import SessionExistsError, SessionNotFoundError
-from ..sessions._rows import (
-    ChatType,
-    SessionRow,
-    SessionSnapshot,
-    validate_flag,
-    validate_row,
-)
+from ..sessions._mirror import ChangeOp, MirroredSessionStore, SessionChange, SessionOps
+from ..sessions._rows import SessionRow, SessionSnapshot, validate_row
 from ._database import Database
 from ._listen import ListenerConnected, Notification
 from ._schema import SESSION_CHANNEL
@@ -99,20 +83,6 @@ def _values(row: SessionRow) -> tuple[object, ...]:
     )
 
 
-@attrs.frozen
-class _Change:
-    """A key's committed state: its row (``None`` once deleted) and its watermark."""
-
-    key: str
-    row: SessionRow | None
-    watermark: int
-
-    @property
-    def order(self) -> tuple[int, int]:
-        """Later changes of one key sort higher (a delete after the row it deleted)."""
-        return (self.watermark, 1 if self.row is None else 0)
-
-
 def _fetch(conn: Connection, key: str, *, lock: bool = False) -> SessionRow | None:
     sql = f"SELECT {_COLUMNS} FROM claw_sessions WHERE session_key = %s"
     found = conn.execute(sql + (" FOR UPDATE" if lock else ""), (key,)).fetchone()
@@ -131,7 +101,7 @@ def _notify(conn: Connection, key: str) -> None:
     conn.execute("SELECT pg_notify(%s, %s)", (SESSION_CHANNEL, payload))
 
 
-def _replace(conn: Connection, old: SessionRow, new: SessionRow) -> _Change:
+def _replace(conn: Connection, old: SessionRow, new: SessionRow) -> SessionChange:
     validate_row(new)
     conn.execute(
         "UPDATE claw_sessions SET agent_id = %s, session_id = %s, lifecycle_revision = %s, "
@@ -149,10 +119,10 @@ def _replace(conn: Connection, old: SessionRow, new: SessionRow) -> _Change:
         ),
     )
     _notify(conn, new.session_key)
-    return _Change(new.session_key, new, new.lifecycle_revision)
+    return SessionChange(new.session_key, new, new.lifecycle_revision)
 
 
-def _insert_new(conn: Connection, row: SessionRow) -> _Change:
+def _op_create(conn: Connection, row: SessionRow) -> SessionChange:
     """Insert a row for a key with no row, continuing the key's revision sequence."""
     key = row.session_key
     # Lock the key's watermark (or its absence, through the row lock below) so a
@@ -175,14 +145,10 @@ def _insert_new(conn: Connection, row: SessionRow) -> _Change:
         )
     conn.execute("DELETE FROM claw_session_key_watermarks WHERE session_key = %s", (key,))
     _notify(conn, key)
-    return _Change(key, row, row.lifecycle_revision)
+    return SessionChange(key, row, row.lifecycle_revision)
 
 
-def _op_create(conn: Connection, row: SessionRow) -> _Change:
-    return _insert_new(conn, row)
-
-
-def _op_reset(conn: Connection, key: str, keep_session_id: bool, now: float) -> _Change:
+def _op_reset(conn: Connection, key: str, keep_session_id: bool, now: float) -> SessionChange:
     old = _require(conn, key)
     return _replace(conn, old, reset_row(old, keep_session_id=keep_session_id, now=now))
 
@@ -195,7 +161,7 @@ def _op_reassign(
     chat_type: str | None,
     peer_is_owner: bool | None,
     now: float,
-) -> _Change:
+) -> SessionChange:
     old = _require(conn, key)
     new = reassigned_row(
         old, agent_id=agent_id, chat_type=chat_type, peer_is_owner=peer_is_owner, now=now
@@ -212,7 +178,7 @@ def _op_spawn_child(
     session_id: str,
     sender_is_owner: bool,
     now: float,
-) -> _Change:
+) -> SessionChange:
     # FOR SHARE: the parent may not change incarnation until the child recorded it.
     found = conn.execute(
         f"SELECT {_COLUMNS} FROM claw_sessions WHERE session_key = %s FOR SHARE", (parent_key,)
@@ -227,10 +193,10 @@ def _op_spawn_child(
         sender_is_owner=sender_is_owner,
         now=now,
     )
-    return _insert_new(conn, child)
+    return _op_create(conn, child)
 
 
-def _op_delete(conn: Connection, key: str) -> _Change:
+def _op_delete(conn: Connection, key: str) -> SessionChange:
     old = _require(conn, key)
     conn.execute("DELETE FROM claw_sessions WHERE session_key = %s", (key,))
     conn.execute(
@@ -241,7 +207,7 @@ def _op_delete(conn: Connection, key: str) -> _Change:
         (key, old.lifecycle_revision),
     )
     _notify(conn, key)
-    return _Change(key, None, old.lifecycle_revision)
+    return SessionChange(key, None, old.lifecycle_revision)
 
 
 def _load_all(conn: Connection) -> tuple[dict[str, SessionRow], dict[str, int]]:
@@ -287,10 +253,10 @@ def read_committed_sessions(conn: Connection, keys: tuple[str, ...]) -> SessionS
     return SessionSnapshot(rows, marks)
 
 
-def _read_change(conn: Connection, key: str) -> _Change:
+def _read_change(conn: Connection, key: str) -> SessionChange:
     snap = read_committed_sessions(conn, (key,))
     row = snap.rows.get(key)
-    return _Change(key, row, row.lifecycle_revision if row else snap.watermarks.get(key, 0))
+    return SessionChange(key, row, row.lifecycle_revision if row else snap.watermarks.get(key, 0))
 
 
 def _select(conn: Connection, sql: str, params: tuple[object, ...]) -> builtins.list[SessionRow]:
@@ -298,21 +264,21 @@ def _select(conn: Connection, sql: str, params: tuple[object, ...]) -> builtins.
 
 
 @attrs.define(eq=False)
-class PostgresSessionStore:
+class PostgresSessionStore(MirroredSessionStore):
     """Sessions in PostgreSQL with this host's synchronous mirror of the committed rows.
 
     Implements :class:`claw._state.SessionStorage`; open with :meth:`open`.
     """
 
-    _db: Database
-    _clock: Callable[[], float]
-    _rows: dict[str, SessionRow]
-    _watermarks: dict[str, int]
-    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
-    _listeners: builtins.list[SessionListener] = attrs.field(factory=builtins.list, init=False)
-    _closed: bool = attrs.field(default=False, init=False)
-    _pending: dict[str, int] = attrs.field(factory=dict, init=False)
-    _write_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _ops: ClassVar[SessionOps] = SessionOps(
+        create=_op_create,
+        reset=_op_reset,
+        reassign=_op_reassign,
+        spawn_child=_op_spawn_child,
+        delete=_op_delete,
+    )
+
+    _db: Database = attrs.field(kw_only=True)
     _watching: bool = attrs.field(default=False, init=False)
     #: Changes brought in by :meth:`watch` (another host's, or a reload's).
     remote_changes: int = attrs.field(default=0, init=False)
@@ -321,41 +287,12 @@ class PostgresSessionStore:
     async def open(cls, db: Database, *, clock: Callable[[], float]) -> PostgresSessionStore:
         """Load the mirror from ``db`` (whose schema the backend already migrated)."""
         rows, marks = await db.transaction(_load_all)
-        return cls(db, clock, rows, marks)
+        return cls(clock, rows, marks, db=db)
 
     async def aclose(self) -> None:
         """Stop answering; the backend closes the pool. Later calls raise HostClosedError."""
         self._closed = True
         await trio.lowlevel.checkpoint()
-
-    # ---- the synchronous mirror -------------------------------------------------------
-
-    def get_nowait(self, key: str) -> SessionRow | None:
-        return self._rows.get(key)
-
-    def last_revision_nowait(self, key: str) -> int:
-        row = self._rows.get(key)
-        if row is not None:
-            return row.lifecycle_revision
-        return self._watermarks.get(key, 0)
-
-    def snapshot(self) -> SessionSnapshot:
-        return SessionSnapshot(dict(self._rows), dict(self._watermarks))
-
-    def pending_nowait(self, keys: Iterable[str]) -> bool:
-        pending = self._pending
-        return bool(pending) and any(k in pending for k in keys)
-
-    async def wait_for_writes(self) -> None:
-        await trio.lowlevel.checkpoint()
-        while self._pending:
-            await self._write_done.wait()
-
-    def add_listener(self, listener: SessionListener) -> None:
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: SessionListener) -> None:
-        self._listeners.remove(listener)
 
     # ---- the database -----------------------------------------------------------------
 
@@ -392,7 +329,7 @@ class PostgresSessionStore:
                         task_status.started()
                 elif isinstance(event, Notification):
                     if event.payload:
-                        self._apply(await self._db.run(_read_change, event.payload), remote=True)
+                        self._apply_remote(await self._db.run(_read_change, event.payload))
                     else:
                         rows, marks = await self._db.transaction(_load_all)
                         self._reload(rows, marks)
@@ -435,143 +372,27 @@ class PostgresSessionStore:
         )
         return bool(rows)
 
-    # ---- incarnation changes ----------------------------------------------------------
-
-    async def create(
-        self,
-        key: str,
-        *,
-        agent_id: str,
-        chat_type: ChatType,
-        session_id: str | None = None,
-        peer_is_owner: bool = False,
-    ) -> SessionRow:
-        row = root_row(
-            key,
-            agent_id=agent_id,
-            chat_type=chat_type,
-            session_id=session_id,
-            peer_is_owner=peer_is_owner,
-            now=self._clock(),
-        )
-        return await self._change_row(key, _op_create, row)
-
-    async def spawn_child(
-        self,
-        parent_key: str,
-        child_key: str,
-        *,
-        sender_is_owner: bool,
-        chat_type: ChatType | None = None,
-        session_id: str | None = None,
-    ) -> SessionRow:
-        sid = check_spawn(
-            parent_key,
-            child_key,
-            sender_is_owner=sender_is_owner,
-            chat_type=chat_type,
-            session_id=session_id,
-        )
-        return await self._change_row(
-            child_key,
-            functools.partial(
-                _op_spawn_child,
-                parent_key=parent_key,
-                child_key=child_key,
-                chat_type=chat_type,
-                session_id=sid,
-                sender_is_owner=sender_is_owner,
-                now=self._clock(),
-            ),
-        )
-
-    async def reset(self, key: str, *, keep_session_id: bool = True) -> SessionRow:
-        validate_flag("keep_session_id", keep_session_id)
-        return await self._change_row(key, _op_reset, key, keep_session_id, self._clock())
-
-    async def reassign(
-        self,
-        key: str,
-        *,
-        agent_id: str | None = None,
-        chat_type: ChatType | None = None,
-        peer_is_owner: bool | None = None,
-    ) -> SessionRow:
-        check_reassign(agent_id=agent_id, chat_type=chat_type, peer_is_owner=peer_is_owner)
-        return await self._change_row(
-            key,
-            functools.partial(
-                _op_reassign,
-                key=key,
-                agent_id=agent_id,
-                chat_type=chat_type,
-                peer_is_owner=peer_is_owner,
-                now=self._clock(),
-            ),
-        )
-
-    async def delete(self, key: str) -> None:
-        await self._change(key, _op_delete, key)
-
     # ---- machinery ----------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise HostClosedError(f"the session store on {self._db.name} is closed")
+    def _place(self) -> str:
+        return f"on {self._db.name}"
 
-    async def _change(self, key: str, op: Callable[..., _Change], *args: object) -> _Change:
-        self._check_open()
-        async with self._lock:
-            self._check_open()
-            # Pending from before the transaction starts until the mirror and the
-            # listeners saw its outcome (see the SQLite store for why).
-            self._pending[key] = self._pending.get(key, 0) + 1
-            done = self._write_done = trio.Event()
-            try:
-                change = await self._db.transaction(op, *args)
-                self._apply(change, remote=False)
-            finally:
-                left = self._pending[key] - 1
-                if left:
-                    self._pending[key] = left
-                else:
-                    del self._pending[key]
-                done.set()
-        return change
-
-    async def _change_row(self, key: str, op: Callable[..., _Change], *args: object) -> SessionRow:
-        row = (await self._change(key, op, *args)).row
-        if row is None:  # pragma: no cover - only delete commits without a row
-            raise AssertionError(f"{op!r} committed no row")
-        return row
-
-    def _current(self, key: str) -> _Change:
-        row = self._rows.get(key)
-        return _Change(key, row, row.lifecycle_revision if row else self._watermarks.get(key, 0))
+    async def _commit(self, op: ChangeOp, box: builtins.list[SessionChange]) -> None:
+        box.append(await self._db.transaction(op))
 
     def _reload(self, rows: dict[str, SessionRow], marks: dict[str, int]) -> None:
         for key in set(self._rows) | set(self._watermarks) | set(rows) | set(marks):
             row = rows.get(key)
-            self._apply(
-                _Change(key, row, row.lifecycle_revision if row else marks.get(key, 0)),
-                remote=True,
-            )
+            watermark = row.lifecycle_revision if row else marks.get(key, 0)
+            self._apply_remote(SessionChange(key, row, watermark))
 
-    def _apply(self, change: _Change, *, remote: bool) -> None:
-        current = self._current(change.key)
-        if remote:
-            # A notification is re-read after the fact, so it may be older than what
-            # this host already applied (its own later write): never go back.
-            if change.order <= current.order:
-                return
-            self.remote_changes += 1
-        if change.row is None:
-            self._rows.pop(change.key, None)
-            if change.watermark:
-                self._watermarks[change.key] = max(
-                    change.watermark, self._watermarks.get(change.key, 0)
-                )
-        else:
-            self._rows[change.key] = change.row
-            self._watermarks.pop(change.key, None)
-        notify_listeners(self._listeners, (change.key,))
+    def _apply_remote(self, change: SessionChange) -> None:
+        """Apply a change read back from the database after another host's NOTIFY.
+
+        It is re-read after the fact, so it may be older than what this host already
+        applied (its own later write): the mirror never goes back.
+        """
+        if change.order <= self._current(change.key).order:
+            return
+        self.remote_changes += 1
+        self._apply(change)

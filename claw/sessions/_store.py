@@ -25,37 +25,22 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Final, TypeVar
+from typing import ClassVar, Final, TypeVar
 
 import attrs
 import trio
 
 from .._commit_watch import CommitWatcher
-from .._errors import HostClosedError
 from .._workers import WorkerPool
-from ._changes import (
-    SessionListener,
-    check_reassign,
-    check_spawn,
-    child_row,
-    notify_listeners,
-    reassigned_row,
-    reset_row,
-    root_row,
-)
+from ._changes import child_row, notify_listeners, reassigned_row, reset_row
 from ._errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionSchemaError,
     SessionStorageError,
 )
-from ._rows import (
-    ChatType,
-    SessionRow,
-    SessionSnapshot,
-    validate_flag,
-    validate_row,
-)
+from ._mirror import ChangeOp, MirroredSessionStore, SessionChange, SessionOps
+from ._rows import SessionRow, SessionSnapshot, validate_row
 from ._schema import COLUMNS, PLACEHOLDERS, ensure_schema, row_from_sql, row_to_sql
 
 logger = logging.getLogger("claw.sessions")
@@ -66,15 +51,6 @@ T = TypeVar("T")
 
 _INSERT: Final[str] = f"INSERT INTO sessions ({COLUMNS}) VALUES ({PLACEHOLDERS})"
 _SELECT_ONE: Final[str] = f"SELECT {COLUMNS} FROM sessions WHERE session_key = ?"
-
-
-@attrs.frozen
-class _Change:
-    """One committed change: the key, its new row (``None`` once deleted), its watermark."""
-
-    key: str
-    row: SessionRow | None
-    watermark: int
 
 
 def _fetch(conn: sqlite3.Connection, key: str) -> SessionRow | None:
@@ -96,7 +72,7 @@ def _watermark(conn: sqlite3.Connection, key: str) -> int:
     return 0 if found is None else int(found[0])
 
 
-def _replace(conn: sqlite3.Connection, old: SessionRow, new: SessionRow) -> _Change:
+def _replace(conn: sqlite3.Connection, old: SessionRow, new: SessionRow) -> SessionChange:
     """Write ``new`` over ``old``, checking that the row really was ``old``."""
     validate_row(new)
     cursor = conn.execute(
@@ -118,10 +94,10 @@ def _replace(conn: sqlite3.Connection, old: SessionRow, new: SessionRow) -> _Cha
     )
     if cursor.rowcount != 1:  # pragma: no cover - the transaction holds the write lock
         raise SessionStorageError(f"session {old.session_key!r} changed under its transaction")
-    return _Change(new.session_key, new, new.lifecycle_revision)
+    return SessionChange(new.session_key, new, new.lifecycle_revision)
 
 
-def _insert_new(conn: sqlite3.Connection, *, row: SessionRow) -> _Change:
+def _op_create(conn: sqlite3.Connection, *, row: SessionRow) -> SessionChange:
     """Insert a row for a key with no row, continuing the key's revision sequence."""
     if _fetch(conn, row.session_key) is not None:
         raise SessionExistsError(
@@ -131,10 +107,12 @@ def _insert_new(conn: sqlite3.Connection, *, row: SessionRow) -> _Change:
     validate_row(row)
     conn.execute(_INSERT, row_to_sql(row))
     conn.execute("DELETE FROM session_key_watermarks WHERE session_key = ?", (row.session_key,))
-    return _Change(row.session_key, row, row.lifecycle_revision)
+    return SessionChange(row.session_key, row, row.lifecycle_revision)
 
 
-def _op_reset(conn: sqlite3.Connection, *, key: str, keep_session_id: bool, now: float) -> _Change:
+def _op_reset(
+    conn: sqlite3.Connection, *, key: str, keep_session_id: bool, now: float
+) -> SessionChange:
     old = _require(conn, key)
     return _replace(conn, old, reset_row(old, keep_session_id=keep_session_id, now=now))
 
@@ -147,7 +125,7 @@ def _op_reassign(
     chat_type: str | None,
     peer_is_owner: bool | None,
     now: float,
-) -> _Change:
+) -> SessionChange:
     old = _require(conn, key)
     new = reassigned_row(
         old, agent_id=agent_id, chat_type=chat_type, peer_is_owner=peer_is_owner, now=now
@@ -164,7 +142,7 @@ def _op_spawn_child(
     session_id: str,
     sender_is_owner: bool,
     now: float,
-) -> _Change:
+) -> SessionChange:
     child = child_row(
         _require(conn, parent_key),
         child_key=child_key,
@@ -173,10 +151,10 @@ def _op_spawn_child(
         sender_is_owner=sender_is_owner,
         now=now,
     )
-    return _insert_new(conn, row=child)
+    return _op_create(conn, row=child)
 
 
-def _op_delete(conn: sqlite3.Connection, *, key: str) -> _Change:
+def _op_delete(conn: sqlite3.Connection, *, key: str) -> SessionChange:
     old = _require(conn, key)
     conn.execute("DELETE FROM sessions WHERE session_key = ?", (key,))
     conn.execute(
@@ -185,7 +163,7 @@ def _op_delete(conn: sqlite3.Connection, *, key: str) -> _Change:
         "last_revision = max(last_revision, excluded.last_revision)",
         (key, old.lifecycle_revision),
     )
-    return _Change(key, None, old.lifecycle_revision)
+    return SessionChange(key, None, old.lifecycle_revision)
 
 
 def _data_version(conn: sqlite3.Connection) -> int:
@@ -327,7 +305,7 @@ _KEEP_IT = (
 
 
 @attrs.define(eq=False)
-class SessionStore:
+class SessionStore(MirroredSessionStore):
     """Durable sessions in SQLite, with a synchronous view of committed rows.
 
     Open with :meth:`open` (or :func:`open_session_store`); close with
@@ -343,20 +321,20 @@ class SessionStore:
     commits, on the event loop thread, before the call returns.
     """
 
-    _conn: sqlite3.Connection
-    _workers: WorkerPool
-    _where: str
-    _clock: Callable[[], float]
-    _rows: dict[str, SessionRow]
-    _watermarks: dict[str, int]
+    _ops: ClassVar[SessionOps] = SessionOps(
+        create=_op_create,
+        reset=_op_reset,
+        reassign=_op_reassign,
+        spawn_child=_op_spawn_child,
+        delete=_op_delete,
+    )
+
+    _conn: sqlite3.Connection = attrs.field(kw_only=True)
+    _workers: WorkerPool = attrs.field(kw_only=True)
+    _where: str = attrs.field(kw_only=True)
     #: This connection's ``data_version`` when the mirror last matched the database:
     #: only other connections' commits move it.
-    _data_version: int
-    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
-    _listeners: builtins.list[SessionListener] = attrs.field(factory=builtins.list, init=False)
-    _closed: bool = attrs.field(default=False, init=False)
-    _pending: dict[str, int] = attrs.field(factory=dict, init=False)
-    _write_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _data_version: int = attrs.field(kw_only=True)
 
     @classmethod
     async def open(
@@ -395,7 +373,9 @@ class SessionStore:
         )
         rows, marks = box[0]
         version = await workers.run_sync(_data_version, conn)
-        return cls(conn, workers, where, clock, rows, marks, version)
+        return cls(
+            clock, rows, marks, conn=conn, workers=workers, where=where, data_version=version
+        )
 
     async def aclose(self) -> None:
         """Close the connection; later calls raise :class:`claw.HostClosedError`."""
@@ -404,39 +384,6 @@ class SessionStore:
         async with self._lock:
             self._closed = True
             await self._workers.run_sync(self._conn.close)
-
-    # ---- synchronous view of committed rows -------------------------------------------
-
-    def get_nowait(self, key: str) -> SessionRow | None:
-        """The committed row for ``key`` from the in-memory mirror, or ``None``."""
-        return self._rows.get(key)
-
-    def last_revision_nowait(self, key: str) -> int:
-        """The highest lifecycle revision ``key`` ever had; 0 if it never had a row."""
-        row = self._rows.get(key)
-        if row is not None:
-            return row.lifecycle_revision
-        return self._watermarks.get(key, 0)
-
-    def snapshot(self) -> SessionSnapshot:
-        """An immutable copy of the committed rows and deleted-key watermarks."""
-        return SessionSnapshot(dict(self._rows), dict(self._watermarks))
-
-    # ---- listeners ---------------------------------------------------------------------
-
-    def add_listener(self, listener: SessionListener) -> None:
-        """Call ``listener(key)`` after every committed incarnation change of ``key``.
-
-        Listeners run synchronously on the event loop thread, in the order
-        added, after the mirror is updated. They must not block. If listeners
-        raise, every listener still runs, and the errors then propagate from
-        the call that made the (already committed) change.
-        """
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: SessionListener) -> None:
-        """Stop calling ``listener``; raises :class:`ValueError` if it was not added."""
-        self._listeners.remove(listener)
 
     # ---- reads -------------------------------------------------------------------------
 
@@ -512,107 +459,10 @@ class SessionStore:
         )
         return bool(rows)
 
-    # ---- changes -----------------------------------------------------------------------
-
-    async def create(
-        self,
-        key: str,
-        *,
-        agent_id: str,
-        chat_type: ChatType,
-        session_id: str | None = None,
-        peer_is_owner: bool = False,
-    ) -> SessionRow:
-        """Create a root session; raises :class:`SessionExistsError` if ``key`` has a row."""
-        row = root_row(
-            key,
-            agent_id=agent_id,
-            chat_type=chat_type,
-            session_id=session_id,
-            peer_is_owner=peer_is_owner,
-            now=self._clock(),
-        )
-        return await self._change_row(key, functools.partial(_insert_new, row=row))
-
-    async def spawn_child(
-        self,
-        parent_key: str,
-        child_key: str,
-        *,
-        sender_is_owner: bool,
-        chat_type: ChatType | None = None,
-        session_id: str | None = None,
-    ) -> SessionRow:
-        """Create ``child_key`` as a child of ``parent_key``'s current incarnation.
-
-        The child records the parent's key, session id and lifecycle revision,
-        takes the parent's agent id and owner flag, and by default its chat type.
-        ``sender_is_owner`` is the spawn receipt: whether the sender of the turn
-        that spawns the child is the agent's owner (the channel layer's trusted
-        fact for that turn). It is stored with the child, and it, not the
-        sender of any later run on the child, decides the child's audience.
-        """
-        sid = check_spawn(
-            parent_key,
-            child_key,
-            sender_is_owner=sender_is_owner,
-            chat_type=chat_type,
-            session_id=session_id,
-        )
-        return await self._change_row(
-            child_key,
-            functools.partial(
-                _op_spawn_child,
-                parent_key=parent_key,
-                child_key=child_key,
-                chat_type=chat_type,
-                session_id=sid,
-                sender_is_owner=sender_is_owner,
-                now=self._clock(),
-            ),
-        )
-
-    async def reset(self, key: str, *, keep_session_id: bool = True) -> SessionRow:
-        """Start a new incarnation of ``key``: revision + 1, and a new session id unless kept."""
-        validate_flag("keep_session_id", keep_session_id)
-        return await self._change_row(
-            key,
-            functools.partial(
-                _op_reset, key=key, keep_session_id=keep_session_id, now=self._clock()
-            ),
-        )
-
-    async def reassign(
-        self,
-        key: str,
-        *,
-        agent_id: str | None = None,
-        chat_type: ChatType | None = None,
-        peer_is_owner: bool | None = None,
-    ) -> SessionRow:
-        """Change who or what ``key`` belongs to; always a new lifecycle revision."""
-        check_reassign(agent_id=agent_id, chat_type=chat_type, peer_is_owner=peer_is_owner)
-        return await self._change_row(
-            key,
-            functools.partial(
-                _op_reassign,
-                key=key,
-                agent_id=agent_id,
-                chat_type=chat_type,
-                peer_is_owner=peer_is_owner,
-                now=self._clock(),
-            ),
-        )
-
-    async def delete(self, key: str) -> None:
-        """Delete ``key``'s row; its children then resolve to no audience."""
-        await self._change(key, functools.partial(_op_delete, key=key))
-
     # ---- machinery ---------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise HostClosedError(f"the session store at {self._where} is closed")
+    def _place(self) -> str:
+        return f"at {self._where}"
 
     async def _read(self, sql: str, params: tuple[object, ...]) -> builtins.list[SessionRow]:
         self._check_open()
@@ -620,64 +470,8 @@ class SessionStore:
             self._check_open()
             return await self._workers.run_sync(_read, self._conn, sql, params)
 
-    async def _change(self, key: str, op: Callable[[sqlite3.Connection], _Change]) -> _Change:
-        self._check_open()
-        box: builtins.list[_Change] = []
-        async with self._lock:
-            self._check_open()
-            # ``key`` is pending from before the worker thread starts the transaction
-            # until the mirror and the listeners have seen its outcome: in between, the
-            # database may already hold a new incarnation the mirror does not show, so
-            # currency checks of lineages through ``key`` must not answer from it.
-            self._pending[key] = self._pending.get(key, 0) + 1
-            done = self._write_done = trio.Event()
-            try:
-                await self._workers.run_sync(_run_transaction, self._conn, box, op)
-            finally:
-                try:
-                    # Runs even if the pool raised after the COMMIT (the box is only
-                    # filled once COMMIT returned): the mirror and the listeners must
-                    # never miss a durable change.
-                    if box:
-                        self._apply(box[0])
-                finally:
-                    left = self._pending[key] - 1
-                    if left:
-                        self._pending[key] = left
-                    else:
-                        del self._pending[key]
-                    done.set()
-        return box[0]
-
-    def pending_nowait(self, keys: Iterable[str]) -> bool:
-        """Whether a change of any of ``keys`` is in flight (started, outcome not yet seen)."""
-        pending = self._pending
-        return bool(pending) and any(k in pending for k in keys)
-
-    async def wait_for_writes(self) -> None:
-        """Wait until no change is in flight (returns at once, after a checkpoint, if none)."""
-        await trio.lowlevel.checkpoint()
-        while self._pending:
-            await self._write_done.wait()
-
-    async def _change_row(
-        self, key: str, op: Callable[[sqlite3.Connection], _Change]
-    ) -> SessionRow:
-        row = (await self._change(key, op)).row
-        if row is None:  # pragma: no cover - only delete commits without a row
-            raise AssertionError(f"{op!r} committed no row")
-        return row
-
-    def _apply(self, change: _Change) -> None:
-        if change.row is None:
-            self._rows.pop(change.key, None)
-            self._watermarks[change.key] = max(
-                change.watermark, self._watermarks.get(change.key, 0)
-            )
-        else:
-            self._rows[change.key] = change.row
-            self._watermarks.pop(change.key, None)
-        self._notify((change.key,))
+    async def _commit(self, op: ChangeOp, box: builtins.list[SessionChange]) -> None:
+        await self._workers.run_sync(_run_transaction, self._conn, box, op)
 
     def _notify(self, keys: Iterable[str]) -> None:
         notify_listeners(self._listeners, keys)

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+import attrs
 import trio
 
 from claw import InlineWorkerPool
@@ -62,7 +63,8 @@ async def main(path: str, key: str, where: str) -> None:
         proxy.armed = True
         return change
 
-    _store._op_reset = reset_then_pause
+    # The store runs the reset transaction its class names; this process's copy pauses.
+    _store.SessionStore._ops = attrs.evolve(_store.SessionStore._ops, reset=reset_then_pause)
     await store.reset(key, keep_session_id=False)
     raise SystemExit("the reset should have paused")
 
