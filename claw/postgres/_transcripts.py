@@ -24,14 +24,14 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 import psycopg
 import trio
 
 from .._errors import HostClosedError
-from ..models import CompactionSummary, Message, UserMessage
+from ..models import CompactionSummary, UserMessage
 from ..turns import _transcript_core as core
 from ..turns._ledger import (
     AdmittedTurn,
@@ -44,6 +44,7 @@ from ..turns._ledger import (
     check_reopen,
     check_terminal,
 )
+from ..turns._transcript_base import TranscriptOps, TranscriptStoreBase
 from ..turns._transcript_core import (
     Appendable,
     TranscriptCursor,
@@ -51,9 +52,6 @@ from ..turns._transcript_core import (
     TranscriptEntry,
     TranscriptEntryKind,
     TranscriptError,
-    TranscriptStats,
-    UnknownEntryError,
-    parse_entry_id,
 )
 from ._database import Database
 from ._schema import OWNER_LOCK_CLASS, TRANSCRIPT_LOCK_CLASS
@@ -419,26 +417,33 @@ def _flush_recorded(conn: Connection, flush_id: str) -> bool:
 
 
 @attrs.define(eq=False)
-class PostgresTranscriptStore:
+class PostgresTranscriptStore(TranscriptStoreBase):
     """Transcripts and the turn ledger in PostgreSQL (``host.transcripts``).
 
     Implements :class:`claw._state.TranscriptLedger`. ``owner_id`` is this host
     process's; the backend holds the advisory lock that says it is alive.
     """
 
+    _sql: ClassVar[core.TranscriptSql] = POSTGRES
+    _ops: ClassVar[TranscriptOps] = TranscriptOps(
+        append=_append,
+        append_compaction=_append_compaction,
+        delta=_delta,
+        terminal=_terminal,
+        committed=_committed,
+        close=_close,
+        reopen=_reopen,
+        flush_done=_flush_done,
+        flush_recorded=_flush_recorded,
+        select_turns=_select_turns,
+        get_turn=_get_turn,
+    )
+
     _db: Database
     _clock: Callable[[], float]
     _owner_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     _version: int = attrs.field(default=0, init=False)
     _closed: bool = attrs.field(default=False, init=False)
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    @property
-    def owner_id(self) -> str:
-        return self._owner_id
 
     async def aclose(self) -> None:
         self._closed = True
@@ -457,111 +462,16 @@ class PostgresTranscriptStore:
         if self._closed:
             raise HostClosedError("the transcript store is closed")
 
-    async def _write(self, fn: Callable[..., Any], *args: object) -> Any:
+    async def _write(self, fn: Callable[..., Any], /, *args: object, **kwargs: object) -> Any:
         self._check_open()
         try:
-            return await self._db.transaction(fn, *args)
+            return await self._db.transaction(functools.partial(fn, **kwargs), *args)
         finally:
             self._version += 1
 
-    async def _read(self, fn: Callable[..., Any], *args: object) -> Any:
+    async def _read(self, fn: Callable[..., Any], /, *args: object, **kwargs: object) -> Any:
         self._check_open()
-        return await self._db.transaction(fn, *args)
-
-    async def append(
-        self,
-        session_key: str,
-        session_id: str,
-        messages: Sequence[Appendable],
-        *,
-        turn_id: str | None = None,
-        advancement_key: str | None = None,
-        terminal: bool = False,
-    ) -> tuple[TranscriptEntry, ...]:
-        rows = core.appendable_rows(messages, turn_id=turn_id, terminal=terminal)
-        result: tuple[TranscriptEntry, ...] = await self._write(
-            functools.partial(
-                _append,
-                session_key=session_key,
-                session_id=session_id,
-                rows=rows,
-                turn_id=turn_id,
-                advancement_key=advancement_key,
-                terminal=terminal,
-                now=self._clock(),
-            )
-        )
-        return result
-
-    async def append_compaction(
-        self,
-        session_key: str,
-        session_id: str,
-        summary: str,
-        *,
-        first_kept_seq: int | None = None,
-        tokens_before: int | None = None,
-        tokens_after: int | None = None,
-        turn_id: str | None = None,
-    ) -> TranscriptEntry:
-        result: TranscriptEntry = await self._write(
-            functools.partial(
-                _append_compaction,
-                session_key=session_key,
-                session_id=session_id,
-                message=CompactionSummary(summary),
-                first_kept_seq=first_kept_seq,
-                tokens_before=tokens_before,
-                tokens_after=tokens_after,
-                turn_id=turn_id,
-                now=self._clock(),
-            )
-        )
-        return result
-
-    async def read_entries(
-        self,
-        session_id: str,
-        *,
-        after_seq: int = 0,
-        through_seq: int | None = None,
-        limit: int | None = None,
-    ) -> tuple[TranscriptEntry, ...]:
-        result: tuple[TranscriptEntry, ...] = await self._read(
-            functools.partial(
-                core.read_entries,
-                sql=POSTGRES,
-                session_id=session_id,
-                after_seq=after_seq,
-                through_seq=through_seq,
-                limit=limit,
-            )
-        )
-        return result
-
-    async def read_entry(self, entry_id: str) -> TranscriptEntry:
-        session_id, seq = parse_entry_id(entry_id)
-        found = await self.read_entries(session_id, after_seq=seq - 1, through_seq=seq, limit=1)
-        if not found:
-            raise UnknownEntryError(f"no transcript entry {entry_id!r}")
-        return found[0]
-
-    async def stats(self, session_id: str) -> TranscriptStats:
-        result: TranscriptStats = await self._read(core.stats, POSTGRES, session_id)
-        return result
-
-    async def session_ids(self, session_key: str) -> tuple[str, ...]:
-        result: tuple[str, ...] = await self._read(core.session_ids, POSTGRES, session_key)
-        return result
-
-    async def read_session_transcript_visible_message_delta(
-        self, session_id: str, cursor: TranscriptCursor | None = None
-    ) -> TranscriptDelta:
-        result: TranscriptDelta = await self._read(_delta, session_id, cursor)
-        return result
-
-    async def visible_messages(self, session_id: str) -> tuple[Message, ...]:
-        return (await self.read_session_transcript_visible_message_delta(session_id)).messages
+        return await self._db.transaction(functools.partial(fn, **kwargs), *args)
 
     async def record_admitted(
         self,
@@ -608,51 +518,9 @@ class PostgresTranscriptStore:
             )
         return result
 
-    async def mark_terminal(self, turn_id: str, terminal_seq: int) -> AdmittedTurn:
-        result: AdmittedTurn = await self._write(_terminal, turn_id, terminal_seq, self._clock())
-        return result
-
-    async def mark_committed(self, turn_id: str, *, outcome: str = "committed") -> AdmittedTurn:
-        if not outcome:
-            raise TranscriptError("outcome must be a non-empty string")
-        result: AdmittedTurn = await self._write(_committed, turn_id, outcome, self._clock())
-        return result
-
-    async def close_turn(self, turn_id: str, status: TurnStatus, reason: str) -> AdmittedTurn:
-        result: AdmittedTurn = await self._write(_close, turn_id, status, reason, self._clock())
-        return result
-
-    async def reopen_turn(self, turn_id: str) -> AdmittedTurn:
-        result: AdmittedTurn = await self._write(_reopen, turn_id, self._owner_id)
-        return result
-
     async def close_orphaned_turns(self, reason: str) -> tuple[AdmittedTurn, ...]:
         """Close as ``aborted`` the open turns of every host process that is gone."""
         result: tuple[AdmittedTurn, ...] = await self._write(
             _close_orphans, self._owner_id, reason, self._clock()
         )
-        return result
-
-    async def record_flush(self, flush_id: str, session_key: str) -> bool:
-        recorded: bool = await self._write(_flush_done, flush_id, session_key, self._clock())
-        return recorded
-
-    async def flush_recorded(self, flush_id: str) -> bool:
-        found: bool = await self._read(_flush_recorded, flush_id)
-        return found
-
-    async def pending_commits(
-        self, session_id: str | None = None, *, session_key: str | None = None
-    ) -> tuple[AdmittedTurn, ...]:
-        result: tuple[AdmittedTurn, ...] = await self._read(
-            _select_turns, session_id, True, session_key
-        )
-        return result
-
-    async def turns(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
-        result: tuple[AdmittedTurn, ...] = await self._read(_select_turns, session_id, False, None)
-        return result
-
-    async def get_turn(self, turn_id: str) -> AdmittedTurn:
-        result: AdmittedTurn = await self._read(_get_turn, turn_id)
         return result

@@ -47,11 +47,11 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import attrs
 import trio
@@ -60,7 +60,6 @@ from claw._errors import HostClosedError
 from claw._workers import WorkerPool
 from claw.models import (
     CompactionSummary,
-    Message,
     UserMessage,
 )
 
@@ -68,6 +67,7 @@ from .._commit_watch import CommitWatcher
 from . import _ledger
 from . import _transcript_core as core
 from ._ledger import AdmittedTurn, TurnStatus
+from ._transcript_base import TranscriptOps, TranscriptStoreBase
 from ._transcript_core import (
     Appendable,
     CompactionInfo,
@@ -152,12 +152,15 @@ _SCHEMA = (
 
 
 @attrs.define
-class TranscriptStore:
+class TranscriptStore(TranscriptStoreBase):
     """Session transcripts and the turn ledger in one SQLite database.
 
     Open it with :func:`open_transcript_store`; every method is safe to call
     from concurrent tasks.
     """
+
+    _ops: ClassVar[TranscriptOps]
+    _sql: ClassVar[core.TranscriptSql] = SQLITE
 
     _conn: sqlite3.Connection | None = attrs.field(alias="conn")
     _workers: WorkerPool = attrs.field(alias="workers")
@@ -170,12 +173,6 @@ class TranscriptStore:
     _path: str | None = attrs.field(default=None, alias="path", kw_only=True)
     _version: int = attrs.field(default=0, init=False)
     _data_version: int | None = attrs.field(default=None, init=False)
-
-    @property
-    def version(self) -> int:
-        """A counter that moves after every write, this process's or (once :meth:`watch`
-        has seen it) another's: readers cache derived views against it."""
-        return self._version
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Move :attr:`version` after other processes' commits, until cancelled."""
@@ -200,6 +197,9 @@ class TranscriptStore:
         finally:
             self._version += 1
 
+    async def _read(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+        return await self._run(fn, *args, **kwargs)
+
     async def _run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
         """Run ``fn(conn, *args, **kwargs)`` on a worker, one call at a time."""
         async with self._lock:
@@ -215,118 +215,6 @@ class TranscriptStore:
                 conn, self._conn = self._conn, None
                 if conn is not None:
                     await self._workers.run_sync(conn.close)
-
-    # -- appends ---------------------------------------------------------------
-
-    async def append(
-        self,
-        session_key: str,
-        session_id: str,
-        messages: Sequence[Appendable],
-        *,
-        turn_id: str | None = None,
-        advancement_key: str | None = None,
-        terminal: bool = False,
-    ) -> tuple[TranscriptEntry, ...]:
-        """Append ``messages`` as consecutive entries, atomically; return the entries.
-
-        With ``turn_id`` of an admitted turn, the entries inherit its
-        advancement key, and ``terminal=True`` records the last of them as the
-        turn's terminal entry in the same transaction.
-        """
-        rows = core.appendable_rows(messages, turn_id=turn_id, terminal=terminal)
-        return await self._write(
-            _append_sync,
-            session_key=session_key,
-            session_id=session_id,
-            rows=rows,
-            turn_id=turn_id,
-            advancement_key=advancement_key,
-            terminal=terminal,
-            now=self._clock(),
-        )
-
-    async def append_compaction(
-        self,
-        session_key: str,
-        session_id: str,
-        summary: str,
-        *,
-        first_kept_seq: int | None = None,
-        tokens_before: int | None = None,
-        tokens_after: int | None = None,
-        turn_id: str | None = None,
-    ) -> TranscriptEntry:
-        """Append a compaction entry whose summary replaces every entry before ``first_kept_seq``.
-
-        ``first_kept_seq=None`` keeps nothing older (the summary replaces all
-        entries before it). It must not go back before the previous
-        compaction's ``first_kept_seq``.
-        """
-        message = CompactionSummary(summary)
-        return await self._write(
-            _append_compaction_sync,
-            session_key=session_key,
-            session_id=session_id,
-            message=message,
-            first_kept_seq=first_kept_seq,
-            tokens_before=tokens_before,
-            tokens_after=tokens_after,
-            turn_id=turn_id,
-            now=self._clock(),
-        )
-
-    # -- reads -----------------------------------------------------------------
-
-    async def read_entries(
-        self,
-        session_id: str,
-        *,
-        after_seq: int = 0,
-        through_seq: int | None = None,
-        limit: int | None = None,
-    ) -> tuple[TranscriptEntry, ...]:
-        """Entries with ``after_seq < seq <= through_seq`` in seq order, at most ``limit``."""
-        return await self._run(
-            core.read_entries,
-            SQLITE,
-            session_id,
-            after_seq=after_seq,
-            through_seq=through_seq,
-            limit=limit,
-        )
-
-    async def read_entry(self, entry_id: str) -> TranscriptEntry:
-        """The entry with this id; raises :class:`UnknownEntryError`."""
-        session_id, seq = parse_entry_id(entry_id)
-        found = await self._run(
-            core.read_entries, SQLITE, session_id, after_seq=seq - 1, through_seq=seq, limit=1
-        )
-        if not found:
-            raise UnknownEntryError(f"no transcript entry {entry_id!r}")
-        return found[0]
-
-    async def stats(self, session_id: str) -> TranscriptStats:
-        """Entry count, byte size, last seq and compactions of one session's transcript."""
-        return await self._run(core.stats, SQLITE, session_id)
-
-    async def session_ids(self, session_key: str) -> tuple[str, ...]:
-        """The session ids that have a transcript under ``session_key``, oldest first."""
-        return await self._run(core.session_ids, SQLITE, session_key)
-
-    async def read_session_transcript_visible_message_delta(
-        self, session_id: str, cursor: TranscriptCursor | None = None
-    ) -> TranscriptDelta:
-        """The visible messages after ``cursor`` (or all, as a rebuild), and the next cursor.
-
-        See the module docstring for how compaction and the cursor's epoch
-        interact. A cursor of another session is refused.
-        """
-        return await self._run(_delta_sync, session_id, cursor)
-
-    async def visible_messages(self, session_id: str) -> tuple[Message, ...]:
-        """The whole visible history of a session (what a rebuild returns)."""
-        return (await self.read_session_transcript_visible_message_delta(session_id)).messages
 
     # -- the turn ledger -------------------------------------------------------
 
@@ -363,41 +251,6 @@ class TranscriptStore:
             now=self._clock(),
         )
 
-    async def mark_terminal(self, turn_id: str, terminal_seq: int) -> AdmittedTurn:
-        """Record entry ``terminal_seq`` (already appended) as the turn's terminal entry."""
-        return await self._write(_terminal_sync, turn_id, terminal_seq, now=self._clock())
-
-    async def mark_committed(self, turn_id: str, *, outcome: str = "committed") -> AdmittedTurn:
-        """Record that the engine's ``commit_turn`` succeeded (``outcome`` as it answered).
-
-        Idempotent: a second call returns the first record unchanged.
-        """
-        if not outcome:
-            raise TranscriptError("outcome must be a non-empty string")
-        return await self._write(_committed_sync, turn_id, outcome=outcome, now=self._clock())
-
-    async def close_turn(self, turn_id: str, status: TurnStatus, reason: str) -> AdmittedTurn:
-        """Close a turn that will not be committed (see :mod:`claw.turns._ledger`)."""
-        return await self._write(
-            _ledger_write_sync,
-            _ledger.close,
-            turn_id,
-            status=status,
-            reason=reason,
-            now=self._clock(),
-        )
-
-    async def reopen_turn(self, turn_id: str) -> AdmittedTurn:
-        """Reopen a failed or aborted turn (its session's latest) so it can be retried."""
-        return await self._write(
-            _ledger_write_sync, _ledger.reopen, turn_id, owner_id=self._owner_id
-        )
-
-    @property
-    def owner_id(self) -> str:
-        """This process's owner id (the turns it admits are its own)."""
-        return self._owner_id
-
     def _owner_alive(self, owner_id: str | None) -> bool:
         if owner_id == self._owner_id:
             return True
@@ -415,37 +268,6 @@ class TranscriptStore:
         if not dead:
             return ()
         return await self._write(_abort_orphans_sync, owners=dead, reason=reason, now=self._clock())
-
-    async def record_flush(self, flush_id: str, session_key: str) -> bool:
-        """Record durably that the flush ``flush_id`` is settled; whether this call did."""
-        recorded: bool = await self._write(
-            _flush_done_sync, flush_id, session_key, now=self._clock()
-        )
-        return recorded
-
-    async def flush_recorded(self, flush_id: str) -> bool:
-        """Whether any process recorded the flush ``flush_id`` as settled."""
-        found: bool = await self._run(_flush_recorded_sync, flush_id)
-        return found
-
-    async def pending_commits(
-        self, session_id: str | None = None, *, session_key: str | None = None
-    ) -> tuple[AdmittedTurn, ...]:
-        """Turns that ended, name an engine and were not committed: retry these on start.
-
-        ``session_key`` selects every incarnation of one session (the runner's queue).
-        """
-        return await self._run(
-            _select_turns_sync, session_id, pending_only=True, session_key=session_key
-        )
-
-    async def turns(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
-        """Every ledger row (of one session, or all), in admission order."""
-        return await self._run(_select_turns_sync, session_id, pending_only=False)
-
-    async def get_turn(self, turn_id: str) -> AdmittedTurn:
-        """The ledger row of ``turn_id``; raises :class:`~claw.turns.UnknownTurnError`."""
-        return await self._run(_get_turn_sync, turn_id)
 
 
 def _append_sync(
@@ -734,11 +556,7 @@ def _committed_sync(
 
 
 def _select_turns_sync(
-    conn: sqlite3.Connection,
-    session_id: str | None,
-    *,
-    pending_only: bool,
-    session_key: str | None = None,
+    conn: sqlite3.Connection, *, session_id: str | None, pending_only: bool, session_key: str | None
 ) -> tuple[AdmittedTurn, ...]:
     return _ledger.select_turns(
         conn, session_id=session_id, pending_only=pending_only, session_key=session_key
@@ -766,14 +584,16 @@ def _flush_recorded_sync(conn: sqlite3.Connection, flush_id: str) -> bool:
     return row.fetchone() is not None
 
 
-def _ledger_write_sync(
-    conn: sqlite3.Connection,
-    fn: Callable[..., AdmittedTurn],
-    turn_id: str,
-    **kwargs: object,
+def _close_sync(
+    conn: sqlite3.Connection, *, turn_id: str, status: TurnStatus, reason: str, now: float
 ) -> AdmittedTurn:
     with _transaction(conn):
-        return fn(conn, turn_id, **kwargs)
+        return _ledger.close(conn, turn_id, status=status, reason=reason, now=now)
+
+
+def _reopen_sync(conn: sqlite3.Connection, *, turn_id: str, owner_id: str) -> AdmittedTurn:
+    with _transaction(conn):
+        return _ledger.reopen(conn, turn_id, owner_id=owner_id)
 
 
 def _data_version_sync(conn: sqlite3.Connection) -> int:
@@ -791,3 +611,18 @@ def _abort_orphans_sync(
             for t in _ledger.open_turns(conn)
             if t.owner_id in owners
         )
+
+
+TranscriptStore._ops = TranscriptOps(
+    append=_append_sync,
+    append_compaction=_append_compaction_sync,
+    delta=_delta_sync,
+    terminal=_terminal_sync,
+    committed=_committed_sync,
+    close=_close_sync,
+    reopen=_reopen_sync,
+    flush_done=_flush_done_sync,
+    flush_recorded=_flush_recorded_sync,
+    select_turns=_select_turns_sync,
+    get_turn=_get_turn_sync,
+)
