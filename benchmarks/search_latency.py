@@ -78,7 +78,9 @@ SWEEP = (40, 160, 400)
 # then, not one saturating the event loop the sync needs too.
 DURING_SYNC_GAP = 0.005
 # Sequential passes over the queries per measurement (see fastest); set by --passes.
-OPTIONS = {"passes": 5}
+# approximate_rows: claw's row threshold of the approximate vector stage, when
+# --approximate-rows sets it (0: claw's own), in every worker alike.
+OPTIONS = {"passes": 5, "approximate_rows": 0}
 
 
 def claw_candidates(rows: int) -> int:
@@ -296,22 +298,25 @@ async def serve_commands_async(
 def _fused_top(
     text_rows: npt.NDArray[np.int64],
     bm25: npt.NDArray[np.float32],
-    sims: npt.NDArray[np.float32],
+    sims: npt.NDArray[np.float32] | Callable[[npt.NDArray[np.intp]], npt.NDArray[np.float32]],
     vec_rows: npt.NDArray[np.intp],
 ) -> list[int]:
     """claw's merge over the candidates ``text_rows`` (BM25 ``bm25``) and ``vec_rows``.
 
-    Every candidate gets its exact cosine (``sims`` holds every row's) and its BM25
+    Every candidate gets its exact cosine (``sims`` holds every row's, or computes
+    those of the rows it is given: the approximate vector stage) and its BM25
     relative to the best; the weighted sum ranks them, ties by row, and rows scoring
     zero are dropped (claw's ``min_score`` 0 does the same).
     """
     # Every row a vector candidate (exhaustive fusion): the rows are already the union.
-    rows = vec_rows if vec_rows.shape[0] == sims.shape[0] else np.union1d(text_rows, vec_rows)
+    every = not callable(sims) and vec_rows.shape[0] == sims.shape[0]
+    rows = vec_rows if every else np.union1d(text_rows, vec_rows)
     t = np.zeros(rows.shape[0], dtype=np.float64)
     best = float(bm25.max()) if bm25.shape[0] else 0.0
     if best > 0:
         t[np.searchsorted(rows, text_rows)] = bm25 / best
-    v = np.maximum(sims[rows].astype(np.float64), 0.0)
+    cos = sims(rows) if callable(sims) else sims[rows]
+    v = np.maximum(cos.astype(np.float64), 0.0)
     scores = VECTOR_WEIGHT * v + TEXT_WEIGHT * t
     keep = scores > 0.0
     rows, scores = rows[keep], scores[keep]
@@ -395,9 +400,15 @@ def run_floor(root: Path, work: Path) -> None:
     """The fair floor; also exhaustive fusion and the bare lexical call (see the module)."""
     import tantivy
 
+    from claw_memory._generation import SignSketch
     from claw_memory._index import _PARALLEL_PRODUCT_WORK
     from claw_memory._lexical import _ANALYZER, _analyzer, _query_analyzer, _schema
-    from claw_memory._ranking import top_k
+    from claw_memory._ranking import (
+        APPROXIMATE_ROWS,
+        SKETCH_RESCORE_FACTOR,
+        SKETCH_RESCORE_MIN,
+        top_k,
+    )
 
     texts, qs, vecs, qvecs = _load(root)
     candidates = claw_candidates(len(texts))
@@ -432,22 +443,56 @@ def run_floor(root: Path, work: Path) -> None:
             np.array([s for s, _ in hits], dtype=np.float32),
         )
 
-    def search(i: int) -> list[int]:
+    def exact_search(i: int) -> list[int]:
         text_rows, bm25 = lexical(i, candidates)
         sims = product.sims(qvecs[i])
         return _fused_top(text_rows, bm25, sims, top_k(sims, candidates))
 
+    # Where claw's vector stage scans a sign-bit sketch and scores only the rows it
+    # ranks nearest, so does the floor (the same sketch, the same number of rows);
+    # "floor exact" keeps the full product beside it.
+    approximate = matrix.shape[0] >= APPROXIMATE_ROWS
+    sketch = SignSketch.of(matrix) if approximate else None
+    rescore = max(SKETCH_RESCORE_FACTOR * candidates, SKETCH_RESCORE_MIN)
+
+    def vector_stage(q: npt.NDArray[np.float32]) -> npt.NDArray[np.intp]:
+        assert sketch is not None
+        pool = sketch.nearest(q, rescore)
+        found: npt.NDArray[np.intp] = pool[top_k(matrix[pool] @ q, candidates)]
+        return found
+
+    def approximate_search(i: int) -> list[int]:
+        text_rows, bm25 = lexical(i, candidates)
+        q = qvecs[i]
+        return _fused_top(text_rows, bm25, lambda rows: matrix[rows] @ q, vector_stage(q))
+
+    searches = {"floor": approximate_search, "floor exact": exact_search}
+    if not approximate:
+        searches = {"floor": exact_search}
     try:
         results = serve_commands(
-            {"floor": search},
+            searches,
             len(qs),
             {"build_s": build, "candidates": candidates, "threads": threads},
         )
         exhaustive = []
+        recall = []
         everything = np.arange(matrix.shape[0])
         for i in range(len(qs)):
             text_rows, bm25 = lexical(i, None)
-            exhaustive.append(_fused_top(text_rows, bm25, matrix @ qvecs[i], everything))
+            sims = matrix @ qvecs[i]
+            exhaustive.append(_fused_top(text_rows, bm25, sims, everything))
+            if approximate:
+                # The vector stage's own recall: the exact top 10 (and top of the
+                # candidate count) that it finds.
+                want = top_k(sims, candidates)
+                got = set(vector_stage(qvecs[i]).tolist())
+                recall.append(
+                    (
+                        len(got & set(want[:RESULTS].tolist())) / RESULTS,
+                        len(got & set(want.tolist())) / len(want),
+                    )
+                )
         bare = []
         for i in range(len(qs)):
             t = time.perf_counter()
@@ -462,8 +507,20 @@ def run_floor(root: Path, work: Path) -> None:
         "top": results.get("floor", []),
         "exhaustive": exhaustive,
         "bare_lexical_p50_ms": percentile(bare, 50),
+        "approximate": approximate,
+        "rescored_rows": rescore if approximate else matrix.shape[0],
+        "vector_recall_at10": float(np.mean([r for r, _ in recall])) if recall else 1.0,
+        "vector_recall_at_candidates": float(np.mean([r for _, r in recall])) if recall else 1.0,
     }
-    send({"extra": {"floor": floor}})
+    extra = {"floor": floor}
+    if approximate:
+        # The same process, index and matrix as the fair floor.
+        extra["floor exact"] = {
+            "top": results.get("floor exact", []),
+            "index_mb": floor["index_mb"],
+            "rss_mb": floor["rss_mb"],
+        }
+    send({"extra": extra})
 
 
 # -- the floor of the earlier benchmark ------------------------------------------------
@@ -793,6 +850,8 @@ def _second_reader(root: Path, state: Path, workspace: Path) -> dict[str, Any]:
             str(pointer.parent),
             "--workspace",
             str(workspace),
+            "--approximate-rows",
+            str(OPTIONS["approximate_rows"]),
         ],
         capture_output=True,
         text=True,
@@ -1177,6 +1236,8 @@ def run_all(
                 ",".join(str(c) for c in sweep),
                 "--passes",
                 str(passes),
+                "--approximate-rows",
+                str(OPTIONS["approximate_rows"]),
             ]
             w = _Worker(system, argv, env, root / f"{system.replace('+', '-')}.log")
             workers[system] = (w, {})
@@ -1244,6 +1305,7 @@ def summarise(rows: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
     shipped = by.get("claw hybrid shipped", {})
     lexical = by.get("claw lexical", {})
     floor = by.get("floor", {})
+    exact_floor = by.get("floor exact", {})
     old = by.get("floor-old", {})
     peers = [by[p] for p in ("fts5+vec", "fts5+scan") if p in by and "p50_ms" in by[p]]
     peer = min(peers, key=lambda r: r["p50_ms"]) if peers else {}
@@ -1303,6 +1365,16 @@ def summarise(rows: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
         "floor_overlap_exhaustive_at10": overlap_at10(floor["top"], exhaustive)
         if exhaustive
         else nan,
+        # Above claw's row threshold the fair floor scans the same sketch as claw; the
+        # exact floor (the full product) is then its own row.
+        "vector_stage_approximate": floor.get("approximate", False),
+        "rescored_rows": floor.get("rescored_rows", nan),
+        "vector_recall_at10": floor.get("vector_recall_at10", nan),
+        "vector_recall_at_candidates": floor.get("vector_recall_at_candidates", nan),
+        "exact_floor_p50_ms": exact_floor.get("p50_ms", floor.get("p50_ms", nan)),
+        "exact_floor_overlap_exhaustive_at10": overlap_at10(exact_floor["top"], exhaustive)
+        if exhaustive and "top" in exact_floor
+        else nan,
         "candidate_sweep": sweep,
         "claw_peak_rss_mib": hybrid.get("rss_mb", nan),
         "floor_peak_rss_mib": floor.get("rss_mb", nan),
@@ -1325,6 +1397,7 @@ def summarise(rows: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
         {k: v for k, v in r.items() if k not in ("top", "exhaustive", "sweep")} for r in rows
     ]
     out["claw_over_fair_floor"] = out["claw_hybrid_p50_ms"] / out["floor_p50_ms"]
+    out["claw_over_exact_floor"] = out["claw_hybrid_p50_ms"] / out["exact_floor_p50_ms"]
     out["claw_shipped_over_fair_floor"] = out["claw_shipped_p50_ms"] / out["floor_p50_ms"]
     out["fair_floor_over_claw_shipped_qps"] = out["floor_qps"] / out["claw_shipped_qps"]
     out["fair_floor_over_claw_qps"] = out["floor_qps"] / out["claw_hybrid_qps"]
@@ -1333,6 +1406,12 @@ def summarise(rows: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
     out["claw_lexical_over_bare"] = out["claw_lexical_p50_ms"] / out["bare_lexical_p50_ms"]
     out["change_search_over_plain"] = out["change_search_ms"] / out["claw_hybrid_p50_ms"]
     return out
+
+
+def _approximate_rows() -> int:
+    from claw_memory._ranking import APPROXIMATE_ROWS
+
+    return APPROXIMATE_ROWS
 
 
 def _verdict(value: float, limit: float, *, at_least: bool = False) -> str:
@@ -1407,6 +1486,17 @@ def report(summary: dict[str, Any], rows: Sequence[dict[str, Any]], queries: int
         f"({_verdict(s['overlap_exhaustive_at10'], 0.97, at_least=True)}); "
         f"the fair floor {s['floor_overlap_exhaustive_at10']:.3f}"
     )
+    if s["vector_stage_approximate"]:
+        print(
+            f"vector stage (>= {_approximate_rows():,} rows): a sign-bit sketch scan, then the "
+            f"exact cosine of its nearest {s['rescored_rows']} rows (claw and the fair floor "
+            f"alike); its recall of the exact vector top {RESULTS}: "
+            f"{s['vector_recall_at10']:.3f}, of the exact top {s['claw_candidates']}: "
+            f"{s['vector_recall_at_candidates']:.3f}; the exact floor (full product) "
+            f"p50 {s['exact_floor_p50_ms']:.2f} ms, overlap_exhaustive_at10 "
+            f"{s['exact_floor_overlap_exhaustive_at10']:.3f}, claw_over_exact_floor "
+            f"{s['claw_over_exact_floor']:.2f}"
+        )
     if s["candidate_sweep"]:
         print(
             table(
@@ -1481,6 +1571,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=OPTIONS["passes"],
         help="sequential passes over the queries; each query's fastest run is reported",
     )
+    p.add_argument(
+        "--approximate-rows",
+        type=int,
+        default=0,
+        help="from this many rows up the vector stage scans a sketch (claw and the fair "
+        "floor alike; default: claw's own threshold)",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--root", type=Path, help=argparse.SUPPRESS)
@@ -1489,6 +1586,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = p.parse_args(argv)
     sweep = [int(c) for c in args.sweep.split(",") if c.strip()]
     OPTIONS["passes"] = max(1, args.passes)
+    if args.approximate_rows > 0:
+        from claw_memory import _ranking
+
+        OPTIONS["approximate_rows"] = args.approximate_rows
+        _ranking.APPROXIMATE_ROWS = args.approximate_rows
     if args.worker == "second-reader":
         run_second_reader(args.root, args.index_dir, args.workspace)
         return

@@ -228,6 +228,123 @@ class _VectorBuffer:
     used: int
 
 
+# Rows a sketch is computed from at a time (bounds the temporary copies to a few MiB).
+_SKETCH_BLOCK = 16_384
+# Bits set in each byte value (the popcount where numpy has no ``bitwise_count``).
+_BYTE_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
+def _sign_words(
+    matrix: npt.NDArray[np.float32], centre: npt.NDArray[np.float32], start: int, stop: int
+) -> npt.NDArray[np.uint64]:
+    """The sign bits of rows ``start:stop`` of ``matrix`` minus ``centre``, packed into
+    64-bit words, one contiguous array per word (words x rows)."""
+    dims = matrix.shape[1]
+    words = -(-dims // 64)
+    out = np.zeros((stop - start, words * 8), dtype=np.uint8)
+    for a in range(start, stop, _SKETCH_BLOCK):
+        b = min(stop, a + _SKETCH_BLOCK)
+        bits = np.packbits(matrix[a:b] > centre, axis=1)
+        out[a - start : b - start, : bits.shape[1]] = bits
+    return np.ascontiguousarray(out.view(np.uint64).T)
+
+
+def _query_words(query: npt.NDArray[np.float32], words: int) -> npt.NDArray[np.uint64]:
+    bits = np.zeros(words * 8, dtype=np.uint8)
+    packed = np.packbits(np.asarray(query) > 0)
+    bits[: packed.shape[0]] = packed
+    return bits.view(np.uint64)
+
+
+def _popcount_into(acc: npt.NDArray[np.uint16], x: npt.NDArray[np.uint64]) -> None:
+    count = getattr(np, "bitwise_count", None)
+    if count is not None:
+        acc += count(x)
+    else:  # numpy < 2: a byte table
+        acc += _BYTE_BITS[x.view(np.uint8)].reshape(x.shape[0], 8).sum(axis=1, dtype=np.uint16)
+
+
+@attrs.frozen(eq=False)
+class SignSketch:
+    """A compact per-row sketch of a generation's matrix: one bit per dimension.
+
+    Bit ``d`` of a row says whether the row's dimension ``d`` lies above the centre's
+    (the mean row when the sketch was first made), and likewise for a query: the
+    Hamming distance between the two estimates the angle between the row and the
+    query, both taken from the centre. Rows share a large common direction (the
+    mean of normalised embeddings is far from zero), which would otherwise set most
+    bits alike in every row; ranking by ``q . (x - centre)`` is ranking by the cosine
+    ``q . x`` (``q . centre`` is the same for every row). At 384 dimensions
+    a row costs 48 bytes, a 32nd of its float32 vector, so a scan over every row reads
+    a 32nd of the bytes a full product reads; the rows it ranks nearest are then
+    scored exactly. Rows are only ever appended (as in the matrix), so a generation
+    derived by appending extends its parent's sketch instead of making it again.
+    """
+
+    centre: npt.NDArray[np.float32]
+    # One contiguous array per 64 dimensions (words x rows).
+    words: npt.NDArray[np.uint64]
+
+    @property
+    def rows(self) -> int:
+        return int(self.words.shape[1])
+
+    @classmethod
+    def of(cls, matrix: npt.NDArray[np.float32]) -> SignSketch:
+        """The sketch of every row of ``matrix``, centred on its mean row."""
+        n = matrix.shape[0]
+        total = np.zeros(matrix.shape[1], dtype=np.float64)
+        for a in range(0, n, _SKETCH_BLOCK):
+            total += matrix[a : a + _SKETCH_BLOCK].sum(axis=0, dtype=np.float64)
+        centre = (total / max(n, 1)).astype(np.float32)
+        centre.setflags(write=False)
+        return cls(centre, _sign_words(matrix, centre, 0, n))
+
+    def extended(self, matrix: npt.NDArray[np.float32]) -> SignSketch:
+        """This sketch with the rows of ``matrix`` past its own appended (``matrix``
+        begins with the rows this sketch was made from)."""
+        n = matrix.shape[0]
+        if n == self.rows:
+            return self
+        if n < self.rows:
+            raise ValueError("a sketch is extended only by appended rows")
+        more = _sign_words(matrix, self.centre, self.rows, n)
+        return SignSketch(self.centre, np.concatenate([self.words, more], axis=1))
+
+    def distances(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:
+        """The Hamming distance of every row's bits to ``query``'s (both from the centre)."""
+        q = _query_words(np.asarray(query, dtype=np.float32) - self.centre, self.words.shape[0])
+        acc = np.zeros(self.rows, dtype=np.uint16)
+        for w in range(self.words.shape[0]):
+            _popcount_into(acc, np.bitwise_xor(self.words[w], q[w]))
+        return acc
+
+    def nearest(
+        self,
+        query: npt.NDArray[np.float32],
+        count: int,
+        mask: npt.NDArray[np.bool_] | None = None,
+    ) -> npt.NDArray[np.intp]:
+        """The (at most) ``count`` rows nearest ``query`` by the sketch, among those
+        ``mask`` allows, in ascending row order (an unordered candidate set)."""
+        dist = self.distances(query)
+        far = self.words.shape[0] * 64 + 1  # beyond any distance: excluded rows
+        if mask is not None:
+            dist[~mask] = far
+        # Distances are small integers: the cut comes from their histogram (no sort or
+        # partition of every row); rows at the cut's distance are taken in row order.
+        cum = np.cumsum(np.bincount(dist, minlength=far + 1))
+        count = min(count, int(cum[far - 1]))
+        if count <= 0:
+            return np.empty(0, dtype=np.intp)
+        cut = int(np.searchsorted(cum, count))
+        below = np.flatnonzero(dist < cut)
+        at = np.flatnonzero(dist == cut)[: count - below.shape[0]]
+        rows: npt.NDArray[np.intp] = np.concatenate([below, at])
+        rows.sort()
+        return rows
+
+
 def _headroom(rows: int) -> int:
     # Room to append about 6% more rows before the buffer must be copied.
     return rows + max(rows // 16, 256)
@@ -365,6 +482,21 @@ class Generation:
             self._memo["columns"] = cols
         result: npt.NDArray[np.float32] = cols
         return result
+
+    def sketch(self) -> SignSketch | None:
+        """The sign-bit sketch of the matrix (see :class:`SignSketch`), made on first
+        use: from the parent's sketch plus the appended rows where this generation
+        was derived by appending, else from the whole matrix (a new or compacted
+        generation, or a parent nobody searched approximately)."""
+        if self.matrix is None:
+            return None
+        found: SignSketch | None = self._memo.get("sketch")
+        if found is None:
+            base: SignSketch | None = self._memo.get("sketch_base")
+            found = SignSketch.of(self.matrix) if base is None else base.extended(self.matrix)
+            self._memo["sketch"] = found
+            self._memo.pop("sketch_base", None)
+        return found
 
     def adjacent_rows(self, row: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The live rows one place and two places before and after ``row``.
@@ -571,7 +703,7 @@ class Generation:
 
         agent_index = dict(self.agent_index)
         skey_index = dict(self.skey_index)
-        return Generation(
+        gen = Generation(
             number=number,
             index_generation=self.index_generation,
             searcher=searcher,
@@ -593,6 +725,12 @@ class Generation:
             rows_of_provenance=rows_of_provenance,
             buffer=buffer,
         )
+        # The rows before the added ones are this generation's, unchanged: a sketch
+        # of them (made, or inherited and not yet extended) is the next one's start.
+        base = self._memo.get("sketch", self._memo.get("sketch_base"))
+        if base is not None and view is not None:
+            gen._memo["sketch_base"] = base
+        return gen
 
     def _compacted(
         self,

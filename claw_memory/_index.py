@@ -71,7 +71,7 @@ from ._published import (
     write_epoch,
     write_publication,
 )
-from ._ranking import RankedRow, RankParams, rank
+from ._ranking import RankedRow, RankParams, approximate, rank
 from ._records import ChunkRecord, PreparedChunk
 from ._settings import MemoryCoreSettings, SearchMode, SourceKind
 from ._sources import (
@@ -982,6 +982,7 @@ class MemoryIndex:
                 and m is not None
                 and m.shape[0] == len(it.gen.records)
                 and m.shape[0] * m.shape[1] >= _PARALLEL_PRODUCT_WORK
+                and not approximate(it.gen)  # it scans a sketch instead
             ):
                 by_gen.setdefault(id(it.gen), []).append(it)
         for items in by_gen.values():
@@ -1791,8 +1792,8 @@ def rank_batch(
     for group in by_gen.values():
         gen = items[group[0]].gen
         assert gen.matrix is not None
-        if gen.matrix.shape[0] != len(gen.records):
-            continue
+        if gen.matrix.shape[0] != len(gen.records) or approximate(gen):
+            continue  # (an approximate vector stage scans the sketch in rank())
         dense = group
         if gen.matrix.size <= _SPARSE_PRODUCT_CELLS:
             cols = gen.columns()

@@ -165,6 +165,51 @@ def test_search_latency_benchmark_runs_on_a_tiny_corpus(
     assert [p["candidates"] for p in sweep] == [40, 80]  # type: ignore[union-attr, index]
 
 
+def test_search_latency_runs_the_approximate_vector_stage_in_claw_and_the_floor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    search_latency.main(
+        [
+            "--json",
+            "--chunks",
+            "300",
+            "--queries",
+            "10",
+            "--seconds",
+            "0.2",
+            "--reindex-runs",
+            "0",
+            "--sweep",
+            "",
+            "--passes",
+            "1",
+            "--systems",
+            "claw,floor",
+            "--approximate-rows",
+            "100",
+        ]
+    )
+    result = _last_json(capsys)
+    assert result["vector_stage_approximate"] is True
+    names = [r["system"] for r in result["systems"]]  # type: ignore[union-attr, index]
+    assert "floor exact" in names
+    for key in (
+        "exact_floor_p50_ms",
+        "exact_floor_overlap_exhaustive_at10",
+        "vector_recall_at10",
+        "claw_over_exact_floor",
+    ):
+        value = float(result[key])  # type: ignore[arg-type]
+        assert value == value, key
+    # The rescored rows (4,096 at least) hold every row of this small corpus: the
+    # approximate stage is then exact, for claw and the floor.
+    assert result["vector_recall_at10"] == 1.0
+    assert (
+        result["floor_overlap_exhaustive_at10"] == result["exact_floor_overlap_exhaustive_at10"]
+    )
+    assert 0.0 < float(result["overlap_exhaustive_at10"]) <= 1.0  # type: ignore[arg-type]
+
+
 def test_benchmark_workers_report_their_own_peak_rss_not_the_parents() -> None:
     """ru_maxrss of a child inherits the parent's high-water mark; the workers' figure must not."""
     import subprocess
