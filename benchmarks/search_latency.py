@@ -80,7 +80,7 @@ DURING_SYNC_GAP = 0.005
 # Sequential passes over the queries per measurement (see fastest); set by --passes.
 # approximate_rows: claw's row threshold of the approximate vector stage, when
 # --approximate-rows sets it (0: claw's own), in every worker alike.
-OPTIONS = {"passes": 5, "approximate_rows": 0}
+OPTIONS: dict[str, Any] = {"passes": 5, "approximate_rows": 0, "corpus": None}
 
 
 def claw_candidates(rows: int) -> int:
@@ -106,6 +106,17 @@ def prepare(root: Path, chunks: int, queries: int) -> None:
     )
     np.save(root / "vectors.npy", vecs)
     np.save(root / "qvectors.npy", corpus.embed(qs))
+
+
+def _prepared(root: Path, chunks: int, queries: int) -> bool:
+    """Whether ``root`` already holds the corpus :func:`prepare` makes for these sizes."""
+    try:
+        shape = np.load(root / "vectors.npy", mmap_mode="r").shape
+        with (root / "queries.txt").open(encoding="utf-8") as f:
+            asked = sum(1 for _ in f)
+    except (OSError, ValueError):
+        return False
+    return bool(shape[0] == chunks and asked == queries and (root / "qvectors.npy").exists())
 
 
 def _load(
@@ -1202,10 +1213,19 @@ def run_all(
     """
     rows: list[dict[str, Any]] = []
     passes = OPTIONS["passes"]
-    with tempfile.TemporaryDirectory(prefix="claw-bench-corpus-") as tmp:
-        root = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        corpus = OPTIONS.get("corpus")
+        if corpus:
+            # A corpus kept between runs (the 1M one takes minutes to make); it is
+            # made there on the first run.
+            root = Path(str(corpus))
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            tmp = tempfile.TemporaryDirectory(prefix="claw-bench-corpus-")
+            root = Path(stack.enter_context(tmp))
         t0 = time.perf_counter()
-        prepare(root, chunks, queries)
+        if not _prepared(root, chunks, queries):
+            prepare(root, chunks, queries)
         print(
             f"corpus: {chunks} chunks, {queries} queries in {time.perf_counter() - t0:.1f} s",
             file=sys.stderr,
@@ -1578,6 +1598,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="from this many rows up the vector stage scans a sketch (claw and the fair "
         "floor alike; default: claw's own threshold)",
     )
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        help="keep the generated corpus in this directory and reuse it when it matches",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--root", type=Path, help=argparse.SUPPRESS)
@@ -1586,6 +1611,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = p.parse_args(argv)
     sweep = [int(c) for c in args.sweep.split(",") if c.strip()]
     OPTIONS["passes"] = max(1, args.passes)
+    if args.corpus is not None:
+        OPTIONS["corpus"] = str(args.corpus)
     if args.approximate_rows > 0:
         from claw_memory import _ranking
 

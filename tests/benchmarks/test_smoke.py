@@ -338,3 +338,11 @@ def test_scaling_plot_draws_one_point_per_run_and_size(tmp_path: Path) -> None:
     assert svg.startswith("<svg") and svg.count("<circle") == 6  # 3 runs x 2 panels
     assert svg.count("<polyline") == 2  # the after series in each panel
     assert ">before<" in svg and ">after<" in svg
+
+
+def test_search_latency_reuses_a_kept_corpus_only_when_it_matches(tmp_path: Path) -> None:
+    assert not search_latency._prepared(tmp_path, 50, 5)
+    search_latency.prepare(tmp_path, 50, 5)
+    assert search_latency._prepared(tmp_path, 50, 5)
+    assert not search_latency._prepared(tmp_path, 51, 5)
+    assert not search_latency._prepared(tmp_path, 50, 6)
