@@ -256,12 +256,66 @@ def _query_words(query: npt.NDArray[np.float32], words: int) -> npt.NDArray[np.u
     return bits.view(np.uint64)
 
 
-def _popcount_into(acc: npt.NDArray[np.uint16], x: npt.NDArray[np.uint64]) -> None:
+# Rows a scan takes at a time: its temporaries (a word and a count per row) stay in
+# the CPU's cache instead of being fresh arrays the size of the index.
+_SCAN_BLOCK = 16_384
+# The stride of the sample that estimates how far the nearest rows reach.
+_CUT_STRIDE = 16
+
+
+def _hamming(
+    words: npt.NDArray[np.uint64], query: npt.NDArray[np.uint64]
+) -> npt.NDArray[np.uint16]:
+    """The Hamming distance of each row of ``words`` (words x rows) to ``query``."""
+    n = words.shape[1]
+    acc = np.zeros(n, dtype=np.uint16)
+    x = np.empty(min(n, _SCAN_BLOCK), dtype=np.uint64)
     count = getattr(np, "bitwise_count", None)
-    if count is not None:
-        acc += count(x)
-    else:  # numpy < 2: a byte table
-        acc += _BYTE_BITS[x.view(np.uint8)].reshape(x.shape[0], 8).sum(axis=1, dtype=np.uint16)
+    c = np.empty(x.shape[0], dtype=np.uint8)
+    for a in range(0, n, _SCAN_BLOCK):
+        b = min(n, a + _SCAN_BLOCK)
+        xa, ca, out = x[: b - a], c[: b - a], acc[a:b]
+        for w in range(words.shape[0]):
+            np.bitwise_xor(words[w, a:b], query[w], out=xa)
+            if count is not None:
+                count(xa, out=ca)
+            else:  # numpy < 2: a byte table
+                ca[:] = _BYTE_BITS[xa.view(np.uint8)].reshape(-1, 8).sum(axis=1, dtype=np.uint8)
+            np.add(out, ca, out=out)
+    return acc
+
+
+def _nearest_rows(dist: npt.NDArray[np.uint16], count: int, far: int) -> npt.NDArray[np.intp]:
+    """The ``count`` rows of smallest ``dist`` (below ``far``), ascending; of the rows
+    at the cut's distance, the first ones in row order.
+
+    Distances are small integers: the cut comes from a histogram, not a sort or a
+    partition of every row. A strided sample bounds the rows that can be nearest, so
+    the histogram is of those only; should they be fewer than ``count`` (an unlucky
+    sample), every row is taken instead, so the answer is always the same.
+    """
+    n = dist.shape[0]
+    cand: npt.NDArray[np.intp] | None = None
+    if n >= 32 * _CUT_STRIDE and count * 4 < n:
+        sample = dist[::_CUT_STRIDE]
+        cum = np.cumsum(np.bincount(sample, minlength=far + 1))
+        reach = int(np.searchsorted(cum, min(sample.shape[0], 2 * (count // _CUT_STRIDE) + 64)))
+        if reach < far:
+            cand = np.flatnonzero(dist <= reach)
+            if cand.shape[0] < count:
+                cand = None
+    if cand is None:
+        cand = np.flatnonzero(dist < far)
+    d = dist[cand]
+    count = min(count, cand.shape[0])
+    if count <= 0:
+        return np.empty(0, dtype=np.intp)
+    cut = int(np.searchsorted(np.cumsum(np.bincount(d, minlength=far + 1)), count))
+    below = cand[d < cut]
+    at = cand[d == cut][: count - below.shape[0]]
+    rows: npt.NDArray[np.intp] = np.concatenate([below, at])
+    rows.sort()
+    return rows
 
 
 @attrs.frozen(eq=False)
@@ -314,10 +368,7 @@ class SignSketch:
     def distances(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:
         """The Hamming distance of every row's bits to ``query``'s (both from the centre)."""
         q = _query_words(np.asarray(query, dtype=np.float32) - self.centre, self.words.shape[0])
-        acc = np.zeros(self.rows, dtype=np.uint16)
-        for w in range(self.words.shape[0]):
-            _popcount_into(acc, np.bitwise_xor(self.words[w], q[w]))
-        return acc
+        return _hamming(self.words, q)
 
     def nearest(
         self,
@@ -326,23 +377,13 @@ class SignSketch:
         mask: npt.NDArray[np.bool_] | None = None,
     ) -> npt.NDArray[np.intp]:
         """The (at most) ``count`` rows nearest ``query`` by the sketch, among those
-        ``mask`` allows, in ascending row order (an unordered candidate set)."""
+        ``mask`` allows, in ascending row order (an unordered candidate set); of the
+        rows at the cut's distance, the first ones in row order."""
         dist = self.distances(query)
         far = self.words.shape[0] * 64 + 1  # beyond any distance: excluded rows
         if mask is not None:
             dist[~mask] = far
-        # Distances are small integers: the cut comes from their histogram (no sort or
-        # partition of every row); rows at the cut's distance are taken in row order.
-        cum = np.cumsum(np.bincount(dist, minlength=far + 1))
-        count = min(count, int(cum[far - 1]))
-        if count <= 0:
-            return np.empty(0, dtype=np.intp)
-        cut = int(np.searchsorted(cum, count))
-        below = np.flatnonzero(dist < cut)
-        at = np.flatnonzero(dist == cut)[: count - below.shape[0]]
-        rows: npt.NDArray[np.intp] = np.concatenate([below, at])
-        rows.sort()
-        return rows
+        return _nearest_rows(dist, count, far)
 
 
 def _headroom(rows: int) -> int:

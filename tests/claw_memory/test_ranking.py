@@ -140,6 +140,16 @@ async def test_filters_never_shift_bm25_scores(tmp_path: Path) -> None:
         assert scores(sources=frozenset({"sessions"})) == []
 
 
+def test_the_candidate_depth_stops_growing_past_the_growth_rows() -> None:
+    from claw_memory._ranking import GROWTH_ROWS, candidate_count
+
+    assert candidate_count(10, 4, 4.0, 100_000) == 400
+    assert candidate_count(10, 4, 4.0, GROWTH_ROWS) == 4 * GROWTH_ROWS // 1000
+    assert candidate_count(10, 4, 4.0, 1_000_000) == 4 * GROWTH_ROWS // 1000
+    assert candidate_count(10, 4, 0.0, 1_000_000) == 40
+    assert candidate_count(100, 4, 4.0, 1_000_000) == max(400, 4 * GROWTH_ROWS // 1000)
+
+
 async def test_the_candidate_depth_grows_with_the_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -291,3 +291,26 @@ async def test_an_index_above_the_threshold_finds_appended_rows_by_vector(
         assert "memory/2.md" not in [h.path for h in gone.hits]
         sketch = index._generation.sketch()
         assert sketch is not None and sketch.rows == len(index._generation.records)
+
+
+def _reference_nearest(dist: npt.NDArray[np.uint16], count: int, far: int) -> list[int]:
+    order = np.argsort(dist, kind="stable")  # by distance, then row
+    return sorted(r for r in order[:count].tolist() if dist[r] < far)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_cut_from_a_sample_is_the_cut_from_every_row(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(600, 20_000))
+    far = 97
+    dist = rng.integers(0, 40 + 50 * (seed % 2), n).astype(np.uint16)
+    if seed >= 4:
+        # The sampled rows are all far, the near ones hide between them: the sample
+        # underestimates how many are near, and every row must be taken instead.
+        dist[:] = 90
+        dist[::16] = 96
+        dist[rng.integers(0, n, 50)] = 3
+    dist[rng.random(n) < 0.2] = far  # excluded rows
+    for count in (1, 17, 100, n // 5, n):
+        got = _generation._nearest_rows(dist.copy(), count, far)
+        assert got.tolist() == _reference_nearest(dist, count, far)
