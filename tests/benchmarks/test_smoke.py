@@ -168,27 +168,9 @@ def test_search_latency_benchmark_runs_on_a_tiny_corpus(
 def test_search_latency_runs_the_approximate_vector_stage_in_claw_and_the_floor(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    search_latency.main(
-        [
-            "--json",
-            "--chunks",
-            "300",
-            "--queries",
-            "10",
-            "--seconds",
-            "0.2",
-            "--reindex-runs",
-            "0",
-            "--sweep",
-            "",
-            "--passes",
-            "1",
-            "--systems",
-            "claw,floor",
-            "--approximate-rows",
-            "100",
-        ]
-    )
+    tiny = ["--json", "--chunks", "300", "--queries", "10", "--seconds", "0.2", "--passes", "1"]
+    only = ["--reindex-runs", "0", "--sweep", "", "--systems", "claw,floor"]
+    search_latency.main([*tiny, *only, "--approximate-rows", "100"])
     result = _last_json(capsys)
     assert result["vector_stage_approximate"] is True
     names = [r["system"] for r in result["systems"]]  # type: ignore[union-attr, index]

@@ -6,7 +6,6 @@ appends, dead rows and compaction, and be used only above the row threshold.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -21,26 +20,9 @@ from claw_memory._index import open_memory_index
 from claw_memory._records import ChunkRecord
 from claw_memory._settings import MemoryCoreSettings
 
+from .test_generation import _record
+
 DIMS = 96  # not a multiple of 64: the last word of each row is padded
-_keys = itertools.count(1)
-
-
-def _record(prov: str, i: int) -> ChunkRecord:
-    key = next(_keys)
-    return ChunkRecord(
-        chunk_id=f"c{key}",
-        key=key,
-        source="memory",
-        provenance=prov,
-        path=prov,
-        start_line=i,
-        end_line=i,
-        content_hash=f"h{key}",
-        revision="r",
-        text=f"chunk {key}",
-        agent_id=None,
-        session_key=None,
-    )
 
 
 def _corpus(rows: int, seed: int = 5) -> npt.NDArray[np.float32]:
