@@ -241,12 +241,14 @@ def _sign_words(
     64-bit words, one contiguous array per word (words x rows)."""
     dims = matrix.shape[1]
     words = -(-dims // 64)
-    out = np.zeros((stop - start, words * 8), dtype=np.uint8)
+    out = np.empty((words, stop - start), dtype=np.uint64)
+    block = np.zeros((_SKETCH_BLOCK, words * 8), dtype=np.uint8)
     for a in range(start, stop, _SKETCH_BLOCK):
         b = min(stop, a + _SKETCH_BLOCK)
         bits = np.packbits(matrix[a:b] > centre, axis=1)
-        out[a - start : b - start, : bits.shape[1]] = bits
-    return np.ascontiguousarray(out.view(np.uint64).T)
+        block[: b - a, : bits.shape[1]] = bits
+        out[:, a - start : b - start] = block[: b - a].view(np.uint64).T
+    return out
 
 
 def _query_words(query: npt.NDArray[np.float32], words: int) -> npt.NDArray[np.uint64]:
