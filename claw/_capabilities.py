@@ -253,7 +253,7 @@ class MemoryCallerContext(Capability):
 
     def assert_current(self) -> None:
         """Raise unless this context, its authority and audience are all still current."""
-        registry = _CONTEXT_REGISTRIES.get(self)
+        registry = _CONTEXT_REGISTRY_DATA.get(weakref.ref(self))
         if registry is None:
             raise ForgedCapabilityError(
                 "this memory caller context was not minted by a host (forged)"
@@ -302,10 +302,31 @@ def _field_reader(cls: type[Capability]) -> Callable[[Capability], tuple[object,
     return read_all
 
 
+def _same(now: tuple[object, ...], minted: tuple[object, ...]) -> bool:
+    """Whether two field snapshots hold the very same objects, position by position."""
+    return all(map(operator.is_, now, minted))
+
+
 #: How to read each capability class's fields, for the snapshot taken at minting.
 _FIELD_READERS: dict[type[Capability], Callable[[Capability], tuple[object, ...]]] = {
     cls: _field_reader(cls) for cls in CAPABILITY_CLASSES
 }
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _weak_key_data(mapping: weakref.WeakKeyDictionary[K, V]) -> dict[weakref.ref[K], V]:
+    """The dict behind a ``WeakKeyDictionary`` (weak reference -> value).
+
+    Looking a key up there (``data.get(weakref.ref(key))``) is what the mapping's own
+    ``get`` does, minus a Python-level call; the verification path does it several
+    times a request. The attribute is the standard library's (``weakref.py``), not in
+    the type stubs.
+    """
+    data: dict[weakref.ref[K], V] = mapping.data  # type: ignore[attr-defined]
+    return data
+
 
 #: Which registry minted each caller context. It lives here, not on the context, so that
 #: no attribute path from a context (which every provider and tool receives) leads to
@@ -313,6 +334,10 @@ _FIELD_READERS: dict[type[Capability], Callable[[Capability], tuple[object, ...]
 #: docs/threat-model.md for what remains reachable.
 _CONTEXT_REGISTRIES: weakref.WeakKeyDictionary[MemoryCallerContext, CapabilityRegistry] = (
     weakref.WeakKeyDictionary()
+)
+# Its dict (weak reference -> registry), read directly by ``assert_current``.
+_CONTEXT_REGISTRY_DATA: dict[weakref.ref[MemoryCallerContext], CapabilityRegistry] = _weak_key_data(
+    _CONTEXT_REGISTRIES
 )
 
 
@@ -329,9 +354,11 @@ class _Grant:
     bound_session_key: str | None = None
     check: Callable[[], bool] | None = None
     stale_message: str | None = None
+    # The capability class's field reader, kept here so a verification looks up nothing.
+    read: Callable[[Capability], tuple[object, ...]] = attrs.field(kw_only=True)
 
     def fields_unchanged(self, cap: Capability) -> bool:
-        return all(map(operator.is_, _FIELD_READERS[type(cap)](cap), self.fields))
+        return _same(self.read(cap), self.fields)
 
 
 @attrs.define(eq=False)
@@ -351,6 +378,12 @@ class CapabilityRegistry:
     )
     _by_session: dict[str, weakref.WeakSet[Capability]] = attrs.field(factory=dict, init=False)
     _altered: weakref.WeakSet[Capability] = attrs.field(factory=weakref.WeakSet, init=False)
+    # ``_live``'s own dict (weak reference -> grant): a verification looks a capability
+    # up there directly, without the mapping's Python-level ``get``.
+    _live_data: dict[weakref.ref[Capability], _Grant] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._live_data = _weak_key_data(self._live)
 
     def mint(
         self,
@@ -367,12 +400,14 @@ class CapabilityRegistry:
         cap: C = cls._create(**fields)
         if isinstance(cap, MemoryCallerContext):
             _CONTEXT_REGISTRIES[cap] = self
+        read = _FIELD_READERS[cls]
         self._live[cap] = _Grant(
             scope_name=scope_name,
-            fields=_FIELD_READERS[cls](cap),
+            fields=read(cap),
             bound_session_key=bound_session_key,
             check=check,
             stale_message=stale_message,
+            read=read,
         )
         for key in lineage_keys:
             self._by_session.setdefault(key, weakref.WeakSet()).add(cap)
@@ -436,7 +471,24 @@ class CapabilityRegistry:
             raise CapabilityDeniedError(f"expected a {names}, got {type(cap).__name__}")
         if not isinstance(cap, Capability):
             raise ForgedCapabilityError(f"{type(cap).__name__} is not a claw capability")
-        grant = self._live.get(cap)
+        self._verify_grant(cap, session_key)
+        # Capability classes are final, so the exact type says which nested ones to check.
+        kind = type(cap)
+        if kind is MemoryCallerContext:
+            if cap.cancel_scope.cancel_called:  # type: ignore[attr-defined]
+                raise StaleCapabilityError("the caller's request was aborted")
+            authority = cap.authority  # type: ignore[attr-defined]
+            if not isinstance(authority, Capability):
+                raise ForgedCapabilityError(f"{type(authority).__name__} is not a claw capability")
+            self._verify_grant(authority, None)
+            if type(authority) is SessionAuthority:
+                self._verify_parts(authority)
+        elif kind is SessionAuthority:
+            self._verify_parts(cap)  # type: ignore[arg-type]
+
+    def _verify_grant(self, cap: Capability, session_key: str | None) -> None:
+        """The checks of :meth:`verify` on ``cap`` itself (not the capabilities it holds)."""
+        grant = self._live_data.get(weakref.ref(cap))
         if grant is None:
             if cap in self._altered:
                 self._refuse_altered(cap)
@@ -446,7 +498,7 @@ class CapabilityRegistry:
             raise ForgedCapabilityError(
                 f"this {cap.kind_name} was not minted by this host (forged or foreign)"
             )
-        if not grant.fields_unchanged(cap):
+        if not _same(grant.read(cap), grant.fields):
             self._refuse_altered(cap)
         if grant.check is not None and not grant.check():
             self.revoke(cap, grant.stale_message or "its incarnation changed")
@@ -460,15 +512,13 @@ class CapabilityRegistry:
                 f"this {cap.kind_name} is bound to another session and cannot be presented "
                 f"for session {session_key!r}"
             )
-        if isinstance(cap, SessionAuthority):
-            if cap.audience is not None:
-                self.verify(cap.audience, session_key=cap.session_key)
-            if cap.conversation_recall is not None:
-                self.verify(cap.conversation_recall, session_key=cap.session_key)
-        elif isinstance(cap, MemoryCallerContext):
-            if cap.cancel_scope.cancel_called:
-                raise StaleCapabilityError("the caller's request was aborted")
-            self.verify(cap.authority)
+
+    def _verify_parts(self, authority: SessionAuthority) -> None:
+        """A session authority's audience and recall pass, bound to its session."""
+        if authority.audience is not None:
+            self.verify(authority.audience, session_key=authority.session_key)
+        if authority.conversation_recall is not None:
+            self.verify(authority.conversation_recall, session_key=authority.session_key)
 
     @staticmethod
     def _stale_text(cap: Capability, reason: str | None) -> str:

@@ -77,6 +77,10 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every frame (json.loads with an option builds a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _valid_id(value: object) -> bool:
     if isinstance(value, str):
         return 0 < len(value) <= MAX_ID_CHARS
@@ -91,11 +95,15 @@ def decode_frame(message: str | bytes, *, max_bytes: int) -> Frame:
     """Decode one client message into a frame, or raise :class:`FrameError` saying why not."""
     if isinstance(message, bytes):
         raise FrameError(None, "binary frames are not accepted; send JSON text frames")
-    # A str never has fewer UTF-8 bytes than characters, so the cheap test goes first.
-    if len(message) > max_bytes or len(message.encode("utf-8")) > max_bytes:
+    # A character takes one to four UTF-8 bytes: only a frame in between is encoded to
+    # count them (an ordinary request is far below the limit and costs no copy).
+    chars = len(message)
+    if chars > max_bytes or (chars * 4 > max_bytes and len(message.encode("utf-8")) > max_bytes):
         raise FrameError(None, f"frame is larger than the gateway's limit of {max_bytes} bytes")
+    if message.startswith("\ufeff"):
+        raise FrameError(None, "frame is not valid JSON (it starts with a byte order mark)")
     try:
-        data = json.loads(message, parse_constant=_reject_constant)
+        data = _DECODER.decode(message)
     except json.JSONDecodeError as exc:
         raise FrameError(None, f"frame is not valid JSON ({exc.msg} at offset {exc.pos})") from None
     except RecursionError:
@@ -134,7 +142,11 @@ def decode_frame(message: str | bytes, *, max_bytes: int) -> Frame:
 
 
 # One encoder for every frame (json.dumps with these options builds a new one per call).
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+# No circular-reference bookkeeping: a payload is a tree a handler built, and a cycle
+# still fails (RecursionError, answered as an internal error) rather than looping.
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":")
+)
 
 
 def encode(frame: Mapping[str, Any]) -> str:

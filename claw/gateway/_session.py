@@ -2,9 +2,13 @@
 
 A session starts once the ``connect`` frame was accepted and runs three kinds of task
 in the connection's host scope: a reader (decodes frames, answers malformed ones,
-starts a task per request), a sender (the only writer to the socket, draining a
-bounded queue, so a client that stops reading stalls only its own session), and one
-task per in-flight request inside that request's own cancel scope.
+starts a task per request), a sender (draining a bounded queue, so a client that stops
+reading stalls only its own session), and one task per in-flight request inside that
+request's own cancel scope. An answer is written by the task that made it when nothing
+is being written or waiting to be (the common case: no hand-off to the sender, one
+task switch less a request); otherwise it joins the queue, so that a client that stops
+reading still holds at most ``max_in_flight`` answers in tasks and
+``max_queued_messages`` in the queue.
 
 Everything the session minted dies with it: the operator authority lives in a nested
 host scope held open by a task, so revoking the client (:meth:`Session.revoke`) can
@@ -76,6 +80,8 @@ class Session:
     revoke_requested: trio.Event = attrs.field(factory=trio.Event, init=False)
     authority_released: trio.Event = attrs.field(factory=trio.Event, init=False)
     _cancel_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    # Tasks writing to the socket now (answers written directly, and the sender).
+    _writers: int = attrs.field(default=0, init=False)
     _outbox_send: trio.MemorySendChannel[str] = attrs.field(init=False)
     _outbox_receive: trio.MemoryReceiveChannel[str] = attrs.field(init=False)
 
@@ -147,14 +153,27 @@ class Session:
     async def _send_loop(self) -> None:
         async with self._outbox_receive:
             async for text in self._outbox_receive:
-                try:
-                    await self.ws.send_message(text)
-                except ConnectionClosed:
-                    self.close("the connection closed")
+                if not await self._write(text):
                     return
 
+    async def _write(self, text: str) -> bool:
+        """Write one message; ``False`` (the session closed) once the connection is gone."""
+        self._writers += 1
+        try:
+            await self.ws.send_message(text)
+        except ConnectionClosed:
+            self.close("the connection closed")
+            return False
+        finally:
+            self._writers -= 1
+        return True
+
     async def _reply(self, text: str) -> None:
-        await self._outbox_send.send(text)
+        if self._writers or self._outbox_send.statistics().current_buffer_used:
+            await self._outbox_send.send(text)
+        else:
+            # Nothing ahead of this answer: write it now rather than wake the sender.
+            await self._write(text)
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         while True:

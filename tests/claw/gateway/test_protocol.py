@@ -55,6 +55,26 @@ def test_oversize_is_measured_in_utf8_bytes() -> None:
         decode_frame(message, max_bytes=len(message.encode()) - 1)
 
 
+def test_a_frame_of_few_characters_but_too_many_utf8_bytes_is_refused() -> None:
+    message = json.dumps(
+        {"type": "req", "id": "1", "method": "m", "params": {"s": "€" * 100}},
+        ensure_ascii=False,
+    )
+    size = len(message.encode())
+    assert len(message) < size - 1
+    decode_frame(message, max_bytes=size)
+    with pytest.raises(FrameError, match="larger than"):
+        decode_frame(message, max_bytes=size - 1)
+    with pytest.raises(FrameError, match="larger than"):
+        decode_frame(message, max_bytes=len(message))
+
+
+def test_a_frame_with_a_byte_order_mark_is_refused_saying_so() -> None:
+    with pytest.raises(FrameError, match="byte order mark") as refused:
+        decode_frame('\ufeff{"type":"req","id":"1","method":"m"}', max_bytes=BIG)
+    assert refused.value.request_id is None
+
+
 def test_encoded_responses_have_the_wire_shape() -> None:
     assert json.loads(encode_result("1", {"a": [1]})) == {
         "type": "res",
