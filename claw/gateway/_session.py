@@ -82,6 +82,8 @@ class Session:
     _cancel_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     # Tasks writing to the socket now (answers written directly, and the sender).
     _writers: int = attrs.field(default=0, init=False)
+    # When the reader last received a message (the idle timer's reference).
+    _last_message: float = attrs.field(default=0.0, init=False)
     _outbox_send: trio.MemorySendChannel[str] = attrs.field(init=False)
     _outbox_receive: trio.MemoryReceiveChannel[str] = attrs.field(init=False)
 
@@ -175,20 +177,41 @@ class Session:
             # Nothing ahead of this answer: write it now rather than wake the sender.
             await self._write(text)
 
-    async def _read_loop(self, nursery: trio.Nursery) -> None:
+    async def _watch_idle(self, reading: trio.CancelScope) -> None:
+        """End the read loop (``reading``) once the connection has been idle for
+        ``idle_timeout``: no message for that long, and no answer the client still
+        waits for. One timer per quiet period rather than a cancel scope per message."""
+        idle = self.idle_timeout
+        busy_since = self._last_message
         while True:
-            message: str | bytes | None = None
+            await trio.sleep_until(max(self._last_message, busy_since) + idle)
+            now = trio.current_time()
+            if self._last_message + idle > now:
+                continue  # a message came since the timer was set: wait out the rest
+            if self.inflight or self.responses_queued or self._writers:
+                # Not idle while the client waits for answers; look again a period later.
+                busy_since = now
+                continue
+            # Nothing in flight, queued or being written: the reader waits for a message
+            # (its only other waits are writing or queueing an answer).
+            self.idle_closed = True
+            reading.cancel()
+            return
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        self._last_message = trio.current_time()
+        with trio.CancelScope() as reading:
+            nursery.start_soon(self._watch_idle, reading)
+            await self._read_messages(nursery)
+
+    async def _read_messages(self, nursery: trio.Nursery) -> None:
+        ws = self.ws
+        while True:
             try:
-                with trio.move_on_after(self.idle_timeout):
-                    message = await self.ws.get_message()
+                message = await ws.get_message()
             except ConnectionClosed:
                 return
-            if message is None:
-                # Quiet for idle_timeout: idle unless the client still waits for answers.
-                if self.inflight or self.responses_queued:
-                    continue
-                self.idle_closed = True
-                return
+            self._last_message = trio.current_time()
             try:
                 frame = decode_frame(message, max_bytes=self.max_message_bytes)
             except FrameError as exc:

@@ -133,7 +133,10 @@ class GuardedMemoryHandle:
 
     async def _current(self) -> None:
         """Check currency; while a session write is in flight, wait for it and check again."""
-        await _await_current(self._check, self._wait_for_writes)
+        try:
+            self._check()
+        except CurrencyPendingError:
+            await _await_current(self._check, self._wait_for_writes)
 
     async def _released(self) -> None:
         """The release check, right before a result leaves the guard: currency by the
@@ -145,7 +148,10 @@ class GuardedMemoryHandle:
         self._check_selected()
         verify_committed = self._verify_committed
         context = self._context
-        await _await_current_async(lambda: verify_committed(context), self._wait_for_writes)
+        try:
+            await verify_committed(context)
+        except CurrencyPendingError:
+            await _await_current_async(lambda: verify_committed(context), self._wait_for_writes)
 
     async def _call(
         self,
@@ -403,7 +409,10 @@ class MemoryRuntime:
     async def await_current(self, context: MemoryCallerContext) -> None:
         """Verify ``context`` with the host; while a session write is in flight, wait and retry."""
         host = self._host
-        await _await_current(lambda: host.verify(context), host.sessions.wait_for_writes)
+        try:
+            host.verify(context)
+        except CurrencyPendingError:
+            await _await_current(lambda: host.verify(context), host.sessions.wait_for_writes)
 
     async def await_committed(self, context: MemoryCallerContext) -> None:
         """:meth:`await_current`, then the release check against the committed lineage

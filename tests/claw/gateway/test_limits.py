@@ -10,6 +10,7 @@ import trio_websocket
 
 import claw
 from claw.gateway import Gateway, GatewayAddress
+from claw.gateway._session import Session
 
 from .conftest import (
     Recorder,
@@ -69,6 +70,52 @@ async def test_a_connection_waiting_for_an_answer_is_not_idle(
         recorder.gate("g").set()
         answer = await receive_json(ws)
         assert (answer["id"], answer["ok"]) == ("w", True)
+
+
+class _StalledSocket:
+    """A connection whose client stopped reading: every write after the hello waits."""
+
+    def __init__(self) -> None:
+        self.incoming, self._received = trio.open_memory_channel[str](8)
+        self.sent: list[str] = []
+        self.reading = trio.Event()
+
+    async def get_message(self) -> str:
+        return await self._received.receive()
+
+    async def send_message(self, text: str) -> None:
+        self.sent.append(text)
+        if len(self.sent) > 1:
+            await self.reading.wait()
+
+
+async def test_a_connection_still_writing_an_answer_is_not_idle(
+    host: claw.Host, autojump_clock: trio.testing.MockClock
+) -> None:
+    ws = _StalledSocket()
+    session = Session(
+        connection_id="conn-stalled",
+        scopes=frozenset({"operator.read"}),
+        ws=ws,  # type: ignore[arg-type]
+        host=host,
+        methods={},
+        max_message_bytes=1024,
+        max_in_flight=4,
+        max_queued_messages=4,
+        idle_timeout=30.0,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(session.run, nursery, "c", {"type": "hello-ok"})
+        # The reader answers a malformed frame itself; the client does not read it.
+        await ws.incoming.send("not json")
+        await trio.sleep(100)
+        assert not session.idle_closed
+        assert len(ws.sent) == 2 and "INVALID_REQUEST" in ws.sent[1]
+        ws.reading.set()
+        start = trio.current_time()
+    # Idle once the answer is written: at the next look, at most idle_timeout later.
+    assert session.idle_closed
+    assert 0 < trio.current_time() - start <= 30
 
 
 async def test_connections_beyond_the_cap_are_refused_and_the_others_served(
