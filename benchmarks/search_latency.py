@@ -762,6 +762,8 @@ def _memory_core_config(candidates: int | None, shipped: bool = False) -> dict[s
     if not shipped:
         # The second, coverage stage re-scores the head of the ranking.
         settings.update(coverage_weight=0.0, near_coverage_weight=0.0, far_coverage_weight=0.0)
+    if OPTIONS["approximate_rows"]:
+        settings["approximate_rows"] = OPTIONS["approximate_rows"]
     if candidates is not None:
         if candidates % RESULTS:
             raise SystemExit(f"--sweep: candidate counts must be multiples of {RESULTS}")

@@ -982,7 +982,7 @@ class MemoryIndex:
                 and m is not None
                 and m.shape[0] == len(it.gen.records)
                 and m.shape[0] * m.shape[1] >= _PARALLEL_PRODUCT_WORK
-                and not approximate(it.gen)  # it scans a sketch instead
+                and not approximate(it.gen, it.params.approximate_rows)  # it scans a sketch
             ):
                 by_gen.setdefault(id(it.gen), []).append(it)
         for items in by_gen.values():
@@ -1434,6 +1434,7 @@ class MemoryIndex:
                 candidate_multiplier=settings.candidate_multiplier,
                 candidate_growth=settings.candidate_growth,
                 when_weight=settings.when_weight,
+                approximate_rows=settings.approximate_rows,
                 min_score=cut,
                 temporal_decay=settings.temporal_decay,
                 half_life_days=settings.half_life_days,
@@ -1792,7 +1793,9 @@ def rank_batch(
     for group in by_gen.values():
         gen = items[group[0]].gen
         assert gen.matrix is not None
-        if gen.matrix.shape[0] != len(gen.records) or approximate(gen):
+        if gen.matrix.shape[0] != len(gen.records) or any(
+            approximate(gen, items[i].params.approximate_rows) for i in group
+        ):
             continue  # (an approximate vector stage scans the sketch in rank())
         dense = group
         if gen.matrix.size <= _SPARSE_PRODUCT_CELLS:

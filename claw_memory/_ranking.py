@@ -34,7 +34,7 @@ from claw.plugin_sdk.search import has_cjk, lexical_search, top_k
 
 from ._generation import Generation
 from ._lexical import LexicalIndex
-from ._settings import SearchMode
+from ._settings import DEFAULT_APPROXIMATE_ROWS, SearchMode
 from ._transcripts import date_text
 from ._types import SearchFilter
 
@@ -69,6 +69,8 @@ class RankParams:
     filter: SearchFilter
     candidate_growth: float = 0.0
     when_weight: float = 0.0
+    #: See :func:`approximate`; ``None`` is :data:`APPROXIMATE_ROWS`.
+    approximate_rows: int | None = None
 
 
 @attrs.frozen
@@ -97,21 +99,24 @@ def candidate_count(want: int, multiplier: int, growth: float, rows: int) -> int
     return max(want * multiplier, want, math.ceil(growth * counted / 1000))
 
 
-# From this many rows up, the vector stage scans the generation's sign-bit sketch
+# From this many rows up (unless a search's RankParams.approximate_rows, from the
+# settings, says otherwise), the vector stage scans the generation's sign-bit sketch
 # (:class:`~claw_memory._generation.SignSketch`, 48 bytes a row at 384 dimensions)
 # instead of computing the cosine of every row: an exact product reads the whole
 # float32 matrix per search (1.5 GB at 1M rows, 81 ms on two idle cores), the sketch a
 # 32nd of it. The rows it ranks nearest are then scored exactly. Below, exact.
-APPROXIMATE_ROWS = 500_000
+APPROXIMATE_ROWS = DEFAULT_APPROXIMATE_ROWS
 # How many rows the sketch hands to exact scoring: this many per vector candidate
 # wanted, and at least SKETCH_RESCORE_MIN.
 SKETCH_RESCORE_FACTOR = 4
 SKETCH_RESCORE_MIN = 8192
 
 
-def approximate(gen: Generation) -> bool:
-    """Whether ``gen``'s vector stage scans its sketch (see :data:`APPROXIMATE_ROWS`)."""
-    return gen.matrix is not None and gen.matrix.shape[0] >= APPROXIMATE_ROWS
+def approximate(gen: Generation, rows: int | None = None) -> bool:
+    """Whether ``gen``'s vector stage scans its sketch: from ``rows`` rows up (0: never;
+    ``None``: :data:`APPROXIMATE_ROWS`)."""
+    threshold = APPROXIMATE_ROWS if rows is None else rows
+    return gen.matrix is not None and 0 < threshold <= gen.matrix.shape[0]
 
 
 def row_cosines(
@@ -489,7 +494,7 @@ def rank(
     sketched = False
     if use_vec and gen.matrix is not None and gen.matrix.shape[0] == n:
         assert query_vector is not None
-        if sims is None and approximate(gen):
+        if sims is None and approximate(gen, params.approximate_rows):
             sketched = True
             vec_rows = sketch_nearest(gen, query_vector, k, mask)
         else:

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from claw.plugin_sdk import InlineWorkerPool
+from claw.plugin_sdk import ConfigError, InlineWorkerPool
 from claw.plugin_sdk.search import HashEmbedder
 from claw_memory import _generation, _ranking
 from claw_memory._generation import Generation, SignSketch, _sign_words, normalise_rows
@@ -243,17 +243,22 @@ def test_above_the_threshold_the_vector_stage_agrees_with_the_exact_one(
     assert np.mean(shares) >= 0.95
 
 
-async def test_an_index_above_the_threshold_finds_appended_rows_by_vector(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_ranking, "APPROXIMATE_ROWS", 1)
-    monkeypatch.setattr(_generation, "_SKETCH_BLOCK", 2)  # several blocks per sketch
+def _animal_notes(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     words = ["walrus", "otter", "heron", "badger", "lynx", "marten"]
     for i, w in enumerate(words):
         (ws / "memory" / f"{i}.md").write_text(f"notes about the {w} colony\n", "utf-8")
-    settings = MemoryCoreSettings(min_score=0.0)
+    return ws
+
+
+async def test_an_index_above_the_threshold_finds_appended_rows_by_vector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_generation, "_SKETCH_BLOCK", 2)  # several blocks per sketch
+    ws = _animal_notes(tmp_path)
+    # The threshold comes from the settings: approximate from the first row.
+    settings = MemoryCoreSettings(min_score=0.0, approximate_rows=1)
     async with open_memory_index(
         workspace_dir=ws,
         index_dir=tmp_path / "idx",
@@ -273,6 +278,32 @@ async def test_an_index_above_the_threshold_finds_appended_rows_by_vector(
         assert "memory/2.md" not in [h.path for h in gone.hits]
         sketch = index._generation.sketch()
         assert sketch is not None and sketch.rows == len(index._generation.records)
+
+
+@pytest.mark.parametrize("rows", [0, 7])
+async def test_approximate_rows_of_zero_or_above_the_index_keeps_its_vector_stage_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int
+) -> None:
+    # Even where the module default would approximate, the setting decides.
+    monkeypatch.setattr(_ranking, "APPROXIMATE_ROWS", 1)
+    ws = _animal_notes(tmp_path)
+    settings = MemoryCoreSettings(min_score=0.0, approximate_rows=rows)
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=settings,
+        embedder=HashEmbedder(),
+    ) as index:
+        found = await index.search("heron", max_results=1, mode="vector")
+        assert [h.path for h in found.hits] == ["memory/2.md"]
+        assert "sketch" not in index._generation._memo
+
+
+@pytest.mark.parametrize("bad", [-1, True, 2.5, "many"])
+def test_approximate_rows_must_be_a_whole_number_of_rows(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"memory_core\.approximate_rows"):
+        MemoryCoreSettings(approximate_rows=bad)  # type: ignore[arg-type]
 
 
 def _reference_nearest(dist: npt.NDArray[np.uint16], count: int, far: int) -> list[int]:
