@@ -277,9 +277,17 @@ async def _qps_async(search: Callable[[int], Awaitable[Any]], nq: int, seconds: 
 
 
 async def serve_commands_async(
-    searches: dict[str, Callable[[int], Awaitable[Any]]], nq: int, ready: dict[str, Any]
+    searches: dict[str, Callable[[int], Awaitable[Any]]],
+    nq: int,
+    ready: dict[str, Any],
+    convert: Callable[[Any], Any] = lambda result: result,
 ) -> dict[str, list[Any]]:
-    """:func:`serve_commands` for searches that are awaited (on the worker's Trio loop)."""
+    """:func:`serve_commands` for searches that are awaited (on the worker's Trio loop).
+
+    ``convert`` turns a search's result into what is compared (corpus rows) after the
+    clock stops: the floor's searches return rows as they rank, and the benchmark's own
+    mapping of a claw hit back to its corpus row is no part of claw's search.
+    """
     import trio
 
     for search in searches.values():
@@ -295,7 +303,7 @@ async def serve_commands_async(
                 t = time.perf_counter()
                 out.append(await searches[args[0]](i))
                 lat.append((time.perf_counter() - t) * 1000.0)
-            results[args[0]] = out
+            results[args[0]] = [convert(r) for r in out]
             send({"lat": lat, "load": load()})
         elif cmd == "qps":
             rate = await _qps_async(searches[args[0]], nq, float(args[1]))
@@ -948,10 +956,9 @@ def run_claw(
             if not shipped:
                 requests["claw lexical"] = [_request(q, lexical=True) for q in qs]
 
-            def searcher(kind: str) -> Callable[[int], Awaitable[list[int]]]:
-                async def search(i: int) -> list[int]:
-                    res = await handle.search(requests[kind][i])
-                    return [_hit_row(h) for h in res.hits]
+            def searcher(kind: str) -> Callable[[int], Awaitable[Any]]:
+                async def search(i: int) -> Any:
+                    return await handle.search(requests[kind][i])
 
                 return search
 
@@ -959,6 +966,7 @@ def run_claw(
                 {kind: searcher(kind) for kind in requests},
                 len(qs),
                 {"build_s": build, "chunks": chunks},
+                convert=lambda res: [_hit_row(h) for h in res.hits],
             )
             if not shipped:
                 # While this process holds the index open (its matrix mapped).

@@ -192,6 +192,32 @@ def test_search_latency_runs_the_approximate_vector_stage_in_claw_and_the_floor(
     assert 0.0 < float(result["overlap_exhaustive_at10"]) <= 1.0  # type: ignore[arg-type]
 
 
+async def test_search_latency_maps_claw_hits_to_rows_after_the_clock(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pass times the searches alone: the benchmark's own mapping of each result to
+    corpus rows (``convert``) runs after the last search of the pass, not inside any
+    search's timed span."""
+    import io
+
+    events: list[str] = []
+
+    async def search(i: int) -> int:
+        events.append(f"search {i}")
+        return i
+
+    def convert(result: int) -> list[int]:
+        events.append(f"convert {result}")
+        return [result * 10]
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("pass s\nend\n"))
+    results = await search_latency.serve_commands_async({"s": search}, 3, {}, convert=convert)
+    capsys.readouterr()
+    assert results == {"s": [[0], [10], [20]]}
+    passed = events[3:]  # after the three warm-up searches
+    assert passed == [f"search {i}" for i in range(3)] + [f"convert {i}" for i in range(3)]
+
+
 def test_benchmark_workers_report_their_own_peak_rss_not_the_parents() -> None:
     """ru_maxrss of a child inherits the parent's high-water mark; the workers' figure must not."""
     import subprocess
