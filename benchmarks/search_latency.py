@@ -906,10 +906,18 @@ def _hit_row(hit: Any) -> int:
 
 
 def run_claw(
-    root: Path, work: Path, *, reindex_runs: int, sweep: Sequence[int], shipped: bool = False
+    root: Path,
+    work: Path,
+    *,
+    reindex_runs: int,
+    sweep: Sequence[int],
+    shipped: bool = False,
+    baseline: bool = False,
 ) -> None:
     """claw through the provider handle; ``shipped``: the shipped ranking defaults (its
-    own index and process), hybrid only, without the sweep and the change runs."""
+    own index and process), hybrid only, without the sweep and the change runs;
+    ``baseline``: the claw of ``--baseline`` (this process imports it), hybrid and
+    lexical as for ``claw``, without the second reader, the sweep and the change runs."""
     import contextlib
 
     import trio
@@ -933,6 +941,9 @@ def run_claw(
     default = claw_candidates(total)
     hybrid: dict[str, Any] = {"candidates": default}
     name = "claw hybrid shipped" if shipped else "claw hybrid"
+    lexical = "claw lexical"
+    if baseline:
+        name, lexical = f"{name} {BASELINE_TAG}", f"{lexical} {BASELINE_TAG}"
 
     @contextlib.asynccontextmanager
     async def handle_of(candidates: int | None) -> Any:
@@ -954,7 +965,7 @@ def run_claw(
             chunks = _chunk_count(await handle.health(), total)
             requests = {name: [_request(q) for q in qs]}
             if not shipped:
-                requests["claw lexical"] = [_request(q, lexical=True) for q in qs]
+                requests[lexical] = [_request(q, lexical=True) for q in qs]
 
             def searcher(kind: str) -> Callable[[int], Awaitable[Any]]:
                 async def search(i: int) -> Any:
@@ -968,13 +979,13 @@ def run_claw(
                 {"build_s": build, "chunks": chunks},
                 convert=lambda res: [_hit_row(h) for h in res.hits],
             )
-            if not shipped:
+            if not shipped and not baseline:
                 # While this process holds the index open (its matrix mapped).
                 hybrid.update(
                     await trio.to_thread.run_sync(_second_reader, root, work / "state", ws)
                 )
         hybrid["top"] = results.get(name, [])
-        if shipped:
+        if shipped or baseline:
             return
         hybrid["sweep"] = await _sweep(handle_of, qs, sweep)
         if reindex_runs:
@@ -985,7 +996,7 @@ def run_claw(
     common = {"index_mb": _dir_bytes(work / "state") / 2**20, "rss_mb": peak_rss_mb()}
     extra = {name: {**hybrid, **common}}
     if not shipped:
-        extra["claw lexical"] = common
+        extra[lexical] = common
     send({"extra": extra})
 
 
@@ -1140,8 +1151,15 @@ async def _change_costs(
 def worker(system: str, root: Path, reindex_runs: int, sweep: Sequence[int]) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"claw-bench-{system.replace('+', '-')}-"))
     try:
-        if system in ("claw", "claw-shipped"):
-            run_claw(root, work, reindex_runs=reindex_runs, sweep=sweep, shipped=system != "claw")
+        if system in ("claw", "claw-shipped", "claw-baseline"):
+            run_claw(
+                root,
+                work,
+                reindex_runs=reindex_runs,
+                sweep=sweep,
+                shipped=system == "claw-shipped",
+                baseline=system == "claw-baseline",
+            )
         elif system in ("floor", "floor-old"):
             (work / "tantivy").mkdir()
             run = run_floor if system == "floor" else run_floor_old
@@ -1156,6 +1174,27 @@ def worker(system: str, root: Path, reindex_runs: int, sweep: Sequence[int]) -> 
         shutil.rmtree(work, ignore_errors=True)
 
 
+# The suffix of the baseline's rows ("claw hybrid (baseline)").
+BASELINE_TAG = "(baseline)"
+
+
+def _baseline_tree(checkout: Path, into: Path) -> Path:
+    """A directory whose packages are ``checkout``'s, except this benchmark's own code.
+
+    The baseline worker runs there (its current directory comes first on its import
+    path), so it imports the claw, Memory Core and SDK of the earlier commit but
+    measures them with this benchmark (same corpus, timing and conversions).
+    """
+    into.mkdir()
+    for entry in checkout.iterdir():
+        if (entry / "__init__.py").is_file() and entry.name != "benchmarks":
+            (into / entry.name).symlink_to(entry.resolve())
+    if not (into / "claw").exists():
+        raise SystemExit(f"--baseline {checkout}: no claw package there")
+    (into / "benchmarks").symlink_to(Path(__file__).resolve().parent)
+    return into
+
+
 class WorkerFailed(Exception):
     """A worker process exited or reported an error instead of answering."""
 
@@ -1163,12 +1202,25 @@ class WorkerFailed(Exception):
 class _Worker:
     """One system's worker process and its command channel (see :func:`serve_commands`)."""
 
-    def __init__(self, system: str, argv: Sequence[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        system: str,
+        argv: Sequence[str],
+        env: dict[str, str],
+        log: Path,
+        cwd: Path | None = None,
+    ) -> None:
         self.system = system
         self._log = log
         with log.open("w", encoding="utf-8") as err:
             self._proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=env,
+                cwd=cwd,
             )
 
     def receive(self) -> dict[str, Any]:
@@ -1214,12 +1266,14 @@ def run_all(
     *,
     reindex_runs: int,
     sweep: Sequence[int],
+    baseline: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Run every system in a fresh interpreter of its own (its RSS is its own).
 
     The workers build one after the other (each build alone), then take their
     sequential passes and their QPS runs in turns, then their remaining measurements
-    one after the other.
+    one after the other. With ``baseline`` (a checkout of an earlier commit) the system
+    ``claw-baseline`` measures that checkout's claw beside this one's.
     """
     rows: list[dict[str, Any]] = []
     passes = OPTIONS["passes"]
@@ -1269,7 +1323,15 @@ def run_all(
                 "--approximate-rows",
                 str(OPTIONS["approximate_rows"]),
             ]
-            w = _Worker(system, argv, env, root / f"{system.replace('+', '-')}.log")
+            cwd = None
+            worker_env = env
+            if system == "claw-baseline":
+                if baseline is None:
+                    raise SystemExit("the claw-baseline system needs --baseline DIR")
+                cwd = _baseline_tree(baseline, root / "baseline")
+                worker_env = dict(env, PYTHONPATH=str(cwd))
+            log = root / f"{system.replace('+', '-')}.log"
+            w = _Worker(system, argv, worker_env, log, cwd=cwd)
             workers[system] = (w, {})
             attempt(system, lambda w=w, system=system: workers[system][1].update(w.receive()))
         lat: dict[str, list[list[float]]] = collections.defaultdict(list)
@@ -1333,6 +1395,8 @@ def summarise(rows: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
     by = {r["system"]: r for r in rows}
     hybrid = by.get("claw hybrid", {})
     shipped = by.get("claw hybrid shipped", {})
+    base_hybrid = by.get(f"claw hybrid {BASELINE_TAG}", {})
+    base_lexical = by.get(f"claw lexical {BASELINE_TAG}", {})
     lexical = by.get("claw lexical", {})
     floor = by.get("floor", {})
     exact_floor = by.get("floor exact", {})
@@ -1389,6 +1453,9 @@ def summarise(rows: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
         "claw_shipped_p95_ms": shipped.get("p95_pass_ms", nan),
         "claw_shipped_qps": shipped.get("qps_8", nan),
         "claw_shipped_peak_rss_mib": shipped.get("rss_mb", nan),
+        "claw_baseline_hybrid_p50_ms": base_hybrid.get("p50_ms", nan),
+        "claw_baseline_hybrid_qps": base_hybrid.get("qps_8", nan),
+        "claw_baseline_lexical_p50_ms": base_lexical.get("p50_ms", nan),
         "overlap_exhaustive_at10": overlap_at10(hybrid["top"], exhaustive)
         if exhaustive and "top" in hybrid
         else nan,
@@ -1434,6 +1501,16 @@ def summarise(rows: Sequence[dict[str, Any]], chunks: int) -> dict[str, Any]:
     out["claw_over_floor"] = out["claw_hybrid_p50_ms"] / out["floor_old_p50_ms"]
     out["peer_over_claw"] = out["peer_p50_ms"] / out["claw_hybrid_p50_ms"]
     out["claw_lexical_over_bare"] = out["claw_lexical_p50_ms"] / out["bare_lexical_p50_ms"]
+    # This checkout against --baseline's, in the same run (below 1: this one is faster).
+    out["claw_over_baseline"] = out["claw_hybrid_p50_ms"] / out["claw_baseline_hybrid_p50_ms"]
+    out["claw_lexical_over_baseline"] = (
+        out["claw_lexical_p50_ms"] / out["claw_baseline_lexical_p50_ms"]
+    )
+    out["baseline_over_claw_qps"] = out["claw_baseline_hybrid_qps"] / out["claw_hybrid_qps"]
+    out["baseline_over_fair_floor"] = out["claw_baseline_hybrid_p50_ms"] / out["floor_p50_ms"]
+    out["baseline_lexical_over_bare"] = (
+        out["claw_baseline_lexical_p50_ms"] / out["bare_lexical_p50_ms"]
+    )
     out["change_search_over_plain"] = out["change_search_ms"] / out["claw_hybrid_p50_ms"]
     return out
 
@@ -1548,6 +1625,17 @@ def report(summary: dict[str, Any], rows: Sequence[dict[str, Any]], queries: int
         f"{s['bare_lexical_p50_ms']:.3f} ms, claw_lexical_over_bare "
         f"{s['claw_lexical_over_bare']:.1f} ({_verdict(s['claw_lexical_over_bare'], 3.0)})"
     )
+    if not math.isnan(s["claw_baseline_hybrid_p50_ms"]):
+        print(
+            f"against --baseline in the same run: claw_over_baseline "
+            f"{s['claw_over_baseline']:.3f} (hybrid p50 {s['claw_hybrid_p50_ms']:.3f} vs "
+            f"{s['claw_baseline_hybrid_p50_ms']:.3f} ms), claw_lexical_over_baseline "
+            f"{s['claw_lexical_over_baseline']:.3f} ({s['claw_lexical_p50_ms']:.3f} vs "
+            f"{s['claw_baseline_lexical_p50_ms']:.3f} ms), baseline_over_claw_qps "
+            f"{s['baseline_over_claw_qps']:.3f}; the baseline's baseline_over_fair_floor "
+            f"{s['baseline_over_fair_floor']:.2f}, baseline_lexical_over_bare "
+            f"{s['baseline_lexical_over_bare']:.1f}"
+        )
     print(
         f"one changed file: the search that notices it {s['change_search_ms']:.1f} ms median "
         f"(max {s['change_search_max_ms']:.1f}), change_search_over_plain "
@@ -1614,6 +1702,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="keep the generated corpus in this directory and reuse it when it matches",
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of an earlier commit (git worktree add --detach DIR COMMIT): its "
+        "claw is measured as the system claw-baseline beside this one, passes interleaved, "
+        "so that a before/after ratio comes from one run",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--index-dir", type=Path, help=argparse.SUPPRESS)
@@ -1634,13 +1729,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.worker:
         worker(args.worker, args.root, args.reindex_runs, sweep)
         return
+    systems = args.systems.split(",")
+    if args.baseline is not None and "claw-baseline" not in systems:
+        systems.append("claw-baseline")
     rows = run_all(
         args.chunks,
         args.queries,
         args.seconds,
-        args.systems.split(","),
+        systems,
         reindex_runs=args.reindex_runs,
         sweep=sweep,
+        baseline=args.baseline,
     )
     summary = summarise(rows, args.chunks)
     report(summary, rows, args.queries)

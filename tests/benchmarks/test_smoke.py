@@ -218,6 +218,28 @@ async def test_search_latency_maps_claw_hits_to_rows_after_the_clock(
     assert passed == [f"search {i}" for i in range(3)] + [f"convert {i}" for i in range(3)]
 
 
+def test_search_latency_baseline_imports_the_checkouts_claw_and_this_benchmark(
+    tmp_path: Path,
+) -> None:
+    """--baseline measures an earlier checkout's packages with this benchmark's code."""
+    checkout = tmp_path / "old"
+    for package in ("claw", "claw_memory", "benchmarks"):
+        (checkout / package).mkdir(parents=True)
+        (checkout / package / "__init__.py").write_text(f"WHERE = 'old {package}'\n")
+    (checkout / "notes").mkdir()  # not a package: left out
+    tree = search_latency._baseline_tree(checkout, tmp_path / "mixed")
+    code = (
+        "import benchmarks, claw, claw_memory; "
+        "print(claw.WHERE, claw_memory.WHERE, benchmarks.__file__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tree
+    ).stdout.split()
+    assert out[:4] == ["old", "claw", "old", "claw_memory"]
+    assert Path(out[4]).resolve() == Path(search_latency.__file__).resolve().parent / "__init__.py"
+    assert not (tree / "notes").exists()
+
+
 def test_benchmark_workers_report_their_own_peak_rss_not_the_parents() -> None:
     """ru_maxrss of a child inherits the parent's high-water mark; the workers' figure must not."""
     import subprocess
