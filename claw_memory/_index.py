@@ -350,6 +350,30 @@ class MemoryIndex:
         self._query_vectors: dict[str, npt.NDArray[np.float32]] = {}
         self._cache_entries = 0
         self._closed = False
+        # The ranking parameters that come from the settings and the embedder, both
+        # fixed for the index's life: gathered once, not on every search.
+        vector_weight, text_weight = self._settings.fusion_weights(self._embedder)
+        settings = self._settings
+        self._rank_settings: dict[str, Any] = {
+            "vector_weight": vector_weight,
+            "text_weight": text_weight,
+            "context_boost": settings.context_boost,
+            "far_context_boost": settings.far_context_boost,
+            "speaker_boost": settings.speaker_boost,
+            "date_boost": settings.date_boost,
+            "path_boost": settings.path_boost,
+            "coverage_weight": settings.coverage_weight,
+            "near_coverage_weight": settings.near_coverage_weight,
+            "far_coverage_weight": settings.far_coverage_weight,
+            "candidate_multiplier": settings.candidate_multiplier,
+            "candidate_growth": settings.candidate_growth,
+            "when_weight": settings.when_weight,
+            "approximate_rows": settings.approximate_rows,
+            "temporal_decay": settings.temporal_decay,
+            "half_life_days": settings.half_life_days,
+            "mmr": settings.mmr,
+            "mmr_lambda": settings.mmr_lambda,
+        }
 
     # -- lifecycle ----------------------------------------------------------------
     @classmethod
@@ -1020,7 +1044,9 @@ class MemoryIndex:
             return item.outcome()
         await trio.lowlevel.cancel_shielded_checkpoint()
         # Searches still on their way (a few scheduling rounds behind) join too: keep
-        # yielding while the queue grows, a bounded number of rounds.
+        # yielding while the queue grows, a bounded number of rounds. (Trio runs a
+        # round's tasks in an order of its choosing: the leader may run before the
+        # searches it would batch, so one round bringing none does not mean none come.)
         for _ in range(_GATHER_ROUNDS):
             queued = len(self._inline_queue)
             await trio.lowlevel.cancel_shielded_checkpoint()
@@ -1371,6 +1397,38 @@ class MemoryIndex:
         through the ranked hits (``next_offset`` says where the next page starts).
         ``now`` (epoch seconds) is the reference time of temporal decay.
         """
+        page = await self.search_page(
+            query,
+            mode=mode,
+            max_results=max_results,
+            offset=offset,
+            min_score=min_score,
+            filter=filter,
+            now=now,
+        )
+        return SearchResult(
+            query=query,
+            mode=page.mode,
+            hits=tuple(search_hit(rec, r) for rec, r in page.hits),
+            offset=offset,
+            next_offset=page.next_offset,
+            generation=page.generation,
+            warning=page.warning,
+        )
+
+    async def search_page(
+        self,
+        query: str,
+        *,
+        mode: SearchMode | None = None,
+        max_results: int | None = None,
+        offset: int = 0,
+        min_score: float | None = None,
+        filter: SearchFilter | None = None,
+        now: float | None = None,
+    ) -> SearchPage:
+        """:meth:`search`, its hits as the records and ranked rows they are made of
+        (what a provider converts to its own hits, without a :class:`SearchHit` each)."""
         self._check_open()
         settings = self._settings
         limit = settings.max_results if max_results is None else max_results
@@ -1397,7 +1455,7 @@ class MemoryIndex:
         if settings.sync_on_search and await self._sessions_changed():
             await self._changed()
         if not query.strip():
-            return SearchResult(query, chosen, (), offset, None, self._generation.number)
+            return SearchPage(chosen, [], None, self._generation.number, None)
         check_files = settings.sync_on_search and "memory" in settings.sources
         if check_files and self._watch is not None:
             # The kernel says whether anything moved: sync only when it did (its scan is
@@ -1416,32 +1474,14 @@ class MemoryIndex:
             qvec: npt.NDArray[np.float32] | None = None
             if chosen != "lexical" and self._embedder is not None:
                 qvec = await self._query_vector(query)
-            vector_weight, text_weight = settings.fusion_weights(self._embedder)
             params = RankParams(
                 mode=chosen,
                 offset=offset,
                 limit=limit,
-                vector_weight=vector_weight,
-                text_weight=text_weight,
-                context_boost=settings.context_boost,
-                far_context_boost=settings.far_context_boost,
-                speaker_boost=settings.speaker_boost,
-                date_boost=settings.date_boost,
-                path_boost=settings.path_boost,
-                coverage_weight=settings.coverage_weight,
-                near_coverage_weight=settings.near_coverage_weight,
-                far_coverage_weight=settings.far_coverage_weight,
-                candidate_multiplier=settings.candidate_multiplier,
-                candidate_growth=settings.candidate_growth,
-                when_weight=settings.when_weight,
-                approximate_rows=settings.approximate_rows,
                 min_score=cut,
-                temporal_decay=settings.temporal_decay,
-                half_life_days=settings.half_life_days,
                 now=time.time() if now is None else now,
-                mmr=settings.mmr,
-                mmr_lambda=settings.mmr_lambda,
                 filter=filter or SearchFilter(),
+                **self._rank_settings,
             )
             # A stat check, when one is due, rides the ranking call; only when it finds
             # a file moved does the search sync and rank again.
@@ -1490,36 +1530,15 @@ class MemoryIndex:
             self._active_searches -= 1
         # Tombstones may have grown while ranking ran: filter again with the latest set.
         tombstones = self._tombstones
+        records = gen.records
         hits = []
         for r in rows:
-            rec = gen.records[r.row]
-            if rec.chunk_id in tombstones:
-                continue
-            hits.append(
-                SearchHit(
-                    chunk_id=rec.chunk_id,
-                    path=rec.path,
-                    source=rec.source,
-                    start_line=rec.start_line,
-                    end_line=rec.end_line,
-                    excerpt=rec.text,
-                    score=r.score,
-                    text_score=r.text_score,
-                    vector_score=r.vector_score,
-                    content_hash=rec.content_hash,
-                    revision=rec.revision,
-                    agent_id=rec.agent_id,
-                    session_key=rec.session_key,
-                    session_id=rec.session_id,
-                    entry_ids=rec.entry_ids,
-                    timestamp=rec.timestamp,
-                )
-            )
-        return SearchResult(
-            query=query,
+            rec = records[r.row]
+            if rec.chunk_id not in tombstones:
+                hits.append((rec, r))
+        return SearchPage(
             mode=chosen,
-            hits=tuple(hits),
-            offset=offset,
+            hits=hits,
             next_offset=offset + limit if more else None,
             generation=gen.number,
             warning=None
@@ -1739,6 +1758,41 @@ class _Publishing:
             starts=np.concatenate(self._starts) if self._starts else np.zeros(0, np.int64),
             lengths=np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32),
         )
+
+
+@attrs.frozen
+class SearchPage:
+    """A page of :meth:`MemoryIndex.search_page`: each hit's record and ranked row
+    (tombstoned chunks already left out), where the next page starts, the generation
+    searched and the warning of an answer behind its sources."""
+
+    mode: SearchMode
+    hits: list[tuple[ChunkRecord, RankedRow]]
+    next_offset: int | None
+    generation: int
+    warning: str | None
+
+
+def search_hit(rec: ChunkRecord, r: RankedRow) -> SearchHit:
+    """The :class:`SearchHit` of a ranked row and its record."""
+    return SearchHit(
+        chunk_id=rec.chunk_id,
+        path=rec.path,
+        source=rec.source,
+        start_line=rec.start_line,
+        end_line=rec.end_line,
+        excerpt=rec.text,
+        score=r.score,
+        text_score=r.text_score,
+        vector_score=r.vector_score,
+        content_hash=rec.content_hash,
+        revision=rec.revision,
+        agent_id=rec.agent_id,
+        session_key=rec.session_key,
+        session_id=rec.session_id,
+        entry_ids=rec.entry_ids,
+        timestamp=rec.timestamp,
+    )
 
 
 @attrs.define(eq=False)

@@ -78,7 +78,13 @@ _ORDINAL = re.compile(r"(?<=\d)(?:st|nd|rd|th)\b")
 _MAY_TOKEN = "claw0may0month"
 
 
+_DIGIT = re.compile(r"\d")
+
+
 def _date_aware(text: str) -> str:
+    # Both patterns need a digit: a query without one (most) is returned as it is.
+    if _DIGIT.search(text) is None:
+        return text
     return _ORDINAL.sub("", _MONTH_MAY.sub(" " + _MAY_TOKEN + " ", text))
 
 

@@ -434,6 +434,26 @@ def _mmr(
     return [pool[i] for i in chosen] + rest
 
 
+def _break_ties(
+    gen: Generation, order: list[int], score_of: list[float], row_of: list[int]
+) -> list[int]:
+    """``order`` (candidates by descending score) with each run of equal scores sorted
+    by chunk id: what sorting by (score, chunk id) gives, reading the records (decoded
+    from the publication log) of tied candidates only."""
+    n = len(order)
+    i = 0
+    while i < n - 1:
+        score = score_of[order[i]]
+        j = i + 1
+        while j < n and score_of[order[j]] == score:
+            j += 1
+        if j - i > 1:
+            records = gen.records
+            order[i:j] = sorted(order[i:j], key=lambda c: records[row_of[c]].chunk_id)
+        i = j
+    return order
+
+
 def rank(
     gen: Generation,
     lexical: LexicalIndex | None,
@@ -481,10 +501,12 @@ def rank(
         if q is not None:
             hits = lexical_search(gen.searcher, q, k)
             best = max((s for _, s in hits), default=0.0)
-            found = gen.row_of_key.lookup([key for key, _ in hits])
-            for (_, s), row in zip(hits, found, strict=True):
-                if row >= 0 and best > 0:
-                    text_scores[row] = s / best
+            if best > 0:
+                found = gen.row_of_key.lookup([key for key, _ in hits])
+                # A dict: a row found twice keeps its first place and its last score.
+                text_scores = {
+                    row: s / best for (_, s), row in zip(hits, found, strict=True) if row >= 0
+                }
 
     vec_rows: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)
     if not use_vec:
@@ -505,11 +527,11 @@ def rank(
             vec_rows = top[np.isfinite(ranked[top])]
 
     # Candidates in first-seen order (lexical, then vector), scored all at once.
-    text_rows = np.fromiter(text_scores, dtype=np.intp, count=len(text_scores))
-    vec_only = [r for r in vec_rows.tolist() if r not in text_scores]
-    rows = np.concatenate([text_rows, np.array(vec_only, dtype=np.intp)])
+    candidates = list(text_scores)
+    candidates.extend(r for r in vec_rows.tolist() if r not in text_scores)
+    rows = np.array(candidates, dtype=np.intp)
     t_arr = np.zeros(len(rows), dtype=np.float64)
-    t_arr[: len(text_rows)] = list(text_scores.values())
+    t_arr[: len(text_scores)] = list(text_scores.values())
     if tombstones:
         live = [gen.records[r].chunk_id not in tombstones for r in rows.tolist()]
         rows, t_arr = rows[live], t_arr[live]
@@ -566,15 +588,15 @@ def rank(
     cut = min(head, len(by_score))
     while 0 < cut < len(by_score) and score_of[by_score[cut]] == score_of[by_score[cut - 1]]:
         cut += 1
-    records = gen.records
-    order = sorted(by_score[:cut], key=lambda i: (-score_of[i], records[row_of[i]].chunk_id))
-    order = order[:head]
+    order = _break_ties(gen, by_score[:cut], score_of, row_of)[:head]
+    text_of = t_arr.tolist() if use_text else None
+    vector_of = v_arr.tolist() if v_arr is not None else None
     out = [
         RankedRow(
             row=row_of[i],
             score=score_of[i],
-            text_score=float(t_arr[i]) if use_text else None,
-            vector_score=float(v_arr[i]) if v_arr is not None else None,
+            text_score=None if text_of is None else text_of[i],
+            vector_score=None if vector_of is None else vector_of[i],
         )
         for i in order
     ]

@@ -61,7 +61,9 @@ from claw.plugin_sdk import (
 )
 
 from ._errors import MemoryCoreError, SourcePathError
-from ._types import SearchFilter, SearchHit
+from ._ranking import RankedRow
+from ._records import ChunkRecord
+from ._types import SearchFilter
 from ._writes import PROVIDER_ID, add_memory, daily_note_path, forget_reference
 
 if TYPE_CHECKING:
@@ -161,29 +163,29 @@ def _context_grants(context: MemoryCallerContext) -> dict[str, Any]:
     }
 
 
-def to_neutral_hit(hit: SearchHit) -> MemorySearchHit:
-    """A Memory Core hit as a provider-neutral hit (always with a citation)."""
+def neutral_hit(rec: ChunkRecord, ranked: RankedRow) -> MemorySearchHit:
+    """A ranked chunk as a provider-neutral hit (always with a citation)."""
     return MemorySearchHit(
         reference=MemoryReference(
             provider_id=PROVIDER_ID,
-            id=hit.path,
-            revision=hit.revision,
-            fragment=line_fragment(hit.start_line, hit.end_line),
+            id=rec.path,
+            revision=rec.revision,
+            fragment=line_fragment(rec.start_line, rec.end_line),
         ),
-        excerpt=hit.excerpt[:_EXCERPT_CHARS],
-        score=round(float(hit.score), 6),
+        excerpt=rec.text[:_EXCERPT_CHARS],
+        score=round(float(ranked.score), 6),
         citation=Citation(
-            path=hit.path, start_line=hit.start_line, end_line=hit.end_line, source=hit.source
+            path=rec.path, start_line=rec.start_line, end_line=rec.end_line, source=rec.source
         ),
-        source=hit.source,
+        source=rec.source,
         metadata={
-            "chunk_id": hit.chunk_id,
-            "agent_id": hit.agent_id,
-            "session_key": hit.session_key,
-            "session_id": hit.session_id,
-            "entry_ids": list(hit.entry_ids),
-            "text_score": hit.text_score,
-            "vector_score": hit.vector_score,
+            "chunk_id": rec.chunk_id,
+            "agent_id": rec.agent_id,
+            "session_key": rec.session_key,
+            "session_id": rec.session_id,
+            "entry_ids": list(rec.entry_ids),
+            "text_score": ranked.text_score,
+            "vector_score": ranked.vector_score,
         },
     )
 
@@ -191,6 +193,14 @@ def to_neutral_hit(hit: SearchHit) -> MemorySearchHit:
 def _project_of(path: str) -> str | None:
     match = _PROJECT_RE.match(path)
     return match.group(1) if match else None
+
+
+def _in_active_project(rec: ChunkRecord, active: set[str]) -> bool:
+    """Whether a hit on ``rec`` passes the active-project filter: a memory file of a
+    project (``memory/projects/<key>/...``) only when its project is active; anything
+    else."""
+    project = _project_of(rec.path) if rec.source == "memory" else None
+    return project is None or project in active
 
 
 _CURSOR_RE = re.compile(r"\A[0-9]{1,9}\Z")
@@ -235,7 +245,7 @@ class MemoryCoreHandle:
         offset = _parse_cursor(request.cursor)
         async with self.service.use(self.agent_id) as index:
             self.context.assert_current()
-            result = await index.search(
+            result = await index.search_page(
                 request.query,
                 mode="lexical" if request.lexical_only else None,
                 max_results=min(request.max_results, 100),
@@ -248,12 +258,11 @@ class MemoryCoreHandle:
             # Our own awaits are done: recheck before any data leaves the provider.
             self.context.assert_current()
             active = set(request.active_project_keys)
-            hits = []
-            for hit in result.hits:
-                project = _project_of(hit.path) if hit.source == "memory" else None
-                if active and project is not None and project not in active:
-                    continue
-                hits.append(to_neutral_hit(hit))
+            hits = [
+                neutral_hit(rec, ranked)
+                for rec, ranked in result.hits
+                if not active or _in_active_project(rec, active)
+            ]
             complete = effective == tuple(requested) and result.warning is None
             if result.warning is not None:
                 warning = result.warning if warning is None else f"{warning}; {result.warning}"

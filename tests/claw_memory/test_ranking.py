@@ -182,3 +182,61 @@ async def test_the_candidate_depth_grows_with_the_index(
             result = await index.search("kiwi note", max_results=1)
             assert len(result.hits) == 1
             assert limits == [expected]
+
+
+async def test_tied_hits_are_ordered_by_chunk_id(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for name in ("d", "b", "e", "a", "c"):
+        (ws / "memory" / f"{name}.md").write_text("kiwi fruit\n", "utf-8")
+    (ws / "memory" / "z.md").write_text("kiwi kiwi kiwi bird\n", "utf-8")
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=MemoryCoreSettings(min_score=0.0),
+        embedder=HashEmbedder(),
+    ) as index:
+        hits = (await index.search("kiwi fruit", mode="lexical", max_results=10)).hits
+        tied = [h for h in hits if h.path != "memory/z.md"]
+        assert len(tied) == 5
+        assert len({h.score for h in tied}) == 1
+        assert [h.chunk_id for h in tied] == sorted(h.chunk_id for h in tied)
+        # A page boundary inside the tie: each page continues the same order.
+        first = (await index.search("kiwi fruit", mode="lexical", max_results=3)).hits
+        rest = (await index.search("kiwi fruit", mode="lexical", max_results=3, offset=3)).hits
+        assert [h.chunk_id for h in (*first, *rest)] == [h.chunk_id for h in hits]
+
+
+async def test_ranking_reads_the_records_of_tied_candidates_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record is decoded from the publication log when read: ranking reads those of
+    candidates whose scores tie (to order them by chunk id), the search those of its
+    hits, and nothing else."""
+    from claw_memory._published import RowRecords
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i, name in enumerate("abc"):
+        words = ["kiwi"] * (i + 1) + ["filler"] * (3 - i)
+        (ws / "memory" / f"{name}.md").write_text(" ".join(words) + "\n", "utf-8")
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=MemoryCoreSettings(min_score=0.0),
+        embedder=HashEmbedder(),
+    ) as index:
+        assert isinstance(index._generation.records, RowRecords)
+        reads: list[int] = []
+        real = RowRecords.__getitem__
+
+        def counting(self: RowRecords, row: int) -> object:
+            reads.append(row)
+            return real(self, row)
+
+        monkeypatch.setattr(RowRecords, "__getitem__", counting)
+        hits = (await index.search("kiwi", mode="lexical", max_results=10)).hits
+        assert [h.path for h in hits] == ["memory/c.md", "memory/b.md", "memory/a.md"]
+        assert len(reads) == len(hits)

@@ -97,6 +97,14 @@ def test_a_context_without_a_date_part_decodes_with_an_empty_date() -> None:
     assert LexicalContext.decode(old) == LexicalContext("Ann", "the turn before", "two away")
 
 
+@given(st.text(alphabet="May 09\u0661stndrh,\n", max_size=30))
+def test_date_rewriting_skips_a_query_without_digits_and_changes_nothing(text: str) -> None:
+    """Both date patterns need a digit; a query without one skips them, same terms."""
+    from claw_memory._lexical import _MAY_TOKEN, _MONTH_MAY, _ORDINAL, _date_aware
+
+    assert _date_aware(text) == _ORDINAL.sub("", _MONTH_MAY.sub(" " + _MAY_TOKEN + " ", text))
+
+
 def test_a_query_date_keeps_the_month_may_and_the_day_of_an_ordinal(tmp_path: Path) -> None:
     index = LexicalIndex(tmp_path / "lex")
     try:
