@@ -484,8 +484,9 @@ def run(
             result["workers_requests_per_s_ratio"] = (
                 last["requests_per_s"] / first["requests_per_s"]
             )
+            first_cpu = first["server_cpu_us_per_request"]
             result["workers_cpu_per_request_ratio"] = (
-                last["server_cpu_us_per_request"] / first["server_cpu_us_per_request"]
+                last["server_cpu_us_per_request"] / first_cpu if first_cpu > 0 else float("nan")
             )
     result["clients"] = clients
     result["wrong_or_lost"] = (
@@ -498,8 +499,10 @@ def run(
     result["cycled_over_echo"] = cycled_result["requests_per_s"] / echo["requests_per_s"]
     # Requests per second of server CPU, claw over echo: the ratio a starved server
     # (a loaded machine, or a load generator short of CPU) still measures.
+    # CPU is read in clock ticks (10 ms): a phase of a few requests can measure none.
+    claw_cpu = result["server_cpu_us_per_request"]
     result["claw_over_echo_per_core"] = (
-        echo["server_cpu_us_per_request"] / result["server_cpu_us_per_request"]
+        echo["server_cpu_us_per_request"] / claw_cpu if claw_cpu > 0 else float("nan")
     )
     result["chunks"] = chunks
     result["index_build_s"] = build

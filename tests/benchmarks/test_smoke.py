@@ -7,6 +7,7 @@ from the benchmarks themselves (see benchmarks/README.md).
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -290,6 +291,20 @@ def test_a_phase_shorter_than_a_connection_still_answers_every_client(
     result = _last_json(capsys)
     for phase in (result, result["cycled"], result["echo"]):
         assert phase["answered"] >= 2  # type: ignore[index]
+    assert result["wrong_or_lost"] == 0
+
+
+def test_a_phase_that_measured_no_server_cpu_reports_no_ratio_instead_of_failing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPU is read in clock ticks, so a phase of a few requests can measure 0 s."""
+    monkeypatch.setattr(gateway_load, "tree_cpu_s", lambda pid: 1.0)
+    gateway_load.main(
+        ["--json", "--clients", "2", "--seconds", "0", "--chunks", "200", "--abort-fraction", "0"]
+    )
+    result = _last_json(capsys)
+    assert result["server_cpu_us_per_request"] == 0.0
+    assert math.isnan(float(result["claw_over_echo_per_core"]))  # type: ignore[arg-type]
     assert result["wrong_or_lost"] == 0
 
 
