@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import operator
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,6 +28,8 @@ from ._records import ChunkRecord, PreparedChunk
 from ._settings import SourceKind
 
 SCHEMA_VERSION = 1
+# SQLite's page cache per connection, KiB.
+_CACHE_KIB = 65_536
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -108,6 +111,21 @@ class SourceChange:
     vectors: npt.NDArray[np.float32] | None
 
 
+# The record fields stored before ``context``, in column order (one C call a chunk).
+_LEADING_COLUMNS = operator.attrgetter(
+    "chunk_id",
+    "key",
+    "provenance",
+    "source",
+    "path",
+    "start_line",
+    "end_line",
+    "content_hash",
+    "revision",
+    "text",
+)
+
+
 def _row_to_record(row: Sequence[Any]) -> ChunkRecord:
     return ChunkRecord(
         chunk_id=row[0],
@@ -177,6 +195,10 @@ class Store:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        # A batch of a first sync writes some 20 MB of chunks into two b-trees and an
+        # index; with SQLite's default 2 MB page cache it spills dirty pages to the WAL
+        # in the middle of the transaction and reads them back (a bounded 64 MiB here).
+        self._db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
@@ -290,29 +312,20 @@ class Store:
                         s.skip_reason,
                     ),
                 )
+                vectors = ch.vectors
                 rows = []
                 for i, pc in enumerate(ch.chunks):
                     r = pc.record
-                    blob = None if ch.vectors is None else ch.vectors[i].tobytes()
                     rows.append(
                         (
-                            r.chunk_id,
-                            r.key,
-                            r.provenance,
-                            r.source,
-                            r.path,
-                            r.start_line,
-                            r.end_line,
-                            r.content_hash,
-                            r.revision,
-                            r.text,
+                            *_LEADING_COLUMNS(r),
                             pc.context,
                             r.agent_id,
                             r.session_key,
                             r.session_id,
-                            json.dumps(list(r.entry_ids)),
+                            json.dumps(list(r.entry_ids)) if r.entry_ids else "[]",
                             r.timestamp,
-                            blob,
+                            None if vectors is None else vectors[i].tobytes(),
                         )
                     )
                 self._db.executemany(

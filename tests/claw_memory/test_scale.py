@@ -4,8 +4,10 @@ instead of held as objects, key lookups over sorted arrays."""
 from __future__ import annotations
 
 import itertools
+import os
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -164,3 +166,33 @@ def test_key_index_answers_as_a_dict_filled_in_row_order(steps: list[tuple[str, 
         assert len(index) == len(expected)
         probe = list(itertools.chain(range(26), [10**12]))
         assert index.lookup(probe) == [expected.get(k, -1) for k in probe]
+
+
+async def test_a_publication_of_many_blocks_waits_for_the_disk_once_before_its_flip(
+    workspace: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each epoch file is made durable once per publication, and before the pointer
+    that publishes it is renamed into place (a block is not synced on its own)."""
+    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 5)
+    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 2)
+    events: list[str] = []
+    fdatasync, replace = os.fdatasync, os.replace
+
+    def syncing(fd: int) -> None:
+        events.append("sync " + Path(f"/proc/self/fd/{fd}").readlink().name)
+        fdatasync(fd)
+
+    def renaming(src: Any, dst: Any) -> None:
+        events.append("rename " + Path(dst).name)
+        replace(src, dst)
+
+    _files(workspace, 23)
+    async with _open(workspace, index_dir) as index:  # type: ignore[attr-defined]
+        monkeypatch.setattr(os, "fdatasync", syncing)
+        monkeypatch.setattr(os, "replace", renaming)
+        await index.sync()
+        monkeypatch.undo()
+        assert index.status().chunks == 23
+    published = [e for e in events if e.startswith("sync e") or e == "rename CURRENT"]
+    assert sorted(published[:2]) == ["sync e1.f32", "sync e1.log"]
+    assert published[2:] == ["rename CURRENT"]

@@ -40,12 +40,13 @@ _CJK = re.compile(
 
 def has_cjk(text: str) -> bool:
     """Whether any character of ``text`` is CJK in the sense of :func:`is_cjk`."""
-    return _CJK.search(text) is not None
+    # ASCII text (most of it) has none: ``isascii`` is one C pass, the regex a slower one.
+    return not text.isascii() and _CJK.search(text) is not None
 
 
 def estimate_tokens(text: str, chars_per_token: int = 4) -> int:
     """Estimated tokens of ``text``: one per CJK character, else ``chars_per_token`` chars."""
-    cjk = len(_CJK.findall(text))
+    cjk = 0 if text.isascii() else len(_CJK.findall(text))
     return cjk + math.ceil((len(text) - cjk) / chars_per_token)
 
 
