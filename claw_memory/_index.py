@@ -23,6 +23,7 @@ was current when it started, and never takes a lock.
 from __future__ import annotations
 
 import codecs
+import collections
 import contextlib
 import functools
 import hashlib
@@ -847,28 +848,42 @@ class MemoryIndex:
         embed_done = 0
         pub: _Publishing | None = None
         rows_of = self._generation.rows_of_provenance
-        async with contextlib.aclosing(changed_batches()) as batches:
-            async for batch in batches:
-                chunks_in = [c for _, chunks in batch for c in chunks]
-                vectors, fresh = await self._embed_chunks(
-                    chunks_in,
-                    functools.partial(_embed_progress, report, embed_done),
-                )
-                embed_done += len(chunks_in)
-                embedded += fresh
-                if pub is None:
-                    pub = self._begin_publication()
-                source_changes: list[SourceChange] = []
-                offset = 0
-                for state, chunks in batch:
-                    vecs = None if vectors is None else vectors[offset : offset + len(chunks)]
-                    offset += len(chunks)
-                    source_changes.append(SourceChange(state.provenance, state, chunks, vecs))
-                    if state.skip_reason is None:
-                        indexed.append(state.path)
-                added_count += await self._apply_batch(pub, source_changes, chunks_in, vectors)
-                old_count += sum(len(rows_of.get(c.provenance, ())) for c in source_changes)
-                replaced_all.update(c.provenance for c in source_changes)
+        # The embedding-cache entries this sync makes, written once at its end.
+        cache = _CacheWrites.sized(
+            settings.embedding_cache_max_entries,
+            0 if self._embedder is None else self._embedder.dims,
+        )
+        try:
+            async with contextlib.aclosing(changed_batches()) as batches:
+                async for batch in batches:
+                    chunks_in = [c for _, chunks in batch for c in chunks]
+                    vectors, fresh = await self._embed_chunks(
+                        chunks_in,
+                        cache,
+                        functools.partial(_embed_progress, report, embed_done),
+                    )
+                    embed_done += len(chunks_in)
+                    embedded += fresh
+                    if pub is None:
+                        pub = self._begin_publication()
+                    source_changes: list[SourceChange] = []
+                    offset = 0
+                    for state, chunks in batch:
+                        vecs = None if vectors is None else vectors[offset : offset + len(chunks)]
+                        offset += len(chunks)
+                        source_changes.append(SourceChange(state.provenance, state, chunks, vecs))
+                        if state.skip_reason is None:
+                            indexed.append(state.path)
+                    added_count += await self._apply_batch(pub, source_changes, chunks_in, vectors)
+                    old_count += sum(len(rows_of.get(c.provenance, ())) for c in source_changes)
+                    replaced_all.update(c.provenance for c in source_changes)
+        except Exception:
+            # What the cache would have held had the sync written it batch by batch;
+            # the failure that matters is the one raised.
+            with contextlib.suppress(Exception):
+                await self._write_cache(cache)
+            raise
+        await self._write_cache(cache)
         if removed:
             if pub is None:
                 pub = self._begin_publication()
@@ -1104,18 +1119,26 @@ class MemoryIndex:
     async def _embed_chunks(
         self,
         chunks: Sequence[PreparedChunk],
+        cache: _CacheWrites,
         progress: Callable[[int, int], None] | None = None,
     ) -> tuple[npt.NDArray[np.float32] | None, int]:
-        """Vectors for ``chunks`` (cache first), and how many texts were embedded anew."""
+        """Vectors for ``chunks`` (the sync's own new entries first, then the cache),
+        and how many texts were embedded anew; those are added to ``cache``."""
         embedder = self._embedder
         if embedder is None:
             return None, 0
         if not chunks:
             return np.zeros((0, embedder.dims), dtype=np.float32), 0
         hashes = [sha256_hex(c.embed_text) for c in chunks]
+        known = {h: v for h in dict.fromkeys(hashes) if (v := cache.get(h)) is not None}
         cached = await self._workers.run_sync(
-            self._store.cached_vectors, embedder.id, embedder.model, embedder.dims, hashes
+            self._store.cached_vectors,
+            embedder.id,
+            embedder.model,
+            embedder.dims,
+            [h for h in hashes if h not in known],
         )
+        cached.update(known)
         missing: dict[str, str] = {}
         for h, c in zip(hashes, chunks, strict=True):
             if h not in cached and h not in missing:
@@ -1134,16 +1157,26 @@ class MemoryIndex:
                     progress(min(start + step, len(texts)), len(texts))
             fresh = np.concatenate(parts).astype(np.float32)
             new_entries = list(zip(missing.keys(), fresh, strict=True))
-            await self._workers.run_sync(
-                self._store.cache_vectors,
-                embedder.id,
-                embedder.model,
-                new_entries,
-                self._settings.embedding_cache_max_entries,
-            )
             cached.update(new_entries)
-            self._cache_entries = await self._workers.run_sync(self._store.cache_size)
+            if cache.add(new_entries):
+                await self._write_cache(cache)
         return np.stack([cached[h] for h in hashes]).astype(np.float32), len(missing)
+
+    async def _write_cache(self, cache: _CacheWrites) -> None:
+        """Write (and prune past the limit) the embedding-cache entries ``cache`` holds."""
+        embedder = self._embedder
+        made = cache.made
+        entries = cache.take()
+        if embedder is None or not made:
+            return
+        await self._workers.run_sync(
+            self._store.cache_vectors,
+            embedder.id,
+            embedder.model,
+            entries,
+            self._settings.embedding_cache_max_entries,
+        )
+        self._cache_entries = await self._workers.run_sync(self._store.cache_size)
 
     async def _publish_lexical(
         self, provenances: Sequence[str], documents: Sequence[tuple[ChunkRecord, str]]
@@ -1726,6 +1759,63 @@ def files_changed(
     if len(current) != len(known):
         return True
     return any(known.get(vpath) != (size, mtime) for vpath, (_, size, mtime, _) in current.items())
+
+
+# The most bytes of vectors a sync holds back from the embedding cache (see _CacheWrites).
+_CACHE_WRITES_BYTES = 128 * 2**20
+
+
+@attrs.define(eq=False)
+class _CacheWrites:
+    """The embedding-cache entries a sync made and has not written yet, oldest first.
+
+    The cache keeps its ``limit`` most recently used entries, so of a first sync of a
+    million chunks only the last ``limit`` vectors survive its pruning: written batch by
+    batch, the other 950,000 were inserted and deleted again (1.5 GB through SQLite).
+    Held back here, only the newest ``limit`` are kept (an older one could not survive)
+    and written once at the end of the sync; at most ``bound`` are held (written out
+    when the limit is larger), so memory stays bounded whatever the setting. Entries a
+    sync made count as used at its end.
+    """
+
+    limit: int
+    bound: int
+    # Whether any entry was added since the last write (a limit of 0 holds none, but
+    # the write still prunes the cache to it).
+    made: bool = False
+    _entries: collections.OrderedDict[str, npt.NDArray[np.float32]] = attrs.field(
+        factory=collections.OrderedDict
+    )
+
+    @classmethod
+    def sized(cls, limit: int, dims: int) -> _CacheWrites:
+        """Held back for a cache of ``limit`` entries of ``dims``-dimensional vectors."""
+        return cls(limit=max(0, limit), bound=max(1, _CACHE_WRITES_BYTES // max(1, 4 * dims)))
+
+    def get(self, text_hash: str) -> npt.NDArray[np.float32] | None:
+        """The held vector of ``text_hash`` (now the most recent), if any."""
+        found = self._entries.get(text_hash)
+        if found is not None:
+            self._entries.move_to_end(text_hash)
+        return found
+
+    def add(self, entries: Iterable[tuple[str, npt.NDArray[np.float32]]]) -> bool:
+        """Hold ``entries`` as the most recent; whether they are due to be written."""
+        held = self._entries
+        for text_hash, vector in entries:
+            self.made = True
+            held[text_hash] = vector
+            held.move_to_end(text_hash)
+            if len(held) > self.limit:
+                held.popitem(last=False)
+        return len(held) >= self.bound
+
+    def take(self) -> list[tuple[str, npt.NDArray[np.float32]]]:
+        """Every held entry, oldest first, no longer held."""
+        out = list(self._entries.items())
+        self._entries.clear()
+        self.made = False
+        return out
 
 
 @attrs.define(eq=False)

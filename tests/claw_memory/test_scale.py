@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 import os
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -166,6 +168,77 @@ def test_key_index_answers_as_a_dict_filled_in_row_order(steps: list[tuple[str, 
         assert len(index) == len(expected)
         probe = list(itertools.chain(range(26), [10**12]))
         assert index.lookup(probe) == [expected.get(k, -1) for k in probe]
+
+
+def _open_with(workspace: Path, index_dir: Path, embedder: object, **settings: object) -> object:
+    return open_memory_index(
+        workspace_dir=workspace,
+        index_dir=index_dir,
+        workers=InlineWorkerPool(),
+        settings=attrs.evolve(NO_CUT, **settings),
+        embedder=embedder,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_large_sync_writes_only_the_cache_entries_that_survive_pruning(
+    workspace: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache keeps its latest entries: a sync of more chunks than that writes those
+    once at its end, not every vector batch by batch to delete most of them again."""
+    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 5)
+    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 2)
+    written: list[int] = []
+    cache_vectors = Store.cache_vectors
+
+    def counting(self: Store, provider: str, model: str, entries: Any, limit: int) -> None:
+        written.append(len(entries))
+        cache_vectors(self, provider, model, entries, limit)
+
+    monkeypatch.setattr(Store, "cache_vectors", counting)
+    _files(workspace, 23)
+    async with _open_with(  # type: ignore[attr-defined]
+        workspace, index_dir, HashEmbedder(), embedding_cache_max_entries=4
+    ) as index:
+        report = await index.sync()
+        assert report.embedded == 23
+        assert sum(written) == 4
+        assert index.status().embedding_cache_entries == 4
+        # The four kept are the latest: a forced re-sync embeds every other chunk.
+        again = await index.sync(force=True)
+        assert again.embedded == 19
+
+
+class _FailingOn:
+    """A hash embedder that fails while ``word`` is in a text it is asked to embed."""
+
+    def __init__(self, word: str) -> None:
+        self.inner = HashEmbedder()
+        self.id, self.model, self.dims = self.inner.id, self.inner.model, self.inner.dims
+        self.max_input_bytes = self.inner.max_input_bytes
+        self.word: str | None = word
+
+    async def embed(self, texts: Sequence[str]) -> Any:
+        if self.word is not None and any(self.word in t for t in texts):
+            raise RuntimeError("embedder down")
+        return await self.inner.embed(texts)
+
+
+async def test_a_failed_sync_keeps_the_vectors_it_embedded_in_the_cache(
+    workspace: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 5)
+    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 2)
+    _files(workspace, 23)
+    embedder = _FailingOn("number15")
+    async with _open_with(workspace, index_dir, embedder) as index:  # type: ignore[attr-defined]
+        with pytest.raises(Exception, match="embedder down"):
+            await index.sync()
+        stored = index.status().embedding_cache_entries
+        assert 0 < stored < 23
+        embedder.word = None
+        report = await index.sync(force=True)
+        assert report.embedded == 23 - stored
+        assert index.status().embedding_cache_entries == 23
 
 
 async def test_a_publication_of_many_blocks_waits_for_the_disk_once_before_its_flip(
