@@ -43,7 +43,12 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from claw.plugin_sdk import EmbeddingProvider, LexicalIndexError, WorkerPool
+from claw.plugin_sdk import (
+    EmbeddingProvider,
+    LexicalIndexError,
+    WorkerPool,
+    collapse_single_exception_group,
+)
 from claw.plugin_sdk.search import embed_texts, normalise_rows, sha256_hex
 from claw.plugin_sdk.search import product_slice as _product_slice
 
@@ -845,7 +850,6 @@ class MemoryIndex:
         indexed: list[str] = []
         replaced_all: set[str] = set()
         old_count = added_count = embedded = 0
-        embed_done = 0
         pub: _Publishing | None = None
         rows_of = self._generation.rows_of_provenance
         # The embedding-cache entries this sync makes, written once at its end.
@@ -853,30 +857,40 @@ class MemoryIndex:
             settings.embedding_cache_max_entries,
             0 if self._embedder is None else self._embedder.dims,
         )
-        try:
-            async with contextlib.aclosing(changed_batches()) as batches:
+        ready_send, ready = trio.open_memory_channel[_Embedded](0)
+
+        async def embed_batches() -> None:
+            # Batch N+1 is read, chunked and embedded while batch N is stored, staged
+            # and written (their C parts run without the GIL: two cores, not one); at
+            # most one embedded batch waits.
+            done = 0
+            async with ready_send, contextlib.aclosing(changed_batches()) as batches:
                 async for batch in batches:
                     chunks_in = [c for _, chunks in batch for c in chunks]
                     vectors, fresh = await self._embed_chunks(
-                        chunks_in,
-                        cache,
-                        functools.partial(_embed_progress, report, embed_done),
+                        chunks_in, cache, functools.partial(_embed_progress, report, done)
                     )
-                    embed_done += len(chunks_in)
-                    embedded += fresh
-                    if pub is None:
-                        pub = self._begin_publication()
-                    source_changes: list[SourceChange] = []
-                    offset = 0
-                    for state, chunks in batch:
-                        vecs = None if vectors is None else vectors[offset : offset + len(chunks)]
-                        offset += len(chunks)
-                        source_changes.append(SourceChange(state.provenance, state, chunks, vecs))
-                        if state.skip_reason is None:
-                            indexed.append(state.path)
-                    added_count += await self._apply_batch(pub, source_changes, chunks_in, vectors)
-                    old_count += sum(len(rows_of.get(c.provenance, ())) for c in source_changes)
-                    replaced_all.update(c.provenance for c in source_changes)
+                    done += len(chunks_in)
+                    await ready_send.send(_Embedded(batch, chunks_in, vectors, fresh))
+
+        try:
+            with collapse_single_exception_group():
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(embed_batches)
+                    async with ready:
+                        async for item in ready:
+                            embedded += item.fresh
+                            if pub is None:
+                                pub = self._begin_publication()
+                            changes = item.source_changes()
+                            indexed.extend(
+                                st.path for st, _ in item.batch if st.skip_reason is None
+                            )
+                            added_count += await self._apply_batch(
+                                pub, changes, item.chunks, item.vectors
+                            )
+                            old_count += sum(len(rows_of.get(c.provenance, ())) for c in changes)
+                            replaced_all.update(c.provenance for c in changes)
         except Exception:
             # What the cache would have held had the sync written it batch by batch;
             # the failure that matters is the one raised.
@@ -1759,6 +1773,26 @@ def files_changed(
     if len(current) != len(known):
         return True
     return any(known.get(vpath) != (size, mtime) for vpath, (_, size, mtime, _) in current.items())
+
+
+@attrs.frozen(eq=False)
+class _Embedded:
+    """One batch of a sync, read, chunked and embedded: ready to store and index."""
+
+    batch: list[tuple[SourceState, list[PreparedChunk]]]
+    chunks: list[PreparedChunk]
+    vectors: npt.NDArray[np.float32] | None
+    fresh: int
+
+    def source_changes(self) -> list[SourceChange]:
+        """The batch as one replacement per source, each with its rows of vectors."""
+        changes: list[SourceChange] = []
+        offset = 0
+        for state, chunks in self.batch:
+            vecs = None if self.vectors is None else self.vectors[offset : offset + len(chunks)]
+            offset += len(chunks)
+            changes.append(SourceChange(state.provenance, state, chunks, vecs))
+        return changes
 
 
 # The most bytes of vectors a sync holds back from the embedding cache (see _CacheWrites).

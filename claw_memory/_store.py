@@ -4,7 +4,8 @@ It holds the index identity and generation number, every source's cheap stat and
 hash (or skip reason), every chunk with its provenance and float32 vector, forget
 tombstones, the embedding cache and the lexical journal (``lexical_pending``: the
 provenances whose tantivy documents may lag behind SQLite after a crash). All
-methods block; the index calls them on the worker pool, one at a time.
+methods block; the index calls them on the worker pool, one at a time (a lock makes
+a second caller wait: a sync reads the cache for one batch while it stores another).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import functools
 import json
 import operator
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -187,10 +189,21 @@ def _naming_the_file(fn: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
+def _one_at_a_time(fn: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
+        with self._lock:
+            return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
 class Store:
-    """The SQLite database of one index directory (not thread-safe: one caller at a time)."""
+    """The SQLite database of one index directory (one caller at a time: every method
+    holds the store's lock, so a transaction is never interleaved with another call)."""
 
     def __init__(self, path: Path) -> None:
+        self._lock = threading.RLock()
         self.path = path
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -461,7 +474,9 @@ class Store:
         return int(self._db.execute("SELECT COUNT(*) FROM embedding_cache").fetchone()[0])
 
 
-# Every operation of the store names its file when SQLite fails.
+# Every operation of the store names its file when SQLite fails, and holds its lock.
 for _name, _fn in list(vars(Store).items()):
-    if callable(_fn) and (not _name.startswith("_") or _name == "__init__"):
+    if callable(_fn) and _name == "__init__":
         setattr(Store, _name, _naming_the_file(_fn))
+    elif callable(_fn) and not _name.startswith("_"):
+        setattr(Store, _name, _naming_the_file(_one_at_a_time(_fn)))

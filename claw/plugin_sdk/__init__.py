@@ -31,6 +31,7 @@ from .._plugins import Tool as Tool
 from .._transcript_reader import TranscriptReader as TranscriptReader
 from .._transcript_reader import TranscriptSessionInfo as TranscriptSessionInfo
 from .._transcript_reader import TranscriptTurnInfo as TranscriptTurnInfo
+from .._util import collapse_single_exception_group as collapse_single_exception_group
 from .._util import fixup_module_metadata as fixup_module_metadata
 from .._workers import InlineWorkerPool as InlineWorkerPool
 from .._workers import ThreadWorkerPool as ThreadWorkerPool

@@ -13,6 +13,8 @@ from typing import Any
 import attrs
 import numpy as np
 import pytest
+import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +26,8 @@ from claw_memory._index import open_memory_index
 from claw_memory._published import RowRecords
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._store import Store
+
+from .test_index import GatedPool
 
 NO_CUT = MemoryCoreSettings(min_score=0.0, sync_on_open=False, sync_on_search=False)
 
@@ -170,11 +174,13 @@ def test_key_index_answers_as_a_dict_filled_in_row_order(steps: list[tuple[str, 
         assert index.lookup(probe) == [expected.get(k, -1) for k in probe]
 
 
-def _open_with(workspace: Path, index_dir: Path, embedder: object, **settings: object) -> object:
+def _open_with(
+    workspace: Path, index_dir: Path, embedder: object, workers: Any = None, **settings: Any
+) -> object:
     return open_memory_index(
         workspace_dir=workspace,
         index_dir=index_dir,
-        workers=InlineWorkerPool(),
+        workers=workers or InlineWorkerPool(),
         settings=attrs.evolve(NO_CUT, **settings),
         embedder=embedder,  # type: ignore[arg-type]
     )
@@ -269,3 +275,26 @@ async def test_a_publication_of_many_blocks_waits_for_the_disk_once_before_its_f
     published = [e for e in events if e.startswith("sync e") or e == "rename CURRENT"]
     assert sorted(published[:2]) == ["sync e1.f32", "sync e1.log"]
     assert published[2:] == ["rename CURRENT"]
+
+
+async def test_a_sync_reads_and_embeds_the_next_batch_while_it_stores_one(
+    workspace: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stages of consecutive batches overlap: while batch 1 is committed to SQLite,
+    batch 2 is read, chunked and looked up in the embedding cache."""
+    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 5)
+    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 5)
+    _files(workspace, 15)
+    pool = GatedPool()
+    async with _open_with(workspace, index_dir, HashEmbedder(), pool) as index:  # type: ignore[attr-defined]
+        parked, release = pool.gate("apply_changes")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(index.sync)
+            await parked.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            meanwhile = pool.calls[pool.calls.index("apply_changes") + 1 :]
+            assert "_prepare_files" in meanwhile and "cached_vectors" in meanwhile
+            release.set()
+        assert index.status().chunks == 15
+        hits = (await index.search("number12", mode="lexical")).hits
+        assert [h.excerpt for h in hits] == ["note number12 word5"]
