@@ -56,26 +56,44 @@ class RowColumns:
         return cols
 
     def extend(self, records: Iterable[ChunkRecord]) -> None:
+        # What add does, with the per-record lookups hoisted (a first sync gathers a
+        # million records) and the date of each path parsed once.
+        keys, is_session, dated = self.keys, self.is_session, self.dated
+        provenances, prov_codes = self.provenances, self.prov_codes
+        agents, agent_codes = self.agents, self.agent_codes
+        skeys, skey_codes = self.skeys, self.skey_codes
+        sources, session_agents, session_keys = (
+            self.sources,
+            self.session_agents,
+            self.session_keys,
+        )
+        dates: dict[str, float] = {}
+        nan = np.nan
         for r in records:
-            self.add(r)
+            keys.append(r.key)
+            source = r.source
+            session = source == "sessions"
+            is_session.append(session)
+            if source == "memory":
+                d = dates.get(r.path)
+                if d is None:
+                    epoch = dated_epoch(r.path)
+                    d = dates[r.path] = nan if epoch is None else epoch
+                dated.append(d)
+            else:
+                dated.append(nan)
+            prov_codes.append(provenances.setdefault(r.provenance, len(provenances)))
+            agent = r.agent_id
+            agent_codes.append(-1 if agent is None else agents.setdefault(agent, len(agents)))
+            skey = r.session_key
+            skey_codes.append(-1 if skey is None else skeys.setdefault(skey, len(skeys)))
+            sources.add(source)
+            if session:
+                session_agents.add(agent)
+                session_keys.add(skey)
 
     def add(self, r: ChunkRecord) -> None:
-        self.keys.append(r.key)
-        session = r.source == "sessions"
-        self.is_session.append(session)
-        d = dated_epoch(r.path) if r.source == "memory" else None
-        self.dated.append(np.nan if d is None else d)
-        self.prov_codes.append(self.provenances.setdefault(r.provenance, len(self.provenances)))
-        self.agent_codes.append(
-            -1 if r.agent_id is None else self.agents.setdefault(r.agent_id, len(self.agents))
-        )
-        self.skey_codes.append(
-            -1 if r.session_key is None else self.skeys.setdefault(r.session_key, len(self.skeys))
-        )
-        self.sources.add(r.source)
-        if session:
-            self.session_agents.add(r.agent_id)
-            self.session_keys.add(r.session_key)
+        self.extend((r,))
 
     def rows_by_provenance(self, first_row: int) -> dict[str, list[int]]:
         names = list(self.provenances)

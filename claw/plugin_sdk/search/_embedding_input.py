@@ -20,10 +20,15 @@ from ._chunking import split_by_bytes
 
 def plan_pieces(texts: Sequence[str], max_bytes: int) -> tuple[list[str], list[int]]:
     """Pieces to embed and, for each piece, the index of the text it belongs to."""
+    # A text of at most max_bytes / 4 characters fits whatever it holds (UTF-8 takes at
+    # most 4 bytes a character): most texts, and then no encoding is needed.
+    fits = max_bytes // 4 if max_bytes >= 4 else -1
+    if all(len(text) <= fits for text in texts):
+        return list(texts), list(range(len(texts)))
     pieces: list[str] = []
     owners: list[int] = []
     for i, text in enumerate(texts):
-        for piece in split_by_bytes(text, max_bytes):
+        for piece in [text] if len(text) <= fits else split_by_bytes(text, max_bytes):
             pieces.append(piece)
             owners.append(i)
     return pieces, owners
