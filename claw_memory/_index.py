@@ -1143,7 +1143,7 @@ class MemoryIndex:
             return None, 0
         if not chunks:
             return np.zeros((0, embedder.dims), dtype=np.float32), 0
-        hashes = [sha256_hex(c.embed_text) for c in chunks]
+        hashes = [c.embed_hash or sha256_hex(c.embed_text) for c in chunks]
         known = {h: v for h in dict.fromkeys(hashes) if (v := cache.get(h)) is not None}
         cached = await self._workers.run_sync(
             self._store.cached_vectors,

@@ -69,6 +69,8 @@ class LexicalContext:
         return cls(speakers=parts[0], near=parts[1], far=parts[2], date=parts[3])
 
 
+_NO_CONTEXT = LexicalContext()
+
 # Dates in a query: "May" next to a number is the month, not the modal verb the
 # function words drop ("on May 23, 2023", "8 May"); an ordinal day ("4th October") is
 # the number documents' dates hold.
@@ -186,7 +188,7 @@ class LexicalIndex:
             raise LexicalIndexError(f"lexical indexing failed: {exc}") from exc
 
     def _document(self, record: ChunkRecord, context: str) -> tantivy.Document:
-        ctx = LexicalContext.decode(context)
+        ctx = LexicalContext.decode(context) if context else _NO_CONTEXT
         doc = tantivy.Document(
             cid=record.chunk_id,
             prov=record.provenance,

@@ -53,9 +53,12 @@ class PreparedChunk:
     """A chunk ready to store and index: its record plus what only indexing needs.
 
     ``context`` is lexical context indexed in a lower-weighted field (neighbouring
-    turns of a transcript); ``embed_text`` is what the embedder sees.
+    turns of a transcript); ``embed_text`` is what the embedder sees, and
+    ``embed_hash`` its SHA-256 hex (the embedding cache's key) when the chunker has it
+    already (a memory file's chunk embeds its text, whose hash is its content hash).
     """
 
     record: ChunkRecord
     context: str
     embed_text: str
+    embed_hash: str | None = None

@@ -225,5 +225,7 @@ def prepare_file_chunks(
             revision=file_hash,
             text=w.text,
         )
-        out.append(PreparedChunk(record=record, context="", embed_text=w.text))
+        out.append(
+            PreparedChunk(record=record, context="", embed_text=w.text, embed_hash=content_hash)
+        )
     return out

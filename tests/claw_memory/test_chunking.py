@@ -9,6 +9,7 @@ from claw.plugin_sdk.search import (
     chunk_id_for,
     estimate_tokens,
     line_windows,
+    sha256_hex,
     split_by_bytes,
     split_lines,
 )
@@ -137,3 +138,21 @@ def test_identical_windows_in_one_file_get_distinct_ids() -> None:
     assert chunk_id_for("memory", "memory:a.md", "h", 0) != chunk_id_for(
         "memory", "memory:a.md", "h", 1
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(_LINES)
+def test_a_memory_chunk_carries_the_hash_of_what_it_embeds(lines: list[str]) -> None:
+    """The embedding cache is keyed by the SHA-256 of a chunk's embedding input; a
+    memory chunk hands it over (its content hash) so a sync does not hash twice."""
+    chunks = prepare_file_chunks(
+        "memory/a.md",
+        "\n".join(lines),
+        "h",
+        max_tokens=40,
+        overlap_tokens=5,
+        chars_per_token=4,
+        tombstones=set(),
+    )
+    for c in chunks:
+        assert c.embed_hash == sha256_hex(c.embed_text) == c.record.content_hash
