@@ -360,26 +360,28 @@ class MemoryIndex:
         # fixed for the index's life: gathered once, not on every search.
         vector_weight, text_weight = self._settings.fusion_weights(self._embedder)
         settings = self._settings
-        self._rank_settings: dict[str, Any] = {
-            "vector_weight": vector_weight,
-            "text_weight": text_weight,
-            "context_boost": settings.context_boost,
-            "far_context_boost": settings.far_context_boost,
-            "speaker_boost": settings.speaker_boost,
-            "date_boost": settings.date_boost,
-            "path_boost": settings.path_boost,
-            "coverage_weight": settings.coverage_weight,
-            "near_coverage_weight": settings.near_coverage_weight,
-            "far_coverage_weight": settings.far_coverage_weight,
-            "candidate_multiplier": settings.candidate_multiplier,
-            "candidate_growth": settings.candidate_growth,
-            "when_weight": settings.when_weight,
-            "approximate_rows": settings.approximate_rows,
-            "temporal_decay": settings.temporal_decay,
-            "half_life_days": settings.half_life_days,
-            "mmr": settings.mmr,
-            "mmr_lambda": settings.mmr_lambda,
-        }
+        # (A partial of RankParams, so the type checker sees every field it fills.)
+        self._rank_params = functools.partial(
+            RankParams,
+            vector_weight=vector_weight,
+            text_weight=text_weight,
+            context_boost=settings.context_boost,
+            far_context_boost=settings.far_context_boost,
+            speaker_boost=settings.speaker_boost,
+            date_boost=settings.date_boost,
+            path_boost=settings.path_boost,
+            coverage_weight=settings.coverage_weight,
+            near_coverage_weight=settings.near_coverage_weight,
+            far_coverage_weight=settings.far_coverage_weight,
+            candidate_multiplier=settings.candidate_multiplier,
+            candidate_growth=settings.candidate_growth,
+            when_weight=settings.when_weight,
+            approximate_rows=settings.approximate_rows,
+            temporal_decay=settings.temporal_decay,
+            half_life_days=settings.half_life_days,
+            mmr=settings.mmr,
+            mmr_lambda=settings.mmr_lambda,
+        )
 
     # -- lifecycle ----------------------------------------------------------------
     @classmethod
@@ -1521,14 +1523,13 @@ class MemoryIndex:
             qvec: npt.NDArray[np.float32] | None = None
             if chosen != "lexical" and self._embedder is not None:
                 qvec = await self._query_vector(query)
-            params = RankParams(
+            params = self._rank_params(
                 mode=chosen,
                 offset=offset,
                 limit=limit,
                 min_score=cut,
                 now=time.time() if now is None else now,
                 filter=filter or SearchFilter(),
-                **self._rank_settings,
             )
             # A stat check, when one is due, rides the ranking call; only when it finds
             # a file moved does the search sync and rank again.

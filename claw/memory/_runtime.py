@@ -133,10 +133,7 @@ class GuardedMemoryHandle:
 
     async def _current(self) -> None:
         """Check currency; while a session write is in flight, wait for it and check again."""
-        try:
-            self._check()
-        except CurrencyPendingError:
-            await _await_current(self._check, self._wait_for_writes)
+        await _await_current(self._check, self._wait_for_writes)
 
     async def _released(self) -> None:
         """The release check, right before a result leaves the guard: currency by the
@@ -148,10 +145,7 @@ class GuardedMemoryHandle:
         self._check_selected()
         verify_committed = self._verify_committed
         context = self._context
-        try:
-            await verify_committed(context)
-        except CurrencyPendingError:
-            await _await_current_async(lambda: verify_committed(context), self._wait_for_writes)
+        await _await_current_async(lambda: verify_committed(context), self._wait_for_writes)
 
     async def _call(
         self,
@@ -324,6 +318,8 @@ class GuardedMemoryHandle:
 async def _await_current(
     check: Callable[[], None], wait_for_writes: Callable[[], Awaitable[None]]
 ) -> None:
+    """Return once ``check`` passes. It runs first at once (the common case: no wait);
+    only while it finds a session write pending does this wait for writes and retry."""
     while True:
         try:
             check()
@@ -336,6 +332,7 @@ async def _await_current(
 async def _await_current_async(
     check: Callable[[], Awaitable[None]], wait_for_writes: Callable[[], Awaitable[None]]
 ) -> None:
+    """:func:`_await_current` for a check that reads the committed state."""
     while True:
         try:
             await check()
@@ -409,10 +406,7 @@ class MemoryRuntime:
     async def await_current(self, context: MemoryCallerContext) -> None:
         """Verify ``context`` with the host; while a session write is in flight, wait and retry."""
         host = self._host
-        try:
-            host.verify(context)
-        except CurrencyPendingError:
-            await _await_current(lambda: host.verify(context), host.sessions.wait_for_writes)
+        await _await_current(lambda: host.verify(context), host.sessions.wait_for_writes)
 
     async def await_committed(self, context: MemoryCallerContext) -> None:
         """:meth:`await_current`, then the release check against the committed lineage
