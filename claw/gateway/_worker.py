@@ -121,7 +121,7 @@ def main() -> int:
     )
     parent = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     try:
-        # One BLAS thread, as the CLI runs (see claw._cli.main).
+        # One BLAS thread, as the CLI runs (see claw._cli._app.main).
         with threadpool_limits(limits=1, user_api="blas"):
             trio.run(serve_worker, spec, parent)
     except (ClawError, OSError) as exc:

@@ -1,0 +1,48 @@
+"""``claw mcp``: the workspace's memory over the Model Context Protocol (the mcp extra)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from ._common import AddCommand, CliError, load_config
+
+
+def add_parsers(sub: Any, command: AddCommand) -> None:
+    """``claw mcp``."""
+    mcp = command(
+        sub,
+        "mcp",
+        "serve memory to MCP clients (stdio, or --http)",
+        "Serve the workspace's memory over the Model Context Protocol: on "
+        "stdio for an editor or desktop agent that starts this command, or over "
+        "streamable HTTP with --http. Needs the mcp extra: pip install 'trio-claw[mcp]'.",
+    )
+    mcp.add_argument(
+        "--http", metavar="HOST:PORT", default=None, help="serve streamable HTTP, not stdio"
+    )
+    mcp.add_argument(
+        "--allow-writes", action="store_true", help="offer memory_add and memory_forget"
+    )
+    mcp.add_argument("--agent", default=None, help="the agent served (default: the config's)")
+    mcp.add_argument("--token", default=None, help="HTTP bearer token (or CLAW_GATEWAY_TOKEN)")
+
+
+async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list[str]) -> int:
+    """Serve MCP until the client (stdio) or a signal (HTTP) ends it."""
+    try:
+        # Imported here: the MCP SDK is an optional extra.
+        from ..mcp._command import run_mcp  # noqa: PLC0415
+    except ImportError as exc:
+        raise CliError(
+            f"claw mcp needs the MCP SDK ({exc.name} is missing): pip install 'trio-claw[mcp]'"
+        ) from exc
+    return await run_mcp(
+        load_config(args),
+        http=args.http,
+        allow_writes=args.allow_writes,
+        agent=args.agent,
+        token=args.token,
+        out=out,
+        err=err,
+    )

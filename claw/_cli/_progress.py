@@ -1,0 +1,87 @@
+"""Progress of a long first index, drawn on a terminal (the only place claw draws it)."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from .._capabilities import MemoryCallerContext
+from .._host import Host
+
+_STAGES = {
+    "scan": ("scanning", "sources"),
+    "chunk": ("chunking", "sources"),
+    "embed": ("embedding", "chunks"),
+    "publish": ("publishing", "steps"),
+}
+
+
+class Progress:
+    """Progress of a long sync on a terminal (tqdm bars, one per stage); silent otherwise.
+
+    Called as ``progress(stage, done, total)``. Nothing is drawn for a sync that only
+    scanned (nothing changed), so an up-to-date search stays quiet.
+    """
+
+    def __init__(self, stream: TextIO, *, enabled: bool | None = None) -> None:
+        self._stream = stream
+        self._enabled = stream.isatty() if enabled is None else enabled
+        self._stage: str | None = None
+        self._bar: Any = None
+        self._scanned: tuple[int, int] | None = None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self._enabled:
+            return
+        if stage == "scan" and self._bar is None:
+            self._scanned = (done, total)
+            return
+        if self._scanned is not None:
+            scanned, self._scanned = self._scanned, None
+            self._show("scan", *scanned)
+        self._show(stage, done, total)
+
+    def _show(self, stage: str, done: int, total: int) -> None:
+        if stage != self._stage or self._bar is None:
+            self.close()
+            label, unit = _STAGES.get(stage, (stage, "items"))
+            self._stage = stage
+            # A terminal that reports no size (some ptys) would get an empty or hidden bar.
+            size = shutil.get_terminal_size((80, 24))
+            self._bar = tqdm(
+                total=total,
+                desc=f"{label:<10}",
+                unit=f" {unit}",
+                file=self._stream,
+                leave=True,
+                ncols=min(100, size.columns),
+                nrows=max(2, size.lines),
+            )
+        bar = self._bar
+        if bar.total != total:
+            bar.total = total
+        bar.update(max(0, done - bar.n))
+
+    def close(self) -> None:
+        """End the current bar (call when the work is done)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+            self._stage = None
+
+
+async def warm(host: Host, caller: MemoryCallerContext, agent: str | None, err: TextIO) -> None:
+    """Do a first search's implicit indexing now, where it can show progress."""
+    _, capability = host.memory.selection()
+    warm_up = getattr(capability.maintenance if capability else None, "warm", None)
+    if not callable(warm_up):
+        return
+    progress = Progress(err)
+    try:
+        await warm_up(
+            agent_id=agent or host.config.default_agent_id, context=caller, progress=progress
+        )
+    finally:
+        progress.close()
