@@ -412,11 +412,11 @@ def _bare_tantivy_ms(index: MemoryIndex, question: Question) -> float:
     the same machine load): the question's terms as an OR over the text field, in its
     conversation, for the benchmark's page; no context fields, fusion or second stage.
     """
-    searcher = index._generation.searcher
+    searcher = index._view.generation.searcher
     if searcher is None:
         return math.nan
     t = time.perf_counter()
-    query = index._lexical.build_query(
+    query = index._view.lexical.build_query(
         question.text,
         context_boost=0.0,
         path_boost=0.0,

@@ -420,7 +420,6 @@ def run_floor(root: Path, work: Path) -> None:
     import tantivy
 
     from claw_memory._generation import SignSketch
-    from claw_memory._index import _PARALLEL_PRODUCT_WORK
     from claw_memory._lexical import _ANALYZER, _analyzer, _query_analyzer, _schema
     from claw_memory._ranking import (
         APPROXIMATE_ROWS,
@@ -428,6 +427,7 @@ def run_floor(root: Path, work: Path) -> None:
         SKETCH_RESCORE_MIN,
         top_k,
     )
+    from claw_memory._schedule import _PARALLEL_PRODUCT_WORK
 
     texts, qs, vecs, qvecs = _load(root)
     candidates = claw_candidates(len(texts))

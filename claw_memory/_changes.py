@@ -61,6 +61,11 @@ class DirectoryWatch:
                 raise OSError(err, f"inotify_add_watch({directory!r}): {os.strerror(err)}")
             self._watched.add(directory)
 
+    @property
+    def count(self) -> int:
+        """How many directories are watched (a new one means a check must stat)."""
+        return len(self._watched)
+
     def changed(self) -> bool:
         """Whether any event arrived since the last call (the queue is drained)."""
         seen = False

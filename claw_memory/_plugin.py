@@ -44,9 +44,10 @@ from claw.plugin_sdk import (
 )
 from claw.plugin_sdk.search import HashEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
 
-from ._index import MemoryIndex, SyncProgress, open_memory_index
+from ._index import MemoryIndex, open_memory_index
 from ._runtime import build_capability
 from ._settings import MemoryCoreSettings
+from ._sync import SyncProgress
 from ._tools import memory_tools
 from ._transcripts import TranscriptSession, TranscriptTurn
 

@@ -30,6 +30,6 @@ def workers() -> InlineWorkerPool:
 def worker_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank even tiny indexes on the worker pool, as large ones are (small generations
     are otherwise ranked on the event loop, where no worker call can be parked)."""
-    from claw_memory import _index
+    from claw_memory import _schedule
 
-    monkeypatch.setattr(_index, "_INLINE_RANK_WORK", -1)
+    monkeypatch.setattr(_schedule, "_INLINE_RANK_WORK", -1)

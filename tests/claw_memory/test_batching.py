@@ -12,9 +12,11 @@ import trio.testing
 
 from claw.plugin_sdk import InlineWorkerPool, WorkerPoolStatistics
 from claw.plugin_sdk.search import HashEmbedder
-from claw_memory import _index
+from claw_memory import _schedule
 from claw_memory._index import open_memory_index
 from claw_memory._settings import MemoryCoreSettings
+
+from .test_schedule import RecordingPool
 
 T = TypeVar("T")
 SETTINGS = MemoryCoreSettings(min_score=0.0)
@@ -141,13 +143,13 @@ async def test_small_indexes_rank_on_the_event_loop_in_shared_batches(
     pool = CountingPool()
     pool.release.set()
     inline_batches: list[int] = []
-    real = _index.rank_batch
+    real = _schedule.rank_batch
 
     def counting(items: Any, lexical: Any) -> Any:
         inline_batches.append(len(items))
         return real(items, lexical)
 
-    monkeypatch.setattr(_index, "rank_batch", counting)
+    monkeypatch.setattr(_schedule, "rank_batch", counting)
     async with _open(ws, tmp_path, pool) as index:
         alone = {}
         for word in WORDS:
@@ -190,16 +192,8 @@ async def test_a_search_cancelled_while_queued_for_an_inline_batch_stalls_nobody
         assert finished_cancelled == []
 
 
-class TwoWorkerPool:
+class TwoWorkerPool(RecordingPool):
     """Runs inline, but reports two thread workers (so products may be split)."""
-
-    def __init__(self) -> None:
-        self.inner = InlineWorkerPool()
-        self.calls: list[str] = []
-
-    async def run_sync(self, fn: Callable[..., T], *args: object) -> T:
-        self.calls.append(getattr(fn, "__name__", ""))
-        return await self.inner.run_sync(fn, *args)
 
     def statistics(self) -> WorkerPoolStatistics:
         return WorkerPoolStatistics(
@@ -218,7 +212,7 @@ async def test_large_products_are_split_across_workers_and_change_no_answer(
             result = await index.search(word, max_results=5)
             whole[word] = [(h.path, h.score, h.vector_score) for h in result.hits]
         assert "product_slice" not in pool.calls
-        monkeypatch.setattr(_index, "_PARALLEL_PRODUCT_WORK", 1)
+        monkeypatch.setattr(_schedule, "_PARALLEL_PRODUCT_WORK", 1)
         split = {}
         for word in WORDS:
             result = await index.search(word, max_results=5)
@@ -238,10 +232,10 @@ async def test_sparse_query_vectors_score_like_the_full_product(
         sparse = {}
         for q in queries:
             sparse[q] = [(h.path, h.vector_score) for h in (await index.search(q)).hits]
-        columns = index._generation.columns()
-        assert columns is not None and columns is index._generation.columns()
+        columns = index._view.generation.columns()
+        assert columns is not None and columns is index._view.generation.columns()
         assert not columns.flags.writeable
-        monkeypatch.setattr(_index, "_SPARSE_PRODUCT_CELLS", -1)
+        monkeypatch.setattr(_schedule, "_SPARSE_PRODUCT_CELLS", -1)
         for q in queries:
             full = [(h.path, h.vector_score) for h in (await index.search(q)).hits]
             assert [p for p, _ in full] == [p for p, _ in sparse[q]]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from claw.plugin_sdk import InlineWorkerPool
-from claw_memory import _index
+from claw_memory import _follow, _freshness
 from claw_memory._changes import open_directory_watch, source_directories
 from claw_memory._index import open_memory_index
 from claw_memory._settings import MemoryCoreSettings
@@ -60,7 +60,7 @@ async def test_a_file_in_a_new_subdirectory_is_found_by_the_next_search(tmp_path
     async with open_memory_index(
         workspace_dir=ws, index_dir=tmp_path / "idx", workers=InlineWorkerPool(), settings=SETTINGS
     ) as index:
-        assert index._watch is not None
+        assert index._freshness.source_watch is not None
         await index.search("root")
         _write(ws, "memory/deep/new/notes.md", "the aardvark migration")
         first = await index.search("aardvark migration")
@@ -75,13 +75,14 @@ async def test_a_file_in_a_new_subdirectory_is_found_by_the_next_search(tmp_path
 async def test_without_inotify_searches_still_see_every_change(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_index, "open_directory_watch", lambda dirs: None)
+    monkeypatch.setattr(_follow, "open_directory_watch", lambda dirs: None)
+    monkeypatch.setattr(_freshness, "open_directory_watch", lambda dirs: None)
     ws = tmp_path / "ws"
     _write(ws, "MEMORY.md", "root")
     async with open_memory_index(
         workspace_dir=ws, index_dir=tmp_path / "idx", workers=InlineWorkerPool(), settings=SETTINGS
     ) as index:
-        assert index._watch is None
+        assert index._freshness.source_watch is None
         await index.search("root")
         _write(ws, "memory/x.md", "the narwhal tusk")
         result = await index.search("narwhal tusk")
@@ -95,13 +96,13 @@ async def test_an_unchanged_workspace_skips_the_stat_check(
     ws = tmp_path / "ws"
     _write(ws, "MEMORY.md", "the quokka smile")
     calls: list[int] = []
-    original = _index.files_changed
+    original = _freshness.files_changed
 
     def counting(*args: object) -> bool:
         calls.append(1)
         return original(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_index, "files_changed", counting)
+    monkeypatch.setattr(_freshness, "files_changed", counting)
     async with open_memory_index(
         workspace_dir=ws, index_dir=tmp_path / "idx", workers=InlineWorkerPool(), settings=SETTINGS
     ) as index:

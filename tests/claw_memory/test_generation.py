@@ -196,7 +196,7 @@ async def test_searches_never_return_rows_a_change_left_dead(tmp_path: Path) -> 
         assert (await index.search("otter holt")).hits[0].path == "memory/otter.md"
         (ws / "memory" / "otter.md").write_text("the heron stands in the shallows\n", "utf-8")
         await index.sync()
-        gen = index._generation
+        gen = index._view.generation
         assert gen.alive is not None, "one file of 21 changed: its old row is dead, not copied"
         for mode in ("hybrid", "vector", "lexical"):
             hits = (await index.search("otter holt", mode=mode, max_results=50)).hits  # type: ignore[arg-type]
@@ -212,10 +212,10 @@ async def test_concurrent_searches_and_changes_on_real_threads_stay_consistent(
     # Every path at once: worker ranking with split products, appended generations and
     # compactions, while searches run on two real threads.
     from claw.plugin_sdk import ThreadWorkerPool
-    from claw_memory import _index
+    from claw_memory import _schedule
 
-    monkeypatch.setattr(_index, "_INLINE_RANK_WORK", -1)
-    monkeypatch.setattr(_index, "_PARALLEL_PRODUCT_WORK", 1)
+    monkeypatch.setattr(_schedule, "_INLINE_RANK_WORK", -1)
+    monkeypatch.setattr(_schedule, "_PARALLEL_PRODUCT_WORK", 1)
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     for i in range(40):

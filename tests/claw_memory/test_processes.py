@@ -208,7 +208,7 @@ async def test_every_open_index_maps_the_published_matrix_instead_of_copying_it(
     async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)) as writer:
         async with _open(workspace, index_dir) as reader:
             for index in (writer, reader):
-                matrix = index._generation.matrix
+                matrix = index._view.generation.matrix
                 assert matrix is not None and matrix.shape[0] == 1
                 assert _is_mapped(matrix)
                 assert not matrix.flags.writeable
@@ -217,4 +217,4 @@ async def test_every_open_index_maps_the_published_matrix_instead_of_copying_it(
             await writer.sync()
             hits = (await reader.search("bittern", mode="vector", max_results=1)).hits
             assert [h.path for h in hits] == ["memory/b.md"]
-            assert _is_mapped(reader._generation.matrix)
+            assert _is_mapped(reader._view.generation.matrix)

@@ -107,7 +107,7 @@ async def test_a_filter_that_excludes_nothing_is_dropped_and_one_that_does_is_ke
     tmp_path: Path,
 ) -> None:
     async with await _index_with(tmp_path) as index:
-        gen = index._generation
+        gen = index._view.generation
         everything = SearchFilter(
             sources=frozenset({"memory", "sessions"}), agent_ids=frozenset({"main"})
         )
@@ -119,7 +119,7 @@ async def test_a_filter_that_excludes_nothing_is_dropped_and_one_that_does_is_ke
 
 async def test_filters_never_shift_bm25_scores(tmp_path: Path) -> None:
     async with await _index_with(tmp_path) as index:
-        lexical, searcher = index._lexical, index._generation.searcher
+        lexical, searcher = index._view.lexical, index._view.generation.searcher
         assert searcher is not None
 
         def scores(**filters: frozenset[str] | None) -> list[float]:
@@ -228,7 +228,7 @@ async def test_ranking_reads_the_records_of_tied_candidates_only(
         settings=MemoryCoreSettings(min_score=0.0),
         embedder=HashEmbedder(),
     ) as index:
-        assert isinstance(index._generation.records, RowRecords)
+        assert isinstance(index._view.generation.records, RowRecords)
         reads: list[int] = []
         real = RowRecords.__getitem__
 

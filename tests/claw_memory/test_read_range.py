@@ -19,9 +19,16 @@ from hypothesis import strategies as st
 import claw
 import claw_memory
 from claw.gateway import Gateway, open_in_memory_gateway_client
-from claw_memory import _index
-from claw_memory._index import read_line_range
+from claw.plugin_sdk import InlineWorkerPool
+from claw_memory import _read
+from claw_memory._errors import IndexClosedError, SourcePathError
+from claw_memory._generation import Generation
+from claw_memory._listing import SourceListing
+from claw_memory._read import SourceReader, read_line_range
+from claw_memory._settings import MemoryCoreSettings
 from claw_memory._sources import FileEntry
+from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
+from claw_memory._view import IndexView
 
 TOKEN = "read-range-token-1"
 
@@ -136,14 +143,43 @@ def test_streamed_lines_are_exactly_splitlines_whatever_the_blocks(
     data = text.encode("utf-8")
     path.write_bytes(data)
     entry = FileEntry(vpath="f.md", real=os.fspath(path), size=len(data), mtime_ns=0)
-    saved = _index._READ_BLOCK
-    _index._READ_BLOCK = block
+    saved = _read._READ_BLOCK
+    _read._READ_BLOCK = block
     try:
         span = read_line_range(entry, 1 << 20, from_line, lines, 1 << 20)
     finally:
-        _index._READ_BLOCK = saved
+        _read._READ_BLOCK = saved
     expected = text.splitlines()
     end = len(expected) if lines is None else from_line - 1 + lines
     assert span.reason is None
     assert span.lines == expected[from_line - 1 : end]
     assert span.total == len(expected)
+
+
+async def test_a_source_reader_on_its_own_reads_sources_and_refuses_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A reader needs the listing, the settings and a view: no store, lexical index or
+    lease (a transcript it has not listed yet is listed on first read)."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("one\ntwo\nthree\n", encoding="utf-8")
+    (ws / "notes.txt").write_text("not a source\n", encoding="utf-8")
+    transcripts = InMemoryTranscriptSource()
+    transcripts.put("main", "main:s1", "s1", [TranscriptTurn("e1", "user", "ann", "hello")])
+    settings = MemoryCoreSettings(sources=("memory", "sessions"))
+    workers = InlineWorkerPool()
+    view = IndexView(tmp_path / "idx", Generation.empty(0, 0, None))
+    reader = SourceReader(
+        view, settings, workers, SourceListing(ws, settings, workers, transcripts)
+    )
+
+    got = await reader.read("memory/a.md", from_line=2, lines=1)
+    assert (got.text, got.to_line, got.total_lines, got.truncated) == ("two", 2, 3, False)
+    with pytest.raises(SourcePathError, match="not a memory source"):
+        await reader.read("notes.txt")
+    session = await reader.read("sessions/main/s1")
+    assert session.source == "sessions" and "hello" in session.text
+    view.closed = True
+    with pytest.raises(IndexClosedError):
+        await reader.read("memory/a.md")

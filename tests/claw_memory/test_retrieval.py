@@ -367,7 +367,7 @@ async def test_coverage_counts_own_then_adjacent_then_two_away_turns(tmp_path: P
         ]
     )
     async with _session_index_turns(tmp_path, turns) as index:
-        gen, lexical = index._generation, index._lexical
+        gen, lexical = index._view.generation, index._view.lexical
         row = {rec.entry_ids[0]: i for i, rec in enumerate(gen.records)}
         terms = lexical.query_terms("paint orange violet")
         own, near, far = coverage(gen, lexical, [row["s1-2"], row["s1-4"]], terms)
@@ -385,7 +385,7 @@ async def test_coverage_of_rare_terms_reads_the_lexical_index_not_each_rows_text
     # index; a term in few documents has its rows from one term query instead.
     turns = _turns([("Ann", "violet"), ("Ann", "orange"), ("Ann", "paint")])
     async with _session_index_turns(tmp_path, turns) as index:
-        gen, lexical = index._generation, index._lexical
+        gen, lexical = index._view.generation, index._view.lexical
         analysed: list[str] = []
         real = LexicalIndex.document_terms
 
@@ -426,7 +426,7 @@ async def test_coverage_from_the_lexical_index_equals_coverage_from_analysed_row
 ) -> None:
     # The two ways agree exactly, for own text, dates and both neighbour rings.
     async with _sessions_index(tmp_path, _many_turns()) as index:
-        gen, lexical = index._generation, index._lexical
+        gen, lexical = index._view.generation, index._view.lexical
         rows = list(range(len(gen.records)))[::-1]
         terms = lexical.query_terms(query)
         from_index = coverage(gen, lexical, rows, terms)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from claw.plugin_sdk import InlineWorkerPool
 from claw.plugin_sdk.search import HashEmbedder
-from claw_memory import _index
+from claw_memory import _sync
 from claw_memory._generation import KeyIndex
 from claw_memory._index import open_memory_index
 from claw_memory._published import RowRecords
@@ -51,8 +51,8 @@ def _open(workspace: Path, index_dir: Path) -> object:
 async def test_a_large_sync_is_stored_embedded_and_written_in_bounded_batches(
     workspace: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 5)
-    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 2)
+    monkeypatch.setattr(_sync, "_SYNC_BATCH_CHUNKS", 5)
+    monkeypatch.setattr(_sync, "_CHUNK_BATCH_FILES", 2)
     applied: list[int] = []
     apply_changes = Store.apply_changes
 
@@ -84,8 +84,8 @@ async def test_a_large_sync_is_stored_embedded_and_written_in_bounded_batches(
 async def test_a_reader_follows_a_publication_written_in_many_blocks(
     workspace: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 3)
-    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 1)
+    monkeypatch.setattr(_sync, "_SYNC_BATCH_CHUNKS", 3)
+    monkeypatch.setattr(_sync, "_CHUNK_BATCH_FILES", 1)
     _files(workspace, 4, tag="first")
     async with _open(workspace, index_dir) as writer:  # type: ignore[attr-defined]
         await writer.sync()
@@ -116,7 +116,7 @@ async def test_published_rows_are_read_from_the_log_on_demand(
     async with _open(workspace, index_dir) as index:  # type: ignore[attr-defined]
         await index.sync()
     async with _open(workspace, index_dir) as index:  # type: ignore[attr-defined]
-        gen = index._generation
+        gen = index._view.generation
         assert isinstance(gen.records, RowRecords)
         assert len(gen.records) == 40 and not gen.records._decoded
         hits = (await index.search("number33", mode="lexical", max_results=1)).hits
@@ -191,8 +191,8 @@ async def test_a_large_sync_writes_only_the_cache_entries_that_survive_pruning(
 ) -> None:
     """The cache keeps its latest entries: a sync of more chunks than that writes those
     once at its end, not every vector batch by batch to delete most of them again."""
-    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 5)
-    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 2)
+    monkeypatch.setattr(_sync, "_SYNC_BATCH_CHUNKS", 5)
+    monkeypatch.setattr(_sync, "_CHUNK_BATCH_FILES", 2)
     written: list[int] = []
     cache_vectors = Store.cache_vectors
 
@@ -232,8 +232,8 @@ class _FailingOn:
 async def test_a_failed_sync_keeps_the_vectors_it_embedded_in_the_cache(
     workspace: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 5)
-    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 2)
+    monkeypatch.setattr(_sync, "_SYNC_BATCH_CHUNKS", 5)
+    monkeypatch.setattr(_sync, "_CHUNK_BATCH_FILES", 2)
     _files(workspace, 23)
     embedder = _FailingOn("number15")
     async with _open_with(workspace, index_dir, embedder) as index:  # type: ignore[attr-defined]
@@ -252,8 +252,8 @@ async def test_a_publication_of_many_blocks_waits_for_the_disk_once_before_its_f
 ) -> None:
     """Each epoch file is made durable once per publication, and before the pointer
     that publishes it is renamed into place (a block is not synced on its own)."""
-    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 5)
-    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 2)
+    monkeypatch.setattr(_sync, "_SYNC_BATCH_CHUNKS", 5)
+    monkeypatch.setattr(_sync, "_CHUNK_BATCH_FILES", 2)
     events: list[str] = []
     fdatasync, replace = os.fdatasync, os.replace
 
@@ -286,8 +286,8 @@ async def test_a_sync_reads_and_embeds_the_next_batch_while_it_stores_one(
 ) -> None:
     """The stages of consecutive batches overlap: while batch 1 is committed to SQLite,
     batch 2 is read, chunked and looked up in the embedding cache."""
-    monkeypatch.setattr(_index, "_SYNC_BATCH_CHUNKS", 5)
-    monkeypatch.setattr(_index, "_CHUNK_BATCH_FILES", 5)
+    monkeypatch.setattr(_sync, "_SYNC_BATCH_CHUNKS", 5)
+    monkeypatch.setattr(_sync, "_CHUNK_BATCH_FILES", 5)
     _files(workspace, 15)
     pool = GatedPool()
     async with _open_with(workspace, index_dir, HashEmbedder(), pool) as index:  # type: ignore[attr-defined]

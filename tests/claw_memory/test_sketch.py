@@ -268,7 +268,7 @@ async def test_an_index_above_the_threshold_finds_appended_rows_by_vector(
     ) as index:
         first = await index.search("heron", max_results=1, mode="vector")
         assert [h.path for h in first.hits] == ["memory/2.md"]
-        assert index._generation._memo.get("sketch") is not None
+        assert index._view.generation._memo.get("sketch") is not None
         (ws / "memory" / "9.md").write_text("notes about the quokka colony\n", "utf-8")
         (ws / "memory" / "2.md").unlink()
         await index.sync()
@@ -276,8 +276,8 @@ async def test_an_index_above_the_threshold_finds_appended_rows_by_vector(
         assert [h.path for h in found.hits] == ["memory/9.md"]
         gone = await index.search("heron", max_results=6, mode="vector")
         assert "memory/2.md" not in [h.path for h in gone.hits]
-        sketch = index._generation.sketch()
-        assert sketch is not None and sketch.rows == len(index._generation.records)
+        sketch = index._view.generation.sketch()
+        assert sketch is not None and sketch.rows == len(index._view.generation.records)
 
 
 @pytest.mark.parametrize("rows", [0, 7])
@@ -297,7 +297,7 @@ async def test_approximate_rows_of_zero_or_above_the_index_keeps_its_vector_stag
     ) as index:
         found = await index.search("heron", max_results=1, mode="vector")
         assert [h.path for h in found.hits] == ["memory/2.md"]
-        assert "sketch" not in index._generation._memo
+        assert "sketch" not in index._view.generation._memo
 
 
 @pytest.mark.parametrize("bad", [-1, True, 2.5, "many"])

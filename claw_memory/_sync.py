@@ -1,0 +1,348 @@
+"""A sync: bring the index up to date with its sources, under the writer lease.
+
+Only sources whose stat (files) or change token (sessions) moved are read; a file whose
+bytes hash the same only has its stat refreshed. Changed sources are read, chunked and
+embedded a bounded batch at a time (:data:`_SYNC_BATCH_CHUNKS`), and each batch is
+committed to SQLite with a lexical journal entry per source, staged in the lexical
+writer and written past the published prefix as a block of the coming publication.
+Two batches are in flight: the next is read, chunked and embedded (a producer task)
+while the current one is stored, so the stages use both cores. At the end the lexical
+writer commits once and the publication flips the pointer once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from claw.plugin_sdk import WorkerPool, collapse_single_exception_group
+from claw.plugin_sdk.search import sha256_hex
+
+from ._embedding import ChunkEmbedder
+from ._listing import SourceListing
+from ._publication import Publication, Publisher
+from ._records import PreparedChunk
+from ._settings import MemoryCoreSettings
+from ._sources import FileEntry, prepare_file_chunks, read_source
+from ._store import SourceChange, SourceState, Store
+from ._transcripts import (
+    TranscriptSession,
+    prepare_session_chunks,
+    session_path,
+    session_provenance,
+)
+from ._types import SyncReport
+from ._view import IndexView
+from ._writer import IndexWriter
+
+SyncProgress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)`` of a sync; see :meth:`MemoryIndex.sync`."""
+
+# Files read and chunked per worker call, so that a long first index reports progress.
+_CHUNK_BATCH_FILES = 64
+# Chunks a sync embeds, stores and writes per batch: what it holds at once (chunks,
+# vectors, lexical documents), whatever the size of the change.
+_SYNC_BATCH_CHUNKS = 8192
+
+
+def _no_progress(stage: str, done: int, total: int) -> None:
+    return None
+
+
+def _embed_progress(report: SyncProgress, before: int, done: int, total: int) -> None:
+    """An embed step of one batch, counted with the ``before`` chunks of earlier ones."""
+    report("embed", before + done, before + total)
+
+
+def _path_of_prov(prov: str) -> str:
+    return prov.split(":", 1)[1] if prov.startswith("memory:") else prov
+
+
+@attrs.define(eq=False)
+class Syncer:
+    """Runs a sync while the caller holds the writer lease (see the module docstring)."""
+
+    view: IndexView
+    store: Store
+    workers: WorkerPool
+    settings: MemoryCoreSettings
+    listing: SourceListing
+    embedding: ChunkEmbedder
+    writer: IndexWriter
+    publisher: Publisher
+    #: When the last sync ended (epoch seconds), for status.
+    last_sync_at: float | None = None
+
+    async def run(self, force: bool, progress: SyncProgress | None = None) -> SyncReport:
+        """Sync (``force``: re-read and re-chunk every source); hold the writer lease."""
+        view = self.view
+        settings = self.settings
+        report = progress or _no_progress
+        entries = await self.listing.scan_memory()
+        sessions = await self.listing.list_sessions()
+        report("scan", len(entries) + len(sessions), len(entries) + len(sessions))
+        present: set[str] = set()
+
+        to_read: list[FileEntry] = []
+        for e in entries.values():
+            present.add(e.provenance)
+            prev = view.sources.get(e.provenance)
+            if force or prev is None or (prev.size, prev.mtime_ns) != (e.size, e.mtime_ns):
+                to_read.append(e)
+        session_map: dict[str, TranscriptSession] = {}
+        to_chunk: list[TranscriptSession] = []
+        for s in sessions:
+            present.add(session_provenance(s))
+            session_map[session_path(s)] = s
+            prev = view.sources.get(session_provenance(s))
+            if force or prev is None or prev.token != s.change_token:
+                to_chunk.append(s)
+        view.sessions = session_map
+        removed = [prov for prov in view.sources if prov not in present]
+        chunk_total = len(to_read) + len(to_chunk)
+        old_sources = dict(view.sources)
+
+        async def changed_batches() -> AsyncGenerator[
+            list[tuple[SourceState, list[PreparedChunk]]]
+        ]:
+            # Changed sources, read and chunked a bounded batch at a time: a first index
+            # of a million chunks holds one batch of chunks and vectors, not all of them.
+            batch: list[tuple[SourceState, list[PreparedChunk]]] = []
+            held = 0
+            for start in range(0, len(to_read), _CHUNK_BATCH_FILES):
+                files = to_read[start : start + _CHUNK_BATCH_FILES]
+                file_changes, batch_stats = await self.workers.run_sync(
+                    _prepare_files, files, old_sources, settings, view.tombstones, force
+                )
+                stat_only.extend(batch_stats)
+                report("chunk", start + len(files), chunk_total)
+                batch.extend(file_changes)
+                held += sum(len(c) for _, c in file_changes)
+                if held >= _SYNC_BATCH_CHUNKS:
+                    yield batch
+                    batch, held = [], 0
+            chunked = len(to_read)
+            for s in to_chunk:
+                chunked += 1
+                report("chunk", chunked, chunk_total)
+                turns = await self.listing.read_turns(s)
+                chunks = await self.workers.run_sync(
+                    lambda s=s, turns=turns: prepare_session_chunks(
+                        s,
+                        turns,
+                        turns_per_chunk=settings.transcript_turns_per_chunk,
+                        context_turns=settings.transcript_context_turns,
+                        max_tokens=settings.chunk_tokens,
+                        chars_per_token=settings.chars_per_token,
+                        tombstones=view.tombstones,
+                    )
+                )
+                state = SourceState(
+                    provenance=session_provenance(s),
+                    source="sessions",
+                    path=session_path(s),
+                    size=len(turns),
+                    mtime_ns=None,
+                    token=s.change_token,
+                    hash=sha256_hex(s.change_token),
+                    skip_reason=None,
+                )
+                batch.append((state, chunks))
+                held += len(chunks)
+                if held >= _SYNC_BATCH_CHUNKS:
+                    yield batch
+                    batch, held = [], 0
+            if batch:
+                yield batch
+
+        stat_only: list[SourceState] = []
+        indexed: list[str] = []
+        replaced_all: set[str] = set()
+        old_count = added_count = embedded = 0
+        pub: Publication | None = None
+        rows_of = view.generation.rows_of_provenance
+        # The embedding-cache entries this sync makes, written once at its end.
+        cache = self.embedding.writes()
+        ready_send, ready = trio.open_memory_channel[_Embedded](0)
+
+        async def embed_batches() -> None:
+            # Batch N+1 is read, chunked and embedded while batch N is stored, staged
+            # and written (their C parts run without the GIL: two cores, not one); at
+            # most one embedded batch waits.
+            done = 0
+            async with ready_send, contextlib.aclosing(changed_batches()) as batches:
+                async for batch in batches:
+                    chunks_in = [c for _, chunks in batch for c in chunks]
+                    vectors, fresh = await self.embedding.embed(
+                        chunks_in, cache, functools.partial(_embed_progress, report, done)
+                    )
+                    done += len(chunks_in)
+                    await ready_send.send(_Embedded(batch, chunks_in, vectors, fresh))
+
+        try:
+            with collapse_single_exception_group():
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(embed_batches)
+                    async with ready:
+                        async for item in ready:
+                            embedded += item.fresh
+                            if pub is None:
+                                pub = self.publisher.begin()
+                            changes = item.source_changes()
+                            indexed.extend(
+                                st.path for st, _ in item.batch if st.skip_reason is None
+                            )
+                            added_count += await self._apply_batch(
+                                pub, changes, item.chunks, item.vectors
+                            )
+                            old_count += sum(len(rows_of.get(c.provenance, ())) for c in changes)
+                            replaced_all.update(c.provenance for c in changes)
+        except Exception:
+            # What the cache would have held had the sync written it batch by batch;
+            # the failure that matters is the one raised.
+            with contextlib.suppress(Exception):
+                await self.embedding.write_cache(cache)
+            raise
+        await self.embedding.write_cache(cache)
+        if removed:
+            if pub is None:
+                pub = self.publisher.begin()
+            gone = [SourceChange(prov, None, (), None) for prov in removed]
+            await self._apply_batch(pub, gone, [], None)
+            old_count += sum(len(rows_of.get(prov, ())) for prov in removed)
+            replaced_all.update(removed)
+
+        if stat_only:
+            await self.workers.run_sync(self.store.update_stats, stat_only)
+            for st in stat_only:
+                view.sources[st.provenance] = st
+        if pub is None:
+            self.last_sync_at = time.time()
+            return SyncReport(
+                indexed=(),
+                removed=(),
+                skipped=view.skipped(),
+                chunks_added=0,
+                chunks_removed=0,
+                embedded=0,
+                generation=view.generation.number,
+            )
+        report("publish", 0, 3)
+        report("publish", 1, 3)
+        await self.writer.commit_lexical(sorted(replaced_all))
+        report("publish", 2, 3)
+        await self.publisher.finish(pub)
+        report("publish", 3, 3)
+        self.last_sync_at = time.time()
+        return SyncReport(
+            indexed=tuple(sorted(indexed)),
+            removed=tuple(sorted(_path_of_prov(p) for p in removed)),
+            skipped=view.skipped(),
+            chunks_added=added_count,
+            chunks_removed=old_count,
+            embedded=embedded,
+            generation=view.generation.number,
+        )
+
+    async def _apply_batch(
+        self,
+        pub: Publication,
+        changes: Sequence[SourceChange],
+        chunks: Sequence[PreparedChunk],
+        vectors: npt.NDArray[np.float32] | None,
+    ) -> int:
+        """One bounded batch of a sync: committed to SQLite, staged in the lexical
+        writer (committed once, at the end) and written past the published prefix as a
+        block of the coming publication. Returns the rows it added."""
+        await self.workers.run_sync(self.store.apply_changes, changes)
+        sources = self.view.sources
+        for ch in changes:
+            if ch.state is None:
+                sources.pop(ch.provenance, None)
+            else:
+                sources[ch.provenance] = ch.state
+        provenances = sorted(c.provenance for c in changes)
+        pub.provenances.update(provenances)
+        await self.writer.stage_lexical(provenances, [(c.record, c.context) for c in chunks])
+        replaced = frozenset(provenances)
+        await self.publisher.write_block(
+            pub,
+            dead=pub.old.dead_rows(replaced),
+            added=[c.record for c in chunks],
+            vectors=vectors,
+        )
+        return len(chunks)
+
+
+def _prepare_files(
+    entries: Sequence[FileEntry],
+    old: dict[str, SourceState],
+    settings: MemoryCoreSettings,
+    tombstones: frozenset[str],
+    force: bool,
+) -> tuple[list[tuple[SourceState, list[PreparedChunk]]], list[SourceState]]:
+    """Read and chunk changed files: ``(replacements, stat-only updates)``."""
+    changes: list[tuple[SourceState, list[PreparedChunk]]] = []
+    stat_only: list[SourceState] = []
+    for e in entries:
+        outcome = read_source(e, settings.max_file_bytes)
+        prev = old.get(e.provenance)
+        state = SourceState(
+            provenance=e.provenance,
+            source="memory",
+            path=e.vpath,
+            size=e.size,
+            mtime_ns=e.mtime_ns,
+            token=None,
+            hash=outcome.file_hash,
+            skip_reason=outcome.reason,
+        )
+        if outcome.text is None or outcome.file_hash is None:
+            changes.append((state, []))
+            continue
+        if (
+            not force
+            and prev is not None
+            and prev.skip_reason is None
+            and prev.hash == outcome.file_hash
+        ):
+            stat_only.append(state)
+            continue
+        chunks = prepare_file_chunks(
+            e.vpath,
+            outcome.text,
+            outcome.file_hash,
+            max_tokens=settings.chunk_tokens,
+            overlap_tokens=settings.chunk_overlap,
+            chars_per_token=settings.chars_per_token,
+            tombstones=tombstones,
+        )
+        changes.append((state, chunks))
+    return changes, stat_only
+
+
+@attrs.frozen(eq=False)
+class _Embedded:
+    """One batch of a sync, read, chunked and embedded: ready to store and index."""
+
+    batch: list[tuple[SourceState, list[PreparedChunk]]]
+    chunks: list[PreparedChunk]
+    vectors: npt.NDArray[np.float32] | None
+    fresh: int
+
+    def source_changes(self) -> list[SourceChange]:
+        """The batch as one replacement per source, each with its rows of vectors."""
+        changes: list[SourceChange] = []
+        offset = 0
+        for state, chunks in self.batch:
+            vecs = None if self.vectors is None else self.vectors[offset : offset + len(chunks)]
+            offset += len(chunks)
+            changes.append(SourceChange(state.provenance, state, chunks, vecs))
+        return changes
