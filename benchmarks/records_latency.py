@@ -40,14 +40,9 @@ import numpy as np
 
 from benchmarks._common import emit_json, machine, percentile, table
 from benchmarks._corpus import Corpus
-from benchmarks.search_latency import (
-    RESULTS,
-    VECTOR_WEIGHT,
-    CorpusVectors,
-    _claw_config,
-    _write_workspace,
-    fastest,
-)
+from benchmarks.latency._shared import RESULTS, VECTOR_WEIGHT, fastest
+from benchmarks.latency._vectors import CorpusVectors
+from benchmarks.latency.claw_config import _claw_config, _write_workspace
 
 AGENT = "main"
 PLUGIN = "memory-records"

@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pytest
 
 from benchmarks import gateway_load, locomo, search_latency
+from benchmarks.latency import _orchestrate, _shared, _worker
 
 LOCOMO = locomo.DEFAULT_DATA
 
@@ -212,7 +213,7 @@ async def test_search_latency_maps_claw_hits_to_rows_after_the_clock(
         return [result * 10]
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("pass s\nend\n"))
-    results = await search_latency.serve_commands_async({"s": search}, 3, {}, convert=convert)
+    results = await _worker.serve_commands_async({"s": search}, 3, {}, convert=convert)
     capsys.readouterr()
     assert results == {"s": [[0], [10], [20]]}
     passed = events[3:]  # after the three warm-up searches
@@ -228,7 +229,7 @@ def test_search_latency_baseline_imports_the_checkouts_claw_and_this_benchmark(
         (checkout / package).mkdir(parents=True)
         (checkout / package / "__init__.py").write_text(f"WHERE = 'old {package}'\n")
     (checkout / "notes").mkdir()  # not a package: left out
-    tree = search_latency._baseline_tree(checkout, tmp_path / "mixed")
+    tree = _orchestrate._baseline_tree(checkout, tmp_path / "mixed")
     code = (
         "import benchmarks, claw, claw_memory; "
         "print(claw.WHERE, claw_memory.WHERE, benchmarks.__file__)"
@@ -386,8 +387,8 @@ def test_scaling_plot_draws_one_point_per_run_and_size(tmp_path: Path) -> None:
 
 
 def test_search_latency_reuses_a_kept_corpus_only_when_it_matches(tmp_path: Path) -> None:
-    assert not search_latency._prepared(tmp_path, 50, 5)
-    search_latency.prepare(tmp_path, 50, 5)
-    assert search_latency._prepared(tmp_path, 50, 5)
-    assert not search_latency._prepared(tmp_path, 51, 5)
-    assert not search_latency._prepared(tmp_path, 50, 6)
+    assert not _shared._prepared(tmp_path, 50, 5)
+    _shared.prepare(tmp_path, 50, 5)
+    assert _shared._prepared(tmp_path, 50, 5)
+    assert not _shared._prepared(tmp_path, 51, 5)
+    assert not _shared._prepared(tmp_path, 50, 6)
