@@ -198,8 +198,14 @@ class GatewayConfig:
     ``tokens`` maps each accepted token to the operator scopes it may be granted;
     ``token`` is a shorthand for one token allowed ``operator.read``. An authenticated
     connection that sends nothing and waits for no answer for ``idle_timeout`` seconds
-    is closed (1001); at most ``max_connections`` connections are served at once (the
-    next one is refused with ``UNAVAILABLE`` and closed with 1013).
+    is closed (1001); at most ``max_connections`` authenticated connections are served
+    at once (the next one is refused with ``UNAVAILABLE`` and closed with 1013).
+
+    Connections that have not authenticated yet are counted apart: each has
+    ``handshake_timeout`` seconds from its TCP accept to finish the WebSocket upgrade and
+    send an accepted ``connect``, and at most ``max_pending_connections`` wait at once; a
+    new one beyond that drops the one that has waited longest, so sockets that never
+    authenticate cannot keep an authenticating client out.
     """
 
     host: str = "127.0.0.1"
@@ -211,6 +217,8 @@ class GatewayConfig:
     max_queued_messages: int = attrs.field(default=64, validator=_positive)
     idle_timeout: float = attrs.field(default=300.0, validator=_positive)
     max_connections: int = attrs.field(default=256, validator=_positive)
+    handshake_timeout: float = attrs.field(default=5.0, validator=_seconds)
+    max_pending_connections: int = attrs.field(default=128, validator=_positive)
 
 
 @attrs.frozen

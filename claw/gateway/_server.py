@@ -12,6 +12,17 @@ an abrupt 1006. So each connection is served inside a shielded scope, and a sibl
 task that only sleeps turns the outer cancellation into an orderly close: it marks the
 connection going-away, cancels the connection's work, and gives the shielded part a
 deadline of ``close_timeout`` to finish the handshake. Nothing can outlive that deadline.
+
+Unauthenticated connections. A connection is *pending* from its TCP accept until its
+``connect`` is accepted, and pending connections are counted apart from authenticated
+ones: they have one deadline (``gateway.handshake_timeout``) for the upgrade and the
+``connect`` together, and at most ``gateway.max_pending_connections`` of them wait at
+once. Refusing the next socket at that bound would let a flood of silent sockets
+(reopened as soon as they are dropped) keep every real client out, so the bound is kept
+by dropping the pending connection that has waited longest instead: an authenticating
+client needs only the few round trips of its own handshake, while the flood must open
+``max_pending_connections`` sockets in that time to push it out. ``max_connections``
+counts only authenticated connections, so the flood never takes their places either.
 """
 
 from __future__ import annotations
@@ -97,9 +108,14 @@ class GatewayConnectionStatistics:
 
 @attrs.frozen
 class GatewayStatistics:
-    """A snapshot of the gateway's open connections."""
+    """A snapshot of the gateway's open connections.
+
+    ``connections`` are the authenticated ones; ``pending_connections`` counts those
+    still in the WebSocket upgrade or waiting for their ``connect``.
+    """
 
     connections: tuple[GatewayConnectionStatistics, ...]
+    pending_connections: int = 0
 
     @property
     def requests_in_flight(self) -> int:
@@ -123,6 +139,13 @@ class _Link:
     close_reason: str | None = None
     session: Session | None = None
     finished: bool = False
+    # Dropped without a closing handshake (a pending connection pushed out by newer ones).
+    abrupt: bool = False
+
+    def drop(self) -> None:
+        """End an unauthenticated connection at once: no close frame, no waiting."""
+        self.abrupt = True
+        self.scope.cancel()
 
     def begin_close(self, code: int, reason: str) -> None:
         self.close_code = code
@@ -136,6 +159,10 @@ def _default_config(gateway: Gateway) -> GatewayConfig:
     return gateway.host.config.gateway
 
 
+def _default_handshake_timeout(gateway: Gateway) -> float:
+    return gateway.config.handshake_timeout
+
+
 @final
 @attrs.define(eq=False)
 class Gateway:
@@ -143,22 +170,28 @@ class Gateway:
 
     ``config`` defaults to the host's ``gateway`` section. Register methods before or
     while serving; each needs an operator scope (``operator.read`` by default) that is
-    checked before its handler runs. ``handshake_timeout`` bounds the WebSocket upgrade
-    and the wait for the ``connect`` frame; ``close_timeout`` the closing handshake.
+    checked before its handler runs. ``handshake_timeout`` (default: the config's) bounds
+    the WebSocket upgrade and the wait for the ``connect`` frame together, from the TCP
+    accept; ``close_timeout`` the closing handshake.
     ``worker_index`` is set in the worker processes of ``claw serve --workers N``: the
     ``hello-ok`` payload then names the worker (``worker: {index, pid}``).
     """
 
     host: Host
     config: GatewayConfig = attrs.field(default=attrs.Factory(_default_config, takes_self=True))
-    handshake_timeout: float = 10.0
+    handshake_timeout: float = attrs.field(
+        default=attrs.Factory(_default_handshake_timeout, takes_self=True)
+    )
     close_timeout: float = 2.0
     memory_methods: bool = True
     worker_index: int | None = None
     _registry: dict[str, GatewayMethod] = attrs.field(factory=dict, init=False)
     _tokens: TokenTable = attrs.field(init=False)
     _sessions: dict[str, Session] = attrs.field(factory=dict, init=False)
-    _connections: int = attrs.field(default=0, init=False)
+    # Connections not authenticated yet, oldest first (a dict as an ordered set).
+    _pending: dict[_Link, None] = attrs.field(factory=dict, init=False)
+    # Authenticated connections, counted against max_connections.
+    _authenticated: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._tokens = TokenTable.from_config(self.config)
@@ -198,7 +231,8 @@ class Gateway:
                     revoked=s.revoked_reason is not None,
                 )
                 for s in self._sessions.values()
-            )
+            ),
+            pending_connections=len(self._pending),
         )
 
     async def invalidate(self, connection_id: str, reason: str = "invalidated by the host") -> bool:
@@ -268,20 +302,26 @@ class Gateway:
         """
         link = _Link()
         shelter = trio.CancelScope(shield=True)
-        self._connections += 1
+        self._admit_pending(link)
         try:
             async with trio.open_nursery() as guard:
                 guard.start_soon(self._forward_cancellation, link, shelter)
                 try:
                     with shelter:
-                        await self._serve_shielded(
-                            stream, link, over_cap=self._connections > self.config.max_connections
-                        )
+                        await self._serve_shielded(stream, link)
                 finally:
                     link.finished = True
                     guard.cancel_scope.cancel()
         finally:
-            self._connections -= 1
+            self._pending.pop(link, None)
+
+    def _admit_pending(self, link: _Link) -> None:
+        """Count a new connection as pending; at the bound, drop the longest-waiting one."""
+        while len(self._pending) >= self.config.max_pending_connections:
+            oldest = next(iter(self._pending))
+            del self._pending[oldest]
+            oldest.drop()
+        self._pending[link] = None
 
     async def _forward_cancellation(self, link: _Link, shelter: trio.CancelScope) -> None:
         try:
@@ -291,16 +331,15 @@ class Gateway:
                 link.begin_close(CLOSE_GOING_AWAY, "gateway shutting down")
                 shelter.deadline = min(shelter.deadline, trio.current_time() + self.close_timeout)
 
-    async def _serve_shielded(
-        self, stream: trio.abc.Stream, link: _Link, *, over_cap: bool = False
-    ) -> None:
+    async def _serve_shielded(self, stream: trio.abc.Stream, link: _Link) -> None:
         limit = transport_limit(self.config.max_message_bytes)
+        deadline = trio.current_time() + self.handshake_timeout
         ws: WebSocketConnection | None = None
         try:
             async with trio.open_nursery() as transport:
                 try:
                     with link.scope:
-                        with trio.move_on_after(self.handshake_timeout):
+                        with trio.move_on_at(deadline):
                             request = await trio_websocket.wrap_server_stream(
                                 transport,
                                 stream,
@@ -308,39 +347,66 @@ class Gateway:
                                 max_message_size=limit,
                             )
                             ws = await request.accept()
-                        if ws is not None and over_cap:
+                        if ws is not None and self._full():
                             await self._refuse_over_cap(ws, link)
                         elif ws is not None:
-                            await self._serve_connection(ws, link)
+                            await self._serve_connection(ws, link, deadline)
                 except ConnectionClosed:
                     pass
                 finally:
-                    if ws is not None:
+                    if ws is not None and not link.abrupt:
                         with trio.move_on_after(self.close_timeout):
                             await ws.aclose(link.close_code, link.close_reason)
                     transport.cancel_scope.cancel()
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _refuse_over_cap(self, ws: WebSocketConnection, link: _Link) -> None:
+    def _full(self) -> bool:
+        return self._authenticated >= self.config.max_connections
+
+    async def _refuse_over_cap(
+        self, ws: WebSocketConnection, link: _Link, request_id: RequestId | None = None
+    ) -> None:
         link.close_code = CLOSE_TRY_AGAIN_LATER
         link.close_reason = "too many connections"
         await ws.send_message(
             encode_error(
-                None,
+                request_id,
                 "UNAVAILABLE",
                 f"the gateway serves at most {self.config.max_connections} connections; "
                 "try again later",
             )
         )
 
-    async def _serve_connection(self, ws: WebSocketConnection, link: _Link) -> None:
-        accepted = await self._accept_connect(ws)
+    async def _serve_connection(
+        self, ws: WebSocketConnection, link: _Link, deadline: float
+    ) -> None:
+        accepted = await self._accept_connect(ws, deadline)
         if accepted is None:
             link.close_code = CLOSE_POLICY_VIOLATION
             link.close_reason = "unauthorized"
             return
-        connect_id, granted = accepted
+        if link not in self._pending:
+            # Dropped as the longest-waiting pending connection just as its connect
+            # arrived: the drop cancelled this scope, and this checkpoint ends it.
+            await trio.lowlevel.checkpoint()
+        del self._pending[link]
+        if self._full():
+            await self._refuse_over_cap(ws, link, accepted[0])
+            return
+        self._authenticated += 1
+        try:
+            await self._serve_authenticated(ws, link, *accepted)
+        finally:
+            self._authenticated -= 1
+
+    async def _serve_authenticated(
+        self,
+        ws: WebSocketConnection,
+        link: _Link,
+        connect_id: RequestId,
+        granted: frozenset[str],
+    ) -> None:
         connection_id = f"conn-{secrets.token_hex(8)}"
         hello: dict[str, Any] = {
             "type": "hello-ok",
@@ -384,11 +450,11 @@ class Gateway:
                 )
 
     async def _accept_connect(
-        self, ws: WebSocketConnection
+        self, ws: WebSocketConnection, deadline: float
     ) -> tuple[RequestId, frozenset[str]] | None:
         """Read and check the connect frame; ``None`` after refusing it with UNAUTHORIZED."""
         message: str | bytes | None = None
-        with trio.move_on_after(self.handshake_timeout):
+        with trio.move_on_at(deadline):
             message = await ws.get_message()
         if message is None:
             await self._refuse(ws, None, "no connect request arrived in time")

@@ -1,0 +1,109 @@
+"""Exhaustion attacks with real sockets: one client must not take what the others need.
+
+Each case runs a real server on 127.0.0.1 (the gateway, the MCP HTTP endpoint) and a real
+attacker beside an honest client, and counts what the honest client got. The counts are
+the figures issue 25 asked for; each case is bounded in time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+
+import claw
+from claw.gateway import Gateway, GatewayAddress, open_gateway_client
+
+from ..gateway.conftest import READ_TOKEN, Recorder, install_test_methods, make_gateway_config
+
+FLOOD_SOCKETS = 300
+HONEST_CONNECTS = 40
+_FLOOD_CHILD = Path(__file__).with_name("flood_child.py")
+
+
+@attrs.define
+class FloodReport:
+    """What the flooding process did: sockets opened, dropped by the server, refused."""
+
+    opened: int = 0
+    dropped: int = 0
+    refused: int = 0
+
+
+@asynccontextmanager
+async def silent_socket_flood(port: int, sockets: int) -> AsyncIterator[FloodReport]:
+    """A child process holding ``sockets`` silent TCP sockets to ``port``, each reopened as
+    soon as the server drops it; the report is filled in when the block ends."""
+    report = FloodReport()
+    process = await trio.lowlevel.open_process(
+        [sys.executable, str(_FLOOD_CHILD), "127.0.0.1", str(port), str(sockets)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        seen = b""
+        with trio.fail_after(30):
+            while b"READY\n" not in seen:
+                chunk = await process.stdout.receive_some()
+                assert chunk, "the flooding process exited before it was ready"
+                seen += chunk
+        yield report
+        await process.stdin.aclose()
+        with trio.fail_after(30):
+            while b"OPENED" not in seen or not seen.endswith(b"\n"):
+                chunk = await process.stdout.receive_some()
+                if not chunk:
+                    break
+                seen += chunk
+        # "OPENED <n> DROPPED <n> REFUSED <n>"
+        counts = seen[seen.index(b"OPENED") :].split()[1:6:2]
+        report.opened, report.dropped, report.refused = (int(n) for n in counts)
+    finally:
+        with trio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
+
+
+@pytest.mark.slow
+async def test_a_flood_of_silent_sockets_cannot_refuse_a_client_that_authenticates(
+    host: claw.Host, nursery: trio.Nursery
+) -> None:
+    """300 silent sockets (more than ``max_connections``) from another process, reopened as
+    soon as the gateway drops them, against the default limits: every one of 40
+    authenticating clients gets in, and the unauthenticated ones stay within their bound."""
+    gateway = Gateway(host, config=make_gateway_config(max_message_bytes=1024 * 1024))
+    install_test_methods(gateway, Recorder())
+    assert gateway.config.max_connections < FLOOD_SOCKETS
+    address: GatewayAddress = await nursery.start(gateway.serve)
+    honest_ok = 0
+    pending_seen = 0
+    with trio.fail_after(120):
+        async with silent_socket_flood(address.port, FLOOD_SOCKETS) as flood:
+            for i in range(HONEST_CONNECTS):
+                pending_seen = max(pending_seen, gateway.statistics().pending_connections)
+                try:
+                    async with open_gateway_client(
+                        address.url, READ_TOKEN, connect_timeout=10
+                    ) as client:
+                        answer = await client.request("test.echo", {"n": i})
+                        assert answer["params"] == {"n": i}
+                        honest_ok += 1
+                except (claw.gateway.GatewayConnectionError, claw.gateway.GatewayRequestError):
+                    pass
+    print(
+        f"\nflood: {FLOOD_SOCKETS} silent sockets, {flood.opened} opened, {flood.dropped} "
+        f"dropped by the gateway, {flood.refused} refused; honest clients {honest_ok} of "
+        f"{HONEST_CONNECTS}; pending connections at most {pending_seen} "
+        f"(bound {gateway.config.max_pending_connections})"
+    )
+    assert honest_ok == HONEST_CONNECTS
+    assert pending_seen <= gateway.config.max_pending_connections
+    assert flood.dropped > 0  # the flood really went past the unauthenticated bound
