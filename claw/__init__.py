@@ -17,6 +17,7 @@ from ._config import AgentsConfig as AgentsConfig
 from ._config import CompactionConfig as CompactionConfig
 from ._config import GatewayConfig as GatewayConfig
 from ._config import HostConfig as HostConfig
+from ._config import McpConfig as McpConfig
 from ._config import MemoryFlushConfig as MemoryFlushConfig
 from ._config import ModelProviderConfig as ModelProviderConfig
 from ._config import ModelsConfig as ModelsConfig

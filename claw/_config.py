@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -221,6 +222,60 @@ class GatewayConfig:
     max_pending_connections: int = attrs.field(default=128, validator=_positive)
 
 
+_HOST_VALUE = re.compile(r"[^\s/,@]+")
+_ORIGIN_VALUE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/,@]+")
+
+
+def _host_values(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    for item in value:
+        if not _HOST_VALUE.fullmatch(item):
+            raise ConfigError(
+                attribute.name,
+                f'expected a Host header value such as "mcp.example.com" or '
+                f'"10.0.0.5:8765", got {item!r}',
+                value=item,
+            )
+
+
+def _origin_values(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    for item in value:
+        if not _ORIGIN_VALUE.fullmatch(item):
+            raise ConfigError(
+                attribute.name,
+                f'expected an origin, scheme://host[:port] such as "https://mcp.example.com", '
+                f"got {item!r}",
+                value=item,
+            )
+
+
+@attrs.frozen
+class McpConfig:
+    """``[mcp]``: the MCP server's streamable HTTP transport (``claw mcp --http``).
+
+    At most ``max_sessions`` HTTP sessions are open at once, and at most
+    ``max_sessions_per_token`` of them per bearer token, so one token cannot hold the
+    places the others need; a session with no request in flight for
+    ``session_idle_timeout`` seconds is closed. Every request's ``Host`` header must be
+    one of the names the server answers to exactly: the address the request arrived on
+    with the listening port (and ``localhost:PORT`` on a loopback address), or one of
+    ``allowed_hosts`` (written as clients send it: ``mcp.example.com``,
+    ``mcp.example.com:8443``). A request with an ``Origin`` header must come from
+    ``http://`` plus one of those default names, or from one of ``allowed_origins``.
+    """
+
+    max_sessions: int = attrs.field(default=256, validator=_positive)
+    max_sessions_per_token: int = attrs.field(default=32, validator=_positive)
+    session_idle_timeout: float = attrs.field(default=300.0, validator=_seconds)
+    allowed_hosts: tuple[str, ...] = attrs.field(
+        default=(), converter=_trim_all, validator=_host_values
+    )
+    allowed_origins: tuple[str, ...] = attrs.field(
+        default=(), converter=_trim_all, validator=_origin_values
+    )
+
+
+
+
 @attrs.frozen
 class StateConfig:
     """``[state]``: where sessions, transcripts and the turn ledger are kept.
@@ -271,6 +326,7 @@ class HostConfig:
     models: ModelsConfig = attrs.field(factory=ModelsConfig)
     workers: WorkersConfig = attrs.field(factory=WorkersConfig)
     gateway: GatewayConfig = attrs.field(factory=GatewayConfig)
+    mcp: McpConfig = attrs.field(factory=McpConfig)
     state: StateConfig = attrs.field(factory=StateConfig)
 
     @property

@@ -67,6 +67,7 @@ def test_the_configuration_reference_names_every_key() -> None:
         "models.providers.<name>.": claw.ModelProviderConfig,
         "workers.": claw.WorkersConfig,
         "gateway.": claw.GatewayConfig,
+        "mcp.": claw.McpConfig,
         "state.": claw.StateConfig,
     }
     missing = [

@@ -37,6 +37,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from .. import __version__
+from .._config import McpConfig
 from .._errors import ClawError, ForgedCapabilityError, StaleCapabilityError
 from .._util import final
 from ..gateway._auth import READ_SCOPE, TokenTable
@@ -206,14 +207,18 @@ class MemoryMcpServer:
         port: int,
         *,
         tokens: TokenTable,
+        config: McpConfig | None = None,
         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve streamable HTTP on ``bind_host``:``port`` until cancelled.
 
         For ``url = await nursery.start(server.serve_http, host, port, tokens=...)``; a
         client holds the scopes its bearer token allows in ``tokens`` (see ``_http``).
+        ``config`` (sessions, Host and Origin) defaults to the host's ``[mcp]`` section.
         """
-        await serve_http(self, bind_host, port, tokens=tokens, task_status=task_status)
+        await serve_http(
+            self, bind_host, port, tokens=tokens, config=config, task_status=task_status
+        )
 
 
 def _error_for(exc: Exception) -> BaseException:

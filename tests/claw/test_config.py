@@ -139,3 +139,29 @@ def test_an_invalid_model_reference_is_refused_at_load_naming_the_key(
         claw.HostConfig.from_mapping(data)
     assert info.value.key_path == key_path
     assert "provider/model" in str(info.value) or "model name" in str(info.value)
+
+
+def test_the_mcp_section_loads_and_names_a_bad_value() -> None:
+    loaded = claw.HostConfig.from_mapping(
+        {
+            "mcp": {
+                "max_sessions": 10,
+                "max_sessions_per_token": 2,
+                "session_idle_timeout": 60,
+                "allowed_hosts": ["mcp.example.com", "10.0.0.5:8765"],
+                "allowed_origins": ["https://app.example.com"],
+            }
+        }
+    )
+    assert loaded.mcp.max_sessions_per_token == 2
+    assert loaded.mcp.allowed_hosts == ("mcp.example.com", "10.0.0.5:8765")
+    for bad, key in [
+        ({"allowed_hosts": ["http://mcp.example.com"]}, "mcp.allowed_hosts"),
+        ({"allowed_hosts": ["a b"]}, "mcp.allowed_hosts"),
+        ({"allowed_origins": ["app.example.com"]}, "mcp.allowed_origins"),
+        ({"allowed_origins": ["https://app.example.com/path"]}, "mcp.allowed_origins"),
+        ({"max_sessions_per_token": 0}, "mcp.max_sessions_per_token"),
+        ({"session_idle_timeout": float("nan")}, "mcp.session_idle_timeout"),
+    ]:
+        with pytest.raises(claw.ConfigError, match=key.replace(".", r"\.")):
+            claw.HostConfig.from_mapping({"mcp": bad})

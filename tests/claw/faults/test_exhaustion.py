@@ -7,20 +7,30 @@ the figures issue 25 asked for; each case is bounded in time.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
+import httpx2
 import pytest
 import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 import claw
+import claw_memory
 from claw.gateway import Gateway, GatewayAddress, open_gateway_client
+from claw.gateway._auth import TokenTable
+from claw.mcp import MemoryMcpServer
 
 from ..gateway.conftest import READ_TOKEN, Recorder, install_test_methods, make_gateway_config
+from ..mcp import conftest as mcp_fixtures
+from ..mcp.test_http import INITIALIZE, MCP_HEADERS
 
 FLOOD_SOCKETS = 300
 HONEST_CONNECTS = 40
@@ -107,3 +117,60 @@ async def test_a_flood_of_silent_sockets_cannot_refuse_a_client_that_authenticat
     assert honest_ok == HONEST_CONNECTS
     assert pending_seen <= gateway.config.max_pending_connections
     assert flood.dropped > 0  # the flood really went past the unauthenticated bound
+
+
+SESSION_ATTEMPTS = 300
+
+
+@pytest.mark.slow
+async def test_one_token_cannot_hold_every_mcp_http_session(tmp_path: Path) -> None:
+    """One read-only token asks for 300 sessions, more than the global bound (256): it
+    gets its own bound and no more, and a client with another token still gets in."""
+    config = mcp_fixtures.host_config(tmp_path)
+    assert config.mcp.max_sessions < SESSION_ATTEMPTS
+    statuses: Counter[int] = Counter()
+    async with (
+        claw.open_host(config, plugins=[claw_memory.plugin]) as host,
+        trio.open_nursery() as nursery,
+    ):
+        server = MemoryMcpServer(host)
+        serve = functools.partial(
+            server.serve_http, tokens=TokenTable.from_config(host.config.gateway)
+        )
+        url = await nursery.start(serve, "127.0.0.1", 0)
+        greedy = {**MCP_HEADERS, "Authorization": f"Bearer {mcp_fixtures.READ_TOKEN}"}
+        with trio.fail_after(120):
+            async with httpx2.AsyncClient() as http:
+                for _ in range(SESSION_ATTEMPTS):
+                    answer = await http.post(url, json=INITIALIZE, headers=greedy)
+                    statuses[answer.status_code] += 1
+                # Another token opens a session the way the greedy one did (a client of
+                # the 2025 protocol, which keeps a session) and lists the tools in it.
+                other = {**MCP_HEADERS, "Authorization": f"Bearer {mcp_fixtures.WRITE_TOKEN}"}
+                opened = await http.post(url, json=INITIALIZE, headers=other)
+                other_ok = opened.status_code == 200
+                if other_ok:
+                    session = {
+                        "Mcp-Session-Id": opened.headers["mcp-session-id"],
+                        "Mcp-Protocol-Version": "2025-06-18",
+                    }
+                    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+                    listed = await http.post(url, json=listing, headers={**other, **session})
+                    other_ok = listed.status_code == 200
+            # And the SDK's own client (a newer protocol, served without a session).
+            sdk = {"Authorization": f"Bearer {mcp_fixtures.WRITE_TOKEN}"}
+            async with (
+                httpx2.AsyncClient(headers=sdk) as http,
+                Client(streamable_http_client(url, http_client=http)) as client,
+            ):
+                found = await client.call_tool("memory_search", {"query": "staging password"})
+                assert not found.is_error
+        nursery.cancel_scope.cancel()
+    print(
+        f"\nmcp sessions: one token asked {SESSION_ATTEMPTS} times: {dict(statuses)}; "
+        f"another token's client served: {other_ok} (bounds: {config.mcp.max_sessions} "
+        f"in all, {config.mcp.max_sessions_per_token} per token)"
+    )
+    assert statuses == {200: config.mcp.max_sessions_per_token,
+                        429: SESSION_ATTEMPTS - config.mcp.max_sessions_per_token}
+    assert other_ok

@@ -48,13 +48,17 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 
 @asynccontextmanager
 async def serving(
-    host: claw.Host, *, allow_writes: bool = False
+    host: claw.Host,
+    *,
+    allow_writes: bool = False,
+    bind: str = "127.0.0.1",
+    config: claw.McpConfig | None = None,
 ) -> AsyncIterator[tuple[MemoryMcpServer, str]]:
     server = MemoryMcpServer(host, allow_writes=allow_writes)
     tokens = TokenTable.from_config(host.config.gateway)
     async with trio.open_nursery() as nursery:
-        serve = functools.partial(server.serve_http, tokens=tokens)
-        url = await nursery.start(serve, "127.0.0.1", 0)
+        serve = functools.partial(server.serve_http, tokens=tokens, config=config)
+        url = await nursery.start(serve, bind, 0)
         try:
             yield server, url
         finally:
@@ -218,3 +222,85 @@ def test_a_bad_http_address_is_one_line_naming_the_flag(workspace: Path, bind: s
     assert "--http" in result.stderr
     assert "Traceback" not in result.stderr
     assert os.linesep.join(result.stderr.splitlines()).count("\n") == 0
+
+
+def _headers(token: str, session: str | None = None, **extra: str) -> dict[str, str]:
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}", **extra}
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+        headers["Mcp-Protocol-Version"] = "2025-06-18"
+    return headers
+
+
+LISTING = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+async def test_a_token_over_its_own_session_bound_is_answered_and_others_still_open_sessions(
+    core_host: claw.Host,
+) -> None:
+    config = claw.McpConfig(max_sessions=5, max_sessions_per_token=3)
+    async with serving(core_host, config=config) as (_, url), httpx2.AsyncClient() as http:
+        held = []
+        for _ in range(3):
+            opened = await http.post(url, json=INITIALIZE, headers=_headers(READ_TOKEN))
+            assert opened.status_code == 200
+            held.append(opened.headers["mcp-session-id"])
+        over = await http.post(url, json=INITIALIZE, headers=_headers(READ_TOKEN))
+        assert over.status_code == 429
+        message = over.json()["error"]["message"]
+        assert "3 open MCP sessions" in message and "max_sessions_per_token" in message
+        # The token's own sessions go on; another token is not affected.
+        still = await http.post(url, json=LISTING, headers=_headers(READ_TOKEN, held[0]))
+        assert still.status_code == 200
+        async with http_client(url, WRITE_TOKEN) as client:
+            assert not (await client.call_tool("memory_status", {})).is_error
+        # Ending a session frees a place for its token.
+        ended = await http.delete(url, headers=_headers(READ_TOKEN, held[0]))
+        assert ended.status_code == 200
+        again = await http.post(url, json=INITIALIZE, headers=_headers(READ_TOKEN))
+        assert again.status_code == 200
+        # All tokens together stay within max_sessions (3 + 2 = 5 open).
+        other = [
+            await http.post(url, json=INITIALIZE, headers=_headers(WRITE_TOKEN)) for _ in "ab"
+        ]
+        assert [r.status_code for r in other] == [200, 200]
+        full = await http.post(url, json=INITIALIZE, headers=_headers(WRITE_TOKEN))
+        assert full.status_code == 503
+
+
+async def test_an_idle_session_expires_after_the_configured_timeout(core_host: claw.Host) -> None:
+    assert claw.McpConfig().session_idle_timeout <= 300  # was 30 minutes
+    config = claw.McpConfig(session_idle_timeout=0.3)
+    async with serving(core_host, config=config) as (_, url), httpx2.AsyncClient() as http:
+        opened = await http.post(url, json=INITIALIZE, headers=_headers(READ_TOKEN))
+        session = opened.headers["mcp-session-id"]
+        await trio.sleep(1.0)  # a real server's idle timer
+        gone = await http.post(url, json=LISTING, headers=_headers(READ_TOKEN, session))
+        assert gone.status_code == 404
+        # The place it held is free again.
+        assert (await http.post(url, json=INITIALIZE, headers=_headers(READ_TOKEN))).is_success
+
+
+async def test_configured_hosts_and_origins_are_accepted_exactly(core_host: claw.Host) -> None:
+    config = claw.McpConfig(
+        allowed_hosts=("mcp.example.com",), allowed_origins=("https://app.example.com",)
+    )
+    async with serving(core_host, config=config) as (_, url), httpx2.AsyncClient() as http:
+        ok = await http.post(
+            url,
+            json=INITIALIZE,
+            headers=_headers(READ_TOKEN, Host="MCP.example.com", Origin="https://app.example.com"),
+        )
+        assert ok.status_code == 200
+        for host, origin, status in [
+            ("mcp.example.com.evil.example", None, 421),
+            ("mcp.example.com:444", None, 421),
+            ("mcp.example.com", "https://app.example.com.evil.example", 403),
+            ("mcp.example.com", "http://app.example.com", 403),
+            ("mcp.example.com", "http://mcp.example.com", 403),
+        ]:
+            headers = _headers(READ_TOKEN, Host=host)
+            if origin is not None:
+                headers["Origin"] = origin
+            answer = await http.post(url, json=INITIALIZE, headers=headers)
+            assert answer.status_code == status, (host, origin)
