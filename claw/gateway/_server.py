@@ -32,7 +32,8 @@ import logging
 import os
 import secrets
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
@@ -47,7 +48,7 @@ from .._util import final
 from ._auth import READ_SCOPE, TokenTable
 from ._errors import ErrorCode
 from ._memory import register_memory_methods
-from ._methods import GatewayHandler, GatewayMethod
+from ._methods import GatewayHandler, GatewayMethod, GatewayRequestContext
 from ._protocol import (
     CancelFrame,
     FrameError,
@@ -57,6 +58,7 @@ from ._protocol import (
     json_type_name,
 )
 from ._session import Session
+from ._slots import gateway_section
 
 logger = logging.getLogger("claw.gateway")
 
@@ -174,7 +176,10 @@ class Gateway:
     the WebSocket upgrade and the wait for the ``connect`` frame together, from the TCP
     accept; ``close_timeout`` the closing handshake.
     ``worker_index`` is set in the worker processes of ``claw serve --workers N``: the
-    ``hello-ok`` payload then names the worker (``worker: {index, pid}``).
+    ``hello-ok`` payload then names the worker (``worker: {index, pid}``), and
+    ``workers_status`` is the file where the supervisor records every worker slot's state
+    (:mod:`claw.gateway._slots`), which ``memory.status`` reports as its ``gateway``
+    section.
     """
 
     host: Host
@@ -185,6 +190,7 @@ class Gateway:
     close_timeout: float = 2.0
     memory_methods: bool = True
     worker_index: int | None = None
+    workers_status: Path | None = None
     _registry: dict[str, GatewayMethod] = attrs.field(factory=dict, init=False)
     _tokens: TokenTable = attrs.field(init=False)
     _sessions: dict[str, Session] = attrs.field(factory=dict, init=False)
@@ -197,6 +203,21 @@ class Gateway:
         self._tokens = TokenTable.from_config(self.config)
         if self.memory_methods:
             register_memory_methods(self)
+            if self.workers_status is not None:
+                self._report_workers_in_status(self.workers_status)
+
+    def _report_workers_in_status(self, path: Path) -> None:
+        """Add the supervisor's record of the worker slots to ``memory.status``."""
+        plain = self._registry["memory.status"]
+
+        async def status_with_workers(context: GatewayRequestContext) -> Mapping[str, Any]:
+            payload = dict(await plain.handler(context))
+            section = await trio.to_thread.run_sync(gateway_section, path)
+            if section is not None:
+                payload["gateway"] = section
+            return payload
+
+        self._registry["memory.status"] = attrs.evolve(plain, handler=status_with_workers)
 
     # -- methods -----------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from .._errors import ClawError
 from .._host import open_host
 from ._listen import BindAddress, open_reuse_port_listeners
 from ._server import Gateway, run_gateway_until_signal
+from ._slots import status_path
 
 READY = b"ready\n"
 EXIT_OK = 0
@@ -84,7 +85,14 @@ def read_spec(fd: int) -> WorkerSpec:
 async def serve_worker(spec: WorkerSpec, parent: trio.lowlevel.FdStream) -> None:
     """Serve until SIGTERM/SIGINT or end of file on ``parent``, then close every connection."""
     async with open_host(spec.config) as host, trio.open_nursery() as nursery:
-        gateway = Gateway(host, config=spec.config.gateway, worker_index=spec.index)
+        gateway = Gateway(
+            host,
+            config=spec.config.gateway,
+            worker_index=spec.index,
+            workers_status=status_path(
+                spec.config.resolved_state_dir, spec.addresses[0].sockaddr[1]
+            ),
+        )
         listeners = await open_reuse_port_listeners(spec.addresses)
         done = trio.Event()
 

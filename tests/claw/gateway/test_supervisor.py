@@ -13,6 +13,7 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -25,6 +26,7 @@ from claw.gateway import GatewayAddress, open_gateway_client
 from claw.gateway._listen import reserve_port
 from claw.gateway._supervisor import (
     CRASH_LIMIT,
+    DEGRADED_DELAY,
     WorkerCrashLoopError,
     WorkerStartError,
     supervise_gateway,
@@ -84,7 +86,11 @@ def _config(tmp_path: Path) -> HostConfig:
 
 @asynccontextmanager
 async def supervising(
-    config: HostConfig, *, crash_limit: int = CRASH_LIMIT
+    config: HostConfig,
+    *,
+    workers: int = 1,
+    crash_limit: int = CRASH_LIMIT,
+    degraded_delay: float = DEGRADED_DELAY,
 ) -> AsyncIterator[Supervised]:
     reserved = await reserve_port("127.0.0.1", 0)
     sup = Supervised()
@@ -96,12 +102,13 @@ async def supervising(
                     sup.result.append(
                         await supervise_gateway(
                             config,
-                            1,
+                            workers,
                             reserved=reserved,
                             report=sup.report,
                             ready=sup.on_ready,
                             signals=(signal.SIGUSR1,),
                             crash_limit=crash_limit,
+                            degraded_delay=degraded_delay,
                         )
                     )
                 except (WorkerStartError, WorkerCrashLoopError) as exc:
@@ -179,7 +186,60 @@ async def test_a_worker_that_keeps_dying_stops_the_supervisor_with_the_reason(
     [failure] = sup.result
     assert isinstance(failure, WorkerCrashLoopError)
     assert "worker 0 died 2 times within 60 s (last: killed by SIGKILL)" in str(failure)
+    assert "no other worker is serving" in str(failure)
     assert gone(int(again.group(1)))
+
+
+async def _status(url: str) -> tuple[int, dict[str, Any]]:
+    async with open_gateway_client(url, TOKEN) as client:
+        status = await client.request("memory.status", {})
+        return int(client.hello["worker"]["index"]), status
+
+
+async def test_a_crash_looping_slot_backs_off_degraded_while_the_healthy_worker_serves(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    async with supervising(config, workers=2, crash_limit=2, degraded_delay=3.0) as sup:
+        with trio.fail_after(HANG):
+            await sup.ready.wait()
+        healthy = int((await sup.line(r"worker 0 \(pid (\d+)\) listening")).group(1))
+        index, status = await _status(sup.url)
+        assert status["gateway"]["status"] == "ready"
+        assert [w["state"] for w in status["gateway"]["workers"]] == ["serving", "serving"]
+        victim = int((await sup.line(r"worker 1 \(pid (\d+)\) listening")).group(1))
+        mark = len(sup.lines)
+        os.kill(victim, signal.SIGKILL)
+        again = await sup.line(r"worker 1 \(pid (\d+)\) listening", after=mark)
+        mark = len(sup.lines)
+        os.kill(int(again.group(1)), signal.SIGKILL)
+        await sup.line(
+            r"worker 1 died 2 times within 60 s \(last: killed by SIGKILL\); degraded: "
+            r"restarting in 3 s while the other workers serve",
+            after=mark,
+        )
+        # The healthy worker keeps serving (the kernel sends every connection to the one
+        # listener left) and says which slot is degraded.
+        assert not sup.finished.is_set()
+        index, status = await _status(sup.url)
+        assert index == 0
+        assert status["gateway"]["status"] == "degraded"
+        slot = status["gateway"]["workers"][1]
+        assert (slot["state"], slot["lastExit"], slot["retryIn"]) == (
+            "degraded",
+            "killed by SIGKILL",
+            3.0,
+        )
+        assert status["gateway"]["workers"][0]["pid"] == healthy
+        # After its back-off the slot comes back.
+        back = await sup.line(r"worker 1 \(pid (\d+)\) listening", after=mark)
+        _, status = await _status(sup.url)
+        assert status["gateway"]["workers"][1]["state"] == "serving"
+        assert status["gateway"]["workers"][1]["pid"] == int(back.group(1))
+    assert sup.result == [signal.SIGUSR1]
+    assert gone(healthy)
+    # The supervisor removed its record when it stopped.
+    assert list((config.resolved_state_dir / "gateway").glob("*.json")) == []
 
 
 async def test_a_worker_that_cannot_start_stops_the_supervisor_before_ready(
