@@ -30,8 +30,10 @@ What the kernel enforces, and how:
   compares them by identity on every verification, so a field rewritten through
   ``object.__setattr__`` (which ``frozen`` cannot stop) is refused as forged, for good.
 * Nothing leads back: a caller context does not hold the registry (``assert_current``
-  finds it in a module-private table), so no attribute path from what a plugin holds
-  reaches minting power (docs/threat-model.md says exactly what remains).
+  finds it in a module-private table), and the weak references the host's tables hold
+  to capabilities carry no callback that leads back to a table (:mod:`claw._weak`), so
+  no attribute or weak-reference path from what a plugin holds reaches minting power
+  or another caller's capability (docs/threat-model.md says exactly what remains).
 * Everything is minted inside a host-owned scope (a run, a gateway connection, a
   detached flush session, a host operation); when the scope closes, what it minted is
   revoked and is refused with :class:`~claw.StaleCapabilityError` from then on.
@@ -48,6 +50,7 @@ import attrs
 import trio
 
 from ._errors import CapabilityDeniedError, ForgedCapabilityError, StaleCapabilityError
+from ._weak import WeakIdentityMap, WeakIdentitySet
 
 AUDIENCE_STALE_MESSAGE = "memory audience is no longer current"
 
@@ -312,32 +315,16 @@ _FIELD_READERS: dict[type[Capability], Callable[[Capability], tuple[object, ...]
     cls: _field_reader(cls) for cls in CAPABILITY_CLASSES
 }
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-def _weak_key_data(mapping: weakref.WeakKeyDictionary[K, V]) -> dict[weakref.ref[K], V]:
-    """The dict behind a ``WeakKeyDictionary`` (weak reference -> value).
-
-    Looking a key up there (``data.get(weakref.ref(key))``) is what the mapping's own
-    ``get`` does, minus a Python-level call; the verification path does it several
-    times a request. The attribute is the standard library's (``weakref.py``), not in
-    the type stubs.
-    """
-    data: dict[weakref.ref[K], V] = mapping.data  # type: ignore[attr-defined]
-    return data
-
-
 #: Which registry minted each caller context. It lives here, not on the context, so that
 #: no attribute path from a context (which every provider and tool receives) leads to
-#: the registry and its minting power; ``assert_current`` looks it up. See
-#: docs/threat-model.md for what remains reachable.
-_CONTEXT_REGISTRIES: weakref.WeakKeyDictionary[MemoryCallerContext, CapabilityRegistry] = (
-    weakref.WeakKeyDictionary()
-)
+#: the registry and its minting power; ``assert_current`` looks it up. A
+#: ``WeakIdentityMap``, not a ``WeakKeyDictionary``: the latter's weak references (which
+#: ``weakref.getweakrefs(context)`` hands to anyone) lead back to the table through
+#: their callback. See docs/threat-model.md for what remains reachable.
+_CONTEXT_REGISTRIES: WeakIdentityMap[MemoryCallerContext, CapabilityRegistry] = WeakIdentityMap()
 # Its dict (weak reference -> registry), read directly by ``assert_current``.
-_CONTEXT_REGISTRY_DATA: dict[weakref.ref[MemoryCallerContext], CapabilityRegistry] = _weak_key_data(
-    _CONTEXT_REGISTRIES
+_CONTEXT_REGISTRY_DATA: dict[weakref.ref[MemoryCallerContext], CapabilityRegistry] = (
+    _CONTEXT_REGISTRIES.data
 )
 
 
@@ -365,25 +352,24 @@ class _Grant:
 class CapabilityRegistry:
     """The host's record of what it minted and what it still honours.
 
-    Membership is by identity (capabilities compare by identity and hold weak
-    references here), so a forged or copied object is never found. Owned by one host;
-    presenting another host's capability is treated as forgery.
+    Membership is by identity (capabilities compare by identity and are held weakly
+    here, by references whose callbacks lead nowhere: :mod:`claw._weak`), so a forged or
+    copied object is never found. Owned by one host; presenting another host's
+    capability is treated as forgery.
     """
 
-    _live: weakref.WeakKeyDictionary[Capability, _Grant] = attrs.field(
-        factory=weakref.WeakKeyDictionary, init=False
+    _live: WeakIdentityMap[Capability, _Grant] = attrs.field(
+        factory=WeakIdentityMap, init=False
     )
-    _revoked: weakref.WeakKeyDictionary[Capability, str] = attrs.field(
-        factory=weakref.WeakKeyDictionary, init=False
-    )
-    _by_session: dict[str, weakref.WeakSet[Capability]] = attrs.field(factory=dict, init=False)
-    _altered: weakref.WeakSet[Capability] = attrs.field(factory=weakref.WeakSet, init=False)
+    _revoked: WeakIdentityMap[Capability, str] = attrs.field(factory=WeakIdentityMap, init=False)
+    _by_session: dict[str, WeakIdentitySet[Capability]] = attrs.field(factory=dict, init=False)
+    _altered: WeakIdentitySet[Capability] = attrs.field(factory=WeakIdentitySet, init=False)
     # ``_live``'s own dict (weak reference -> grant): a verification looks a capability
     # up there directly, without the mapping's Python-level ``get``.
     _live_data: dict[weakref.ref[Capability], _Grant] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._live_data = _weak_key_data(self._live)
+        self._live_data = self._live.data
 
     def mint(
         self,
@@ -410,7 +396,7 @@ class CapabilityRegistry:
             read=read,
         )
         for key in lineage_keys:
-            self._by_session.setdefault(key, weakref.WeakSet()).add(cap)
+            self._by_session.setdefault(key, WeakIdentitySet()).add(cap)
         return cap
 
     def revoke(self, cap: Capability, reason: str = "its scope closed") -> None:

@@ -47,6 +47,7 @@ from ._sqlite_state import SQLiteStateBackend
 from ._state import SessionStorage, StateBackend, TranscriptLedger
 from ._transcript_reader import TranscriptReader
 from ._util import NoPublicConstructor, collapse_single_exception_group, final
+from ._weak import WeakIdentityMap
 from ._workers import InlineWorkerPool, ThreadWorkerPool, WorkerPool
 from .context._engines import ContextEngineSlot
 from .flush import FlushCoordinator
@@ -183,13 +184,13 @@ class Host(metaclass=NoPublicConstructor):
         self._turns: TurnRunner | None = None
         self._flush: Any = None
         #: The lineage each minted audience was resolved at (see ``verify_committed``).
-        self._lineages: weakref.WeakKeyDictionary[MemoryAudience, AudienceLineage] = (
-            weakref.WeakKeyDictionary()
-        )
+        #: Weak tables whose references lead nowhere (``claw._weak``): a
+        #: ``WeakKeyDictionary`` would hand every audience to whoever holds one.
+        self._lineages: WeakIdentityMap[MemoryAudience, AudienceLineage] = WeakIdentityMap()
         #: The conversations (and incarnations) each minted recall pass names.
-        self._recalls: weakref.WeakKeyDictionary[
-            ConversationRecallPass, tuple[LineageLink, ...]
-        ] = weakref.WeakKeyDictionary()
+        self._recalls: WeakIdentityMap[ConversationRecallPass, tuple[LineageLink, ...]] = (
+            WeakIdentityMap()
+        )
 
     @property
     def transcripts(self) -> TranscriptLedger:

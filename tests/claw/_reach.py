@@ -3,10 +3,11 @@
 :func:`find_minting_power` walks breadth-first from the objects a plugin receives over
 instance attributes (``__dict__`` and ``__slots__``, including evaluated properties),
 container items, the ``__self__`` and ``__func__`` of bound methods, a function's
-closure cells, defaults and ``__wrapped__``, ``functools.partial`` parts and the
-referents of weak references, and reports every path that ends at the host, a
-capability registry, a host scope, the session store (whose listeners revoke) or a mint
-function.
+closure cells, defaults and ``__wrapped__``, ``functools.partial`` parts, the weak
+references to an object (``weakref.getweakrefs``, which anyone holding the object can
+call), their referents and their callbacks (``__callback__``), and reports every path
+that ends at the host, a capability registry, a host scope, the session store (whose
+listeners revoke) or a mint function.
 
 It does not follow what needs interpreter introspection rather than attributes: module
 globals (a function's ``__globals__``, ``sys.modules``), classes, frames and the
@@ -87,6 +88,15 @@ def _children(obj: object) -> Iterator[tuple[str, object]]:
             yield f"[{index}]", item
     if isinstance(obj, weakref.ref):
         yield "()", obj()
+        # A callback runs with the dead reference; whatever it holds (a closure, its
+        # defaults, a bound method's object) is one attribute away from the reference.
+        yield ".__callback__", obj.__callback__
+    # Every weak reference to an object is one call away from it:
+    # weakref.getweakrefs(obj) lists them (and a proxy forwards to obj itself).
+    with contextlib.suppress(TypeError):
+        for index, ref in enumerate(weakref.getweakrefs(obj)):
+            if isinstance(ref, weakref.ref):
+                yield f"<weakref.getweakrefs()[{index}]>", ref
     if isinstance(obj, types.MethodType):
         yield ".__self__", obj.__self__
         yield ".__func__", obj.__func__

@@ -9,6 +9,7 @@ breadth-first from each of them (see ``tests/claw/_reach.py``) looking for the
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -283,6 +284,20 @@ async def test_the_walk_finds_a_host_reference_planted_in_a_closure(snooped: Sno
     ]
 
 
+async def test_the_walk_follows_weak_references_and_their_callbacks(snooped: Snooped) -> None:
+    """Anyone holding an object can list its weak references (``weakref.getweakrefs``), and
+    a ``WeakKeyDictionary``'s reference leads back to the dictionary through its
+    callback's default argument: the route issue 25 found from a caller context to the
+    registry. The walk finds a host planted behind such a table."""
+    host = snooped.host
+    key = _Key()
+    table: weakref.WeakKeyDictionary[_Key, claw.Host] = weakref.WeakKeyDictionary()
+    table[key] = host
+    [path] = find_minting_power({"key": key})
+    assert path.startswith("key<weakref.getweakrefs()[0]>.__callback__.__defaults__[0]()[")
+    assert path.endswith("-> Host")
+
+
 async def test_no_plugin_object_reaches_the_host_a_registry_or_a_mint_function(
     snooped: Snooped,
 ) -> None:
@@ -300,6 +315,10 @@ async def test_a_facet_kept_after_loading_no_longer_holds_the_plugin_registry(
     assert api.get_embedding_provider("claw-hash") is not None  # lookups still work
     with pytest.raises(claw.ContractError, match="after loading finished"):
         api.register_tool(claw.Tool(name="snoop_tool", description="x", handler=_unused))
+
+
+class _Key:
+    """A plain object (hashable by identity, weakly referenceable)."""
 
 
 async def _unused(context: Any, arguments: Mapping[str, Any]) -> str:
