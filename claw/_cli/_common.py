@@ -149,6 +149,24 @@ def agent_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def token_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--token`` or ``--token-file`` (one of them) on a command that serves clients."""
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument(
+        "--token",
+        default=None,
+        help=f"{what}; visible to every user in the process list, so prefer "
+        "$CLAW_GATEWAY_TOKEN or --token-file",
+    )
+    given.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=None,
+        help=f"read {what} from FILE (default: $CLAW_GATEWAY_TOKEN, else "
+        "$CLAW_GATEWAY_TOKEN_FILE)",
+    )
+
+
 def workspace_arg(args: argparse.Namespace) -> str | None:
     """The workspace the command line or the environment names, if any."""
     value: str | None = args.workspace or os.environ.get(ENV_WORKSPACE) or None

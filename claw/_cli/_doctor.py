@@ -1,4 +1,5 @@
-"""``claw doctor``: check the config, the slots and the memory provider's health."""
+"""``claw doctor``: check the config, the slots, the memory provider's health and the
+worker slots of any ``claw serve --workers N`` running over this state."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, TextIO
 from .._capabilities import MemoryCallerContext
 from .._errors import ClawError
 from .._host import Host
+from ..gateway._slots import running_gateways
 from ._common import (
     EXIT_OK,
     EXIT_PROBLEM,
@@ -71,6 +73,11 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
         await with_operator(config, in_host)
     except ClawError as exc:
         problems.append(one_line(exc))
+    report["gateways"] = [
+        {"port": gateway_port, **record}
+        for gateway_port, record in running_gateways(config.resolved_state_dir)
+    ]
+    problems += _slot_problems(report["gateways"])
     problems[:0] = warnings
     report["problems"] = problems
     if args.json:
@@ -78,6 +85,43 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
     else:
         _print_report(out, report, problems)
     return EXIT_OK if not problems else EXIT_PROBLEM
+
+
+def _slot_problems(gateways: list[dict[str, Any]]) -> list[str]:
+    """One problem per worker slot of a running gateway that is not serving."""
+    found = []
+    for gateway in gateways:
+        for worker in gateway.get("workers", []):
+            if not isinstance(worker, dict) or worker.get("state") in ("serving", "starting"):
+                continue
+            detail = f"last exit: {worker.get('lastExit', 'unknown')}"
+            if worker.get("retryIn") is not None:
+                detail += f"; next start in {worker['retryIn']:g} s"
+            found.append(
+                f"gateway on port {gateway['port']}: worker {worker.get('index')} is "
+                f"{worker.get('state')} ({worker.get('recentDeaths', 0)} recent deaths, {detail})"
+            )
+    return found
+
+
+def _index_line(index: dict[str, Any]) -> str:
+    """One line about the provider's index, whatever its provider describes."""
+    identity = index.get("identity")
+    if isinstance(identity, dict) and {"chunks", "sources", "generation"} <= index.keys():
+        # Memory Core: chunks, sources, embedder identity, generation.
+        return (
+            f"index: {index['chunks']} chunks from {index['sources']} sources, "
+            f"embedder {identity.get('embedder')} ({identity.get('model')}, "
+            f"{identity.get('dims')} dims), generation {index['generation']}"
+        )
+    # Any other provider (Memory Records: records, forgotten, sequence, indexedSequence,
+    # embedder): its plain values, in its own words.
+    shown = [
+        f"{key} {value}"
+        for key, value in index.items()
+        if isinstance(value, str | int | float) and not isinstance(value, bool)
+    ]
+    return "index: " + (", ".join(shown) if shown else "described")
 
 
 def _print_report(out: TextIO, report: dict[str, Any], problems: list[str]) -> None:
@@ -88,12 +132,12 @@ def _print_report(out: TextIO, report: dict[str, Any], problems: list[str]) -> N
         out.write(f"health: {report['health']['status']}\n")
     index = report.get("index")
     if index:
-        identity = index["identity"]
-        out.write(
-            f"index: {index['chunks']} chunks from {index['sources']} sources, "
-            f"embedder {identity['embedder']} ({identity['model']}, {identity['dims']} dims), "
-            f"generation {index['generation']}\n"
+        out.write(_index_line(index) + "\n")
+    for gateway in report.get("gateways", []):
+        states = ", ".join(
+            f"{w.get('index')} {w.get('state')}" for w in gateway.get("workers", [])
         )
+        out.write(f"gateway on port {gateway['port']}: workers {states}\n")
     for problem in problems:
         out.write(f"problem: {problem}\n")
     out.write("ok\n" if not problems else f"{len(problems)} problem(s)\n")

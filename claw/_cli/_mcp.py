@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from ._common import AddCommand, CliError, load_config
+from ._common import AddCommand, CliError, load_config, token_flags
 
 
 def add_parsers(sub: Any, command: AddCommand) -> None:
@@ -25,7 +25,7 @@ def add_parsers(sub: Any, command: AddCommand) -> None:
         "--allow-writes", action="store_true", help="offer memory_add and memory_forget"
     )
     mcp.add_argument("--agent", default=None, help="the agent served (default: the config's)")
-    mcp.add_argument("--token", default=None, help="HTTP bearer token (or CLAW_GATEWAY_TOKEN)")
+    token_flags(mcp, "the HTTP bearer token")
 
 
 async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list[str]) -> int:
@@ -43,6 +43,7 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
         allow_writes=args.allow_writes,
         agent=args.agent,
         token=args.token,
+        token_file=args.token_file,
         out=out,
         err=err,
     )

@@ -15,9 +15,18 @@ import trio
 from .._errors import ClawError
 from .._host import open_host
 from ..gateway import Gateway, GatewayAddress, run_gateway_until_signal
+from ..gateway._auth import choose_token
 from ..gateway._listen import reserve_port
 from ..gateway._supervisor import supervise_gateway
-from ._common import EXIT_OK, AddCommand, CliError, load_config, port, positive_int
+from ._common import (
+    EXIT_OK,
+    AddCommand,
+    CliError,
+    load_config,
+    port,
+    positive_int,
+    token_flags,
+)
 
 
 def add_parsers(sub: Any, command: AddCommand) -> None:
@@ -33,9 +42,7 @@ def add_parsers(sub: Any, command: AddCommand) -> None:
     serve.add_argument(
         "--port", type=port, default=None, help="port, 1-65535 (default: 0, any free port)"
     )
-    serve.add_argument(
-        "--token", default=None, help="the clients' token (default: $CLAW_GATEWAY_TOKEN)"
-    )
+    token_flags(serve, "the clients' token")
     serve.add_argument(
         "--workers",
         type=positive_int,
@@ -49,7 +56,7 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
     """Serve until a signal; returns 0 after a signal stopped it."""
     config = load_config(args)
     gateway_config = config.gateway
-    token = args.token or os.environ.get("CLAW_GATEWAY_TOKEN") or gateway_config.token
+    token = choose_token(args.token, args.token_file, os.environ) or gateway_config.token
     if token is None and not gateway_config.tokens:
         token = secrets.token_urlsafe(24)
         err.write(f"claw: no token configured; generated one for this run: {token}\n")

@@ -52,8 +52,15 @@ class WorkerSpec:
 
 
 def worker_command() -> list[str]:
-    """The command that starts a worker with this interpreter."""
-    return [sys.executable, "-m", "claw.gateway._worker"]
+    """The command that starts a worker with this interpreter.
+
+    ``-P``: ``python -m`` would otherwise put the current directory first on
+    ``sys.path``, and a ``claw/`` folder or ``claw.py`` there would be imported instead
+    of the installed claw (``'claw' is not a package``, ``Can't get attribute
+    'HostConfig'``). The worker imports what the supervisor runs, whatever the
+    directory it was started in.
+    """
+    return [sys.executable, "-P", "-m", "claw.gateway._worker"]
 
 
 def encode_spec(spec: WorkerSpec) -> bytes:

@@ -1,9 +1,10 @@
 """``claw mcp``: open the host and serve it over stdio or streamable HTTP.
 
 Over stdio nothing but the protocol may reach stdout, so every note goes to stderr.
-Over HTTP the server needs a bearer token: ``--token``, else ``CLAW_GATEWAY_TOKEN``,
-else the ``[gateway]`` tokens of the config; with none, one is generated for the run
-and printed to stderr, as ``claw serve`` does.
+Over HTTP the server needs a bearer token: ``--token``, else ``--token-file``, else
+``CLAW_GATEWAY_TOKEN``, else ``CLAW_GATEWAY_TOKEN_FILE``, else the ``[gateway]`` tokens of
+the config; with none, one is generated for the run and printed to stderr, as
+``claw serve`` does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import trio
 from .._config import HostConfig
 from .._errors import ClawError
 from .._host import open_host
-from ..gateway._auth import TokenTable
+from ..gateway._auth import TokenTable, choose_token
 from ._server import MemoryMcpServer
 
 MAX_PORT = 65535
@@ -48,10 +49,13 @@ def parse_bind(value: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def http_tokens(config: HostConfig, token: str | None, err: TextIO) -> TokenTable:
-    """The token table for HTTP: the given token, else the environment's, else config's."""
+def http_tokens(
+    config: HostConfig, token: str | None, err: TextIO, *, token_file: str | None = None
+) -> TokenTable:
+    """The token table for HTTP: the given token (or file), else the environment's, else
+    the config's."""
     gateway = config.gateway
-    token = token or os.environ.get("CLAW_GATEWAY_TOKEN") or gateway.token
+    token = choose_token(token, token_file, os.environ) or gateway.token
     if token is None and not gateway.tokens:
         token = secrets.token_urlsafe(24)
         err.write(f"claw: no token configured; generated one for this run: {token}\n")
@@ -70,10 +74,13 @@ async def run_mcp(
     token: str | None,
     out: TextIO,
     err: TextIO,
+    token_file: str | None = None,
 ) -> int:
     """Serve until stdin closes (stdio) or until SIGINT/SIGTERM (HTTP); the exit code."""
     bind = parse_bind(http) if http is not None else None
-    tokens = http_tokens(config, token, err) if bind is not None else None
+    tokens = (
+        http_tokens(config, token, err, token_file=token_file) if bind is not None else None
+    )
     async with open_host(config) as host:
         server = MemoryMcpServer(host, agent_id=agent, allow_writes=allow_writes)
         if not await host.knows_agent(server.agent):

@@ -154,7 +154,7 @@ def test_serve_prints_the_address_answers_and_stops_on_sigterm(workspace: Path) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "CLAW_GATEWAY_TOKEN": "serve-token-123"},
+        env={**os.environ, "CLAW_GATEWAY_TOKEN": "serve-token-1234"},
     )
     try:
         assert proc.stdout is not None
@@ -164,7 +164,7 @@ def test_serve_prints_the_address_answers_and_stops_on_sigterm(workspace: Path) 
         url = match.group(1)
 
         async def query() -> dict[str, object]:
-            async with open_gateway_client(url, "serve-token-123") as client:
+            async with open_gateway_client(url, "serve-token-1234") as client:
                 return await client.request(
                     "memory.search", {"version": 2, "query": "green tea", "minScore": 0}
                 )
@@ -228,3 +228,43 @@ def test_memory_add_outside_the_memory_files_is_refused(workspace: Path) -> None
     assert result.returncode == 2
     assert "not a path inside the workspace" in result.stderr
     assert not (workspace.parent / "evil.md").exists()
+
+
+def test_doctor_reports_a_degraded_worker_slot_of_a_running_gateway(workspace: Path) -> None:
+    """``claw serve --workers N`` records its slots under the state directory; doctor reads
+    them (here a record whose supervisor, this test process, is alive)."""
+    state = workspace / ".claw"
+    record = state / "gateway" / "8790.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(
+        json.dumps(
+            {
+                "supervisorPid": os.getpid(),
+                "workers": [
+                    {"index": 0, "state": "serving", "pid": 11, "restarts": 0, "recentDeaths": 0},
+                    {
+                        "index": 1,
+                        "state": "degraded",
+                        "pid": None,
+                        "restarts": 5,
+                        "recentDeaths": 5,
+                        "lastExit": "exit code 3",
+                        "retryIn": 60.0,
+                    },
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
+    text = claw("doctor", "--workspace", str(workspace))
+    assert text.returncode == 1
+    assert "gateway on port 8790: workers 0 serving, 1 degraded" in text.stdout
+    assert (
+        "problem: gateway on port 8790: worker 1 is degraded (5 recent deaths, last exit: "
+        "exit code 3; next start in 60 s)" in text.stdout
+    )
+    as_json = json.loads(claw("doctor", "--json", "--workspace", str(workspace)).stdout)
+    assert as_json["gateways"][0]["port"] == 8790
+    # A record whose supervisor is gone is not reported.
+    record.write_text(json.dumps({"supervisorPid": 2**22 + 12345, "workers": []}), "utf-8")
+    assert claw("doctor", "--workspace", str(workspace)).returncode == 0

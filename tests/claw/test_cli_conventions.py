@@ -95,7 +95,8 @@ def test_ports_outside_the_range_are_refused_and_a_busy_port_names_the_address(
         busy.listen()
         port = busy.getsockname()[1]
         result = run_claw(
-            "serve", "--workspace", str(workspace), "--port", str(port), "--token", "t"
+            "serve", "--workspace", str(workspace), "--port", str(port),
+            env={"CLAW_GATEWAY_TOKEN": "conventions-token-0123"},
         )
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}: the address is already in use" in result.stderr

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,6 +35,7 @@ HANG = 120.0
 # chance that SO_REUSEPORT's hash puts 200 connections on one of two sockets is 2^-199.
 CONNECTIONS = 200
 CONNECT = {"type": "req", "id": "c", "method": "connect", "params": {"auth": {"token": TOKEN}}}
+CLAW = (sys.executable, "-m", "claw")
 
 
 @attrs.define
@@ -64,15 +65,20 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @contextmanager
-def serving(workspace: Path, *extra: str) -> Iterator[Served]:
+def serving(
+    workspace: Path, *extra: str, cwd: Path | None = None, claw: Sequence[str] = CLAW
+) -> Iterator[Served]:
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "claw", "serve", "--workers", "2"),
-            *("--workspace", str(workspace), "--token", TOKEN, "--port", "0", *extra),
+            *claw,
+            *("serve", "--workers", "2"),
+            *("--workspace", str(workspace), "--port", "0", *extra),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=cwd,
+        env={**os.environ, "CLAW_GATEWAY_TOKEN": TOKEN},
     )
     lines: list[str] = []
     changed = threading.Condition()
@@ -219,3 +225,22 @@ def test_workers_on_a_taken_port_fail_with_the_address(workspace: Path) -> None:
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}: the address is already in use" in result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("shadow", ["claw.py", "claw/__init__.py"])
+def test_workers_import_the_installed_claw_whatever_the_working_directory(
+    tmp_path: Path, workspace: Path, shadow: str
+) -> None:
+    """A ``claw.py`` or a ``claw/`` folder in the current directory is not what the workers
+    import (``python -m`` puts that directory first on ``sys.path``)."""
+    here = tmp_path / "project"
+    (here / shadow).parent.mkdir(parents=True, exist_ok=True)
+    (here / shadow).write_text("raise SystemExit('imported the shadow claw')\n", encoding="utf-8")
+    # The installed console script: its own sys.path does not start with the directory.
+    script = Path(sys.executable).with_name("claw")
+    with serving(workspace, cwd=here, claw=(str(script),)) as served:
+        pids = trio.run(_answering_pids, served.url)
+        assert len(pids) == 2
+        served.proc.send_signal(signal.SIGTERM)
+        assert served.proc.wait(timeout=HANG) == 0
+    assert not any("shadow" in line or "Traceback" in line for line in served.lines)

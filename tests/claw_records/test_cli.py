@@ -52,3 +52,24 @@ def test_claw_memory_add_search_and_forget_go_through_the_records_provider(
     assert json.loads(gone.stdout)["removedText"] == "The boiler is serviced in March"
     after = claw("memory", "search", "boiler serviced", "--json", "--workspace", str(ws))
     assert json.loads(after.stdout)["hits"] == []
+
+
+def test_claw_doctor_describes_a_records_index(tmp_path: Path, postgres_dsn: str) -> None:
+    """Memory Records describes its index in its own terms (no Memory Core identity):
+    doctor prints them instead of failing with KeyError 'identity'."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "claw.toml").write_text(
+        '[plugins.slots]\nmemory = "memory-records"\n\n'
+        "[plugins.entries.memory-records.config]\n"
+        f"dsn = {json.dumps(postgres_dsn)}\n",
+        encoding="utf-8",
+    )
+    assert claw("memory", "add", "The boiler is serviced in March", "--workspace", str(ws))
+    text = claw("doctor", "--workspace", str(ws))
+    assert "error" not in text.stderr, text.stderr
+    assert text.returncode in (0, 1), text.stderr
+    assert "memory: memory-records" in text.stdout
+    assert re.search(r"^index: .*records 1\b", text.stdout, re.MULTILINE), text.stdout
+    as_json = claw("doctor", "--json", "--workspace", str(ws))
+    assert json.loads(as_json.stdout)["index"]["records"] == 1

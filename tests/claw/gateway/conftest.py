@@ -21,7 +21,7 @@ from claw.gateway import (
 )
 from claw.gateway._client import open_websocket_stream
 
-READ_TOKEN = "read-token-1234"
+READ_TOKEN = "read-token-12345"
 ADMIN_TOKEN = "admin-token-5678"
 MAX_MESSAGE_BYTES = 4096
 

@@ -127,11 +127,11 @@ async def test_missing_scopes_asks_for_operator_read(address: GatewayAddress) ->
 
 
 async def test_single_token_shorthand_allows_operator_read_only(host: claw.Host) -> None:
-    gateway = Gateway(host, config=claw.GatewayConfig(token="solo"))
+    gateway = Gateway(host, config=claw.GatewayConfig(token="solo-token-0123456"))
     async with trio.open_nursery() as nursery:
         address = await nursery.start(gateway.serve)
         async with open_gateway_client(
-            address.url, "solo", scopes=["operator.read", "operator.admin"]
+            address.url, "solo-token-0123456", scopes=["operator.read", "operator.admin"]
         ) as client:
             assert client.scopes == {"operator.read"}
         nursery.cancel_scope.cancel()

@@ -111,11 +111,12 @@ def test_gateway_error_refuses_an_unknown_code() -> None:
 
 
 def test_token_table_unions_the_shorthand_and_the_table() -> None:
+    t, u, v = ("t" * 16, "u" * 16, "v" * 16)
     table = TokenTable.from_config(
-        claw.GatewayConfig(token="t", tokens={"t": ("operator.admin",), "u": ("operator.read",)})
+        claw.GatewayConfig(token=t, tokens={t: ("operator.admin",), u: ("operator.read",)})
     )
-    assert table.allowed_scopes("t") == {"operator.read", "operator.admin"}
-    assert table.allowed_scopes("u") == {"operator.read"}
-    assert table.allowed_scopes("v") is None
+    assert table.allowed_scopes(t) == {"operator.read", "operator.admin"}
+    assert table.allowed_scopes(u) == {"operator.read"}
+    assert table.allowed_scopes(v) is None
     assert table.allowed_scopes("") is None
-    assert table.grant("u", ["operator.admin"]) == frozenset()
+    assert table.grant(u, ["operator.admin"]) == frozenset()

@@ -274,7 +274,7 @@ def test_cli_searches_run_beside_claw_serve_on_one_workspace(tmp_path: Path) -> 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "CLAW_GATEWAY_TOKEN": "serve-token-123"},
+        env={**os.environ, "CLAW_GATEWAY_TOKEN": "serve-token-1234"},
     )
     try:
         assert serve.stdout is not None
