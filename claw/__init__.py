@@ -40,6 +40,9 @@ from ._errors import ProviderError as ProviderError
 from ._errors import SchemaVersionError as SchemaVersionError
 from ._errors import SlotConflictError as SlotConflictError
 from ._errors import StaleCapabilityError as StaleCapabilityError
+from ._errors import StorageError as StorageError
+from ._errors import StorageFullError as StorageFullError
+from ._errors import StorageReadOnlyError as StorageReadOnlyError
 from ._errors import UnknownAgentError as UnknownAgentError
 from ._errors import UnsupportedRequestError as UnsupportedRequestError
 from ._events import EventLog as EventLog

@@ -108,6 +108,23 @@ class DatabaseError(ClawError, RuntimeError):
         super().__init__(message)
 
 
+class StorageError(ClawError, OSError):
+    """A local store (the state directory, an index directory) could not be written; the
+    message names the file, the directory and what is wrong with it. ``path`` is the file."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class StorageReadOnlyError(StorageError, PermissionError):
+    """The directory is on a read-only file system, or this user may not write there."""
+
+
+class StorageFullError(StorageError):
+    """The disk (or the quota) holding the directory is full; what was written before stays."""
+
+
 class SchemaVersionError(ClawError, RuntimeError):
     """The state database's schema is older than, or unknown to, this build of claw.
 

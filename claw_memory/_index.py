@@ -45,11 +45,11 @@ from typing import Final, NoReturn, final
 import attrs
 import trio
 
-from claw.plugin_sdk import EmbeddingProvider, WorkerPool
+from claw.plugin_sdk import EmbeddingProvider, WorkerPool, storage_problem
 from claw.plugin_sdk.search import sha256_hex
 
 from ._embedding import ChunkEmbedder
-from ._errors import IndexCorruptError
+from ._errors import IndexCorruptError, IndexStoreError
 from ._follow import Follower
 from ._freshness import Freshness
 from ._generation import Generation
@@ -74,7 +74,11 @@ _PRIVATE: Final = object()
 
 def _resolve_dirs(workspace: Path, index_dir: Path) -> tuple[Path, Path]:
     index_dir = index_dir.resolve()
-    index_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        index_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        problem = storage_problem(index_dir, exc) or exc.strerror or str(exc)
+        raise IndexStoreError(f"Memory Core index directory {index_dir}: {problem}") from exc
     return workspace.resolve(), index_dir
 
 

@@ -25,6 +25,8 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from claw.plugin_sdk import storage_problem
+
 from ._errors import IndexCorruptError, IndexStoreError
 from ._records import ChunkRecord, PreparedChunk
 from ._settings import SourceKind
@@ -171,11 +173,17 @@ class _Txn:
 
 
 def store_error(path: Path, exc: sqlite3.Error) -> IndexStoreError:
-    """A SQLite failure as an error naming the database file (corruption recognised)."""
+    """A SQLite failure as an error naming the database file (corruption recognised), and
+    saying what is wrong when the directory is read-only or its disk is full (SQLite says
+    only "unable to open database file" or "database or disk is full")."""
     name = getattr(exc, "sqlite_errorname", "")
     corrupt = name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or type(exc) is sqlite3.DatabaseError
-    cls = IndexCorruptError if corrupt else IndexStoreError
-    return cls(f"Memory Core index database {path}: {exc}")
+    if corrupt:
+        return IndexCorruptError(f"Memory Core index database {path}: {exc}")
+    problem = storage_problem(path, exc)
+    if problem is not None:
+        return IndexStoreError(f"Memory Core index database {path}: {problem} (SQLite: {exc})")
+    return IndexStoreError(f"Memory Core index database {path}: {exc}")
 
 
 def _naming_the_file(fn: Callable[..., T]) -> Callable[..., T]:
@@ -206,13 +214,18 @@ class Store:
         self._lock = threading.RLock()
         self.path = path
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        # A batch of a first sync writes some 20 MB of chunks into two b-trees and an
-        # index; with SQLite's default 2 MB page cache it spills dirty pages to the WAL
-        # in the middle of the transaction and reads them back (a bounded 64 MiB here).
-        self._db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            # A batch of a first sync writes some 20 MB of chunks into two b-trees and an
+            # index; with SQLite's default 2 MB page cache it spills dirty pages to the
+            # WAL in the middle of the transaction and reads them back (64 MiB here).
+            self._db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            # Not left to the garbage collector: an open file keeps its directory busy.
+            self._db.close()
+            raise
 
     def close(self) -> None:
         self._db.close()

@@ -22,12 +22,16 @@ from .._errors import EmbeddingError as EmbeddingError
 from .._errors import LexicalIndexError as LexicalIndexError
 from .._errors import ProviderError as ProviderError
 from .._errors import StaleCapabilityError as StaleCapabilityError
+from .._errors import StorageError as StorageError
+from .._errors import StorageFullError as StorageFullError
+from .._errors import StorageReadOnlyError as StorageReadOnlyError
 from .._errors import UnsupportedRequestError as UnsupportedRequestError
 from .._plugins import ContextEngineFactoryContext as ContextEngineFactoryContext
 from .._plugins import Plugin as Plugin
 from .._plugins import PluginApi as PluginApi
 from .._plugins import PluginContracts as PluginContracts
 from .._plugins import Tool as Tool
+from .._storage import storage_problem as storage_problem
 from .._transcript_reader import TranscriptReader as TranscriptReader
 from .._transcript_reader import TranscriptSessionInfo as TranscriptSessionInfo
 from .._transcript_reader import TranscriptTurnInfo as TranscriptTurnInfo
