@@ -43,8 +43,6 @@ from ._errors import ClawError, ConfigError, ContractError, HostClosedError
 from ._events import EventLog
 from ._plugins import Plugin, PluginApi, PluginRegistry
 from ._runs import RECALL_STALE_REASON, AudienceLineage, Run, open_run, recall_current
-from ._sqlite_state import SQLiteStateBackend
-from ._state import SessionStorage, StateBackend, TranscriptLedger
 from ._transcript_reader import TranscriptReader
 from ._util import NoPublicConstructor, collapse_single_exception_group, final
 from ._weak import WeakIdentityMap
@@ -54,6 +52,8 @@ from .flush import FlushCoordinator
 from .memory._runtime import MemoryRuntime
 from .models import ModelRegistry, UserMessage, openai_compatible_provider
 from .sessions import LineageLink, SessionRow
+from .state import SessionStorage, StateBackend, TranscriptLedger
+from .state.sqlite import SQLiteStateBackend
 from .turns._runner import TurnResult, TurnRunner
 from .turns._tools import ToolPolicy
 
@@ -646,7 +646,7 @@ async def open_host(
     (the harness passes an inline pool). ``clock`` (seconds since the epoch) stamps
     sessions, transcript entries and flush plans; tests pass a fixed or stepping clock to
     make those timestamps deterministic. ``state`` replaces the durable-state backend
-    that ``[state] backend`` selects (see :mod:`claw._state`). Before the host is handed
+    that ``[state] backend`` selects (see :mod:`claw.state`). Before the host is handed
     out, turns a crashed process left in flight are closed as ``aborted``, and turns
     whose commit was interrupted are committed with their own keys.
     """

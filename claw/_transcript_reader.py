@@ -19,7 +19,7 @@ from ._errors import HostClosedError
 from .models import AssistantMessage, UserMessage
 
 if TYPE_CHECKING:
-    from ._state import SessionLister, TranscriptLedger
+    from .state import SessionLister, TranscriptLedger
     from .turns import TranscriptCursor, TranscriptDelta
 
 

@@ -21,7 +21,7 @@ compaction. Each call:
 A failed flush may run again in a later turn of the same cycle (a retry shares the flush
 id), never twice in one turn; a skipped or failed flush never stops the compaction that
 follows. Which cycles are settled (completed or skipped) is recorded in the state
-backend (:meth:`~claw._state.TranscriptStorage.record_flush`) and read back before each
+backend (:meth:`~claw.state.TranscriptStorage.record_flush`) and read back before each
 flush, inside the session's lock that the calling turn holds: a cycle flushes once
 across restarts, processes and hosts. A crash between a completed flush and its record
 may still flush that cycle again, which the shared flush id lets providers deduplicate.

@@ -1,7 +1,7 @@
 """The incarnation rules: what each change makes of a session row, once for every backend.
 
-The SQLite store (:mod:`._store`) and the PostgreSQL store
-(:mod:`claw.postgres._sessions`) differ in how they lock, write and notify; what a
+The SQLite store (:mod:`claw.state.sqlite._sessions`) and the PostgreSQL store
+(:mod:`claw.state.postgres._sessions`) differ in how they lock, write and notify; what a
 create, reset, reassignment or spawn *means* (which fields a change keeps, what a
 child inherits from its parent, which arguments are refused before any transaction)
 is one contract, kept here as pure functions over :class:`SessionRow`. Each store

@@ -2,8 +2,8 @@
 
 A session store answers capability currency checks synchronously, from an in-memory
 mirror of the committed rows, and changes a key's incarnation in one transaction of
-its database. The SQLite store (:mod:`._store`) and the PostgreSQL store
-(:mod:`claw.postgres._sessions`) differ only in that transaction (how they lock,
+its database. The SQLite store (:mod:`claw.state.sqlite._sessions`) and the PostgreSQL store
+(:mod:`claw.state.postgres._sessions`) differ only in that transaction (how they lock,
 write and notify) and in how other writers' commits reach the mirror. Everything
 else is one piece of code, kept here: the mirror's synchronous reads, the listeners,
 the bookkeeping that marks a key *pending* while its change is in flight, and the

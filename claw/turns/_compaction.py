@@ -21,10 +21,10 @@ from ..models import (
     ToolResult,
     UserMessage,
 )
-from ._transcript import parse_entry_id
+from ..state.sqlite._transcripts import parse_entry_id
 
 if TYPE_CHECKING:
-    from .._state import TranscriptStorage
+    from ..state import TranscriptStorage
 
 SUMMARY_PROMPT = (
     "You compact a conversation transcript. Write a faithful, dense summary of the "

@@ -22,7 +22,7 @@ show its entries, and nothing commits it. A failed or aborted turn that is still
 the latest of its session can be reopened to be retried.
 
 Every turn records its *owner* (``owner_id``), the process that admitted or reopened
-it; only a turn whose owner is dead (see :mod:`claw._owners`) is closed as ``aborted``
+it; only a turn whose owner is dead (see :mod:`claw.state.sqlite._owners`) is closed as ``aborted``
 by another process, so a live process's turn in flight is never aborted.
 
 A turn admitted with ``engine_id=None`` runs on the legacy path and never
@@ -153,7 +153,7 @@ class AdmittedTurn:
     #: The session's lifecycle revision at admission (``None`` for version-1 rows).
     lifecycle_revision: int | None = None
     #: The process that admitted (or reopened) the turn and runs it (``None`` for rows
-    #: written before owners were recorded); see :mod:`claw._owners`.
+    #: written before owners were recorded); see :mod:`claw.state.sqlite._owners`.
     owner_id: str | None = None
 
     @property

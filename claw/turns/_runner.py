@@ -18,7 +18,7 @@
 
 Turns of one session are serialised, across every process and host sharing the state:
 a turn (with the flush and compaction it triggers) runs while the runner holds the
-session's lock (:class:`~claw._state.SessionLocks`). The path a turn takes is decided once, at
+session's lock (:class:`~claw.state.SessionLocks`). The path a turn takes is decided once, at
 admission, and recorded: the durable path (``commit_turn`` of the accepted turn) when
 the configured engine declares the full durable admitted-turn contract, the legacy path
 (the engine ingests each message; nothing is committed) otherwise. A retry of the turn
@@ -71,10 +71,10 @@ from ..models import (
     UserMessage,
 )
 from ..sessions import SessionNotFoundError, SessionRow
+from ..state.sqlite._transcripts import parse_entry_id
 from ._compaction import runtime_compaction
 from ._ledger import AdmittedTurn, TurnIdTakenError, TurnLedgerError, TurnStatus
 from ._tools import ToolContext, ToolPolicy, run_tool_call, select_tools, tool_specs
-from ._transcript import parse_entry_id
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from .._config import AgentDefaultsConfig
     from .._host import Host
     from .._runs import Run
-    from .._state import SessionLocks, TranscriptLedger
+    from ..state import SessionLocks, TranscriptLedger
 
 logger = logging.getLogger("claw.turns")
 

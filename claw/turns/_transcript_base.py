@@ -1,7 +1,7 @@
 """What every transcript store backend shares: the asynchronous interface, written once.
 
-The SQLite store (:mod:`._transcript`) and the PostgreSQL store
-(:mod:`claw.postgres._transcripts`) differ in their transactions: how they lock a
+The SQLite store (:mod:`claw.state.sqlite._transcripts`) and the PostgreSQL store
+(:mod:`claw.state.postgres._transcripts`) differ in their transactions: how they lock a
 transcript, claim a seq, notify other writers. The rules live in
 :mod:`._transcript_core` and :mod:`._ledger`; the interface the host and the engines
 call (appends, reads, the ledger's updates, the flush record) is the same on both and
@@ -201,7 +201,7 @@ class TranscriptStoreBase(ABC):
     ) -> TranscriptDelta:
         """The visible messages after ``cursor`` (or all, as a rebuild), and the next cursor.
 
-        See :mod:`claw.turns._transcript` for how compaction and the cursor's epoch
+        See :mod:`claw.state.sqlite._transcripts` for how compaction and the cursor's epoch
         interact. A cursor of another session is refused.
         """
         delta: TranscriptDelta = await self._read(

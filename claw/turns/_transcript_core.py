@@ -1,13 +1,13 @@
 """The transcript contract, written once for every state backend: values, rules, SQL.
 
 The value types (entries, cursors, deltas, stats and the transcript errors) live here,
-re-exported by :mod:`claw.turns`. The SQLite store (:mod:`._transcript`) and the PostgreSQL store
-(:mod:`claw.postgres._transcripts`) keep the same tables under different names and
-spell parameters differently; everything else (how entries are numbered, what a
-compaction may keep, what a visible-message delta holds, which stats are counted) is
-one contract. It lives here, over a :class:`TranscriptSql` that names a backend's
-tables and placeholder; each backend keeps only its transactions, locks and
-notifications. Every function runs inside a transaction the caller opened.
+re-exported by :mod:`claw.turns`. The SQLite store (:mod:`claw.state.sqlite._transcripts`)
+and the PostgreSQL store (:mod:`claw.state.postgres._transcripts`) keep the same tables
+under different names and spell parameters differently; everything else (how entries
+are numbered, what a compaction may keep, what a visible-message delta holds, which
+stats are counted) is one contract. It lives here, over a :class:`TranscriptSql` that
+names a backend's tables and placeholder; each backend keeps only its transactions,
+locks and notifications. Every function runs inside a transaction the caller opened.
 """
 
 from __future__ import annotations

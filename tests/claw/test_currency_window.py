@@ -17,7 +17,7 @@ import trio
 import claw
 from claw._capabilities import AUDIENCE_STALE_MESSAGE
 from claw.memory import Citation, MemoryAddResult, MemoryReference, MemorySearchRequest
-from claw.sessions._store import _run_transaction
+from claw.state.sqlite._sessions import _run_transaction
 from claw_testing import MemoryRecord, RecordingMemoryProvider
 
 T = TypeVar("T")

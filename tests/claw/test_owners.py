@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from claw._owners import OWNERS_DIR, OwnerLease, owner_alive
+from claw.state.sqlite._owners import OWNERS_DIR, OwnerLease, owner_alive
 
 from .._processes import reap
 
@@ -20,7 +20,7 @@ def test_an_owner_is_alive_while_its_process_holds_the_lease_and_dead_once_kille
         f"""
         import os, sys, time
         from pathlib import Path
-        from claw._owners import OwnerLease
+        from claw.state.sqlite._owners import OwnerLease
         lease = OwnerLease.acquire(Path({str(tmp_path)!r}))
         os.write(1, (lease.owner_id + "\\n").encode())
         time.sleep(600)

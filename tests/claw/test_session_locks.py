@@ -13,8 +13,9 @@ from typing import Any
 import trio
 import trio.testing
 
-from claw._session_locks import SESSION_LOCKS_DIR, PolledSessionLocks, SessionLockFiles, lock_file
 from claw._workers import InlineWorkerPool
+from claw.state._session_locks import PolledSessionLocks
+from claw.state.sqlite._session_locks import SESSION_LOCKS_DIR, SessionLockFiles, lock_file
 
 
 def _locks(state: Path) -> PolledSessionLocks[Any]:

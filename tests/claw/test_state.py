@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -12,12 +15,12 @@ import pytest
 import trio
 
 import claw
-from claw._sqlite_state import SQLiteStateBackend
-from claw._state import SessionLister, StateBackend, StateStores
 from claw._workers import InlineWorkerPool, WorkerPool
 from claw.models import UserMessage
 from claw.sessions import open_session_store
-from claw.sessions._store import SessionStore
+from claw.state import SessionLister, StateBackend, StateStores
+from claw.state.sqlite import SQLiteStateBackend
+from claw.state.sqlite._sessions import SessionStore
 from claw.turns import open_transcript_store
 from claw_testing import ScriptedModel, harness_config, open_harness_host
 
@@ -168,3 +171,30 @@ async def test_a_turn_starts_from_the_committed_rows_not_the_watchers_last_look(
         reset = await elsewhere.reset("dm:new", keep_session_id=False)
         second = await host.run_turn("dm:new", UserMessage("again"), sender_is_owner=True)
         assert second.session_id == reset.session_id != created.session_id
+
+
+def test_only_the_postgres_backend_imports_psycopg() -> None:
+    """The ``postgres`` extra stays optional: claw, its SQLite backend and the bundled
+    plugins import without psycopg, and no module outside ``claw/state/postgres/``
+    names it (the plugin SDK's ``postgres`` facade re-exports that package)."""
+    root = Path(claw.__file__).resolve().parent
+    naming = []
+    for path in root.rglob("*.py"):
+        if root / "state" / "postgres" in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            naming += [str(path) for n in names if n.split(".")[0] in ("psycopg", "psycopg_pool")]
+    assert naming == []
+    probe = (
+        "import sys, claw, claw.state, claw.state.sqlite, claw_memory, claw_records; "
+        "print(sorted(m for m in sys.modules if m.startswith('psycopg')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import claw
-from claw.postgres._backend import DSN_ENV, PostgresStateBackend, resolve_dsn, state_backend
+from claw.state.postgres._backend import DSN_ENV, PostgresStateBackend, resolve_dsn, state_backend
 
 
 def _config(tmp_path: Path, dsn: str | None) -> claw.HostConfig:

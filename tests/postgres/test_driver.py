@@ -12,7 +12,7 @@ import trio
 
 import claw
 from claw._workers import ThreadWorkerPool
-from claw.postgres import Database, ListenerConnected, Notification, open_database
+from claw.state.postgres import Database, ListenerConnected, Notification, open_database
 from tests import _postgres
 
 
@@ -166,7 +166,7 @@ async def test_a_malformed_dsn_is_reported_without_its_password() -> None:
 
 
 def test_redact_dsn_hides_passwords_in_every_form() -> None:
-    from claw.postgres import redact_dsn
+    from claw.state.postgres import redact_dsn
 
     assert redact_dsn("postgresql://u:s3cret@h:5432/db") == "postgresql://u:***@h:5432/db"
     assert redact_dsn("host=h password=s3cret dbname=d") == "host=h password=*** dbname=d"

@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from claw.postgres._session_locks import session_locks_application_name
-from claw.postgres._stores import owner_application_name
+from claw.state.postgres._session_locks import session_locks_application_name
+from claw.state.postgres._stores import owner_application_name
 from tests._processes import reap
 from tests._session_turns import check_once_per_cycle, check_serial
 

@@ -12,8 +12,8 @@ import trio
 
 import claw
 from claw._workers import ThreadWorkerPool
-from claw.postgres._backend import state_backend
-from claw.postgres._stores import open_state
+from claw.state.postgres._backend import state_backend
+from claw.state.postgres._stores import open_state
 from tests.postgres._util import pool_connections, until
 
 

@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from claw._workers import ThreadWorkerPool
-from claw.postgres._session_locks import session_locks_application_name
-from claw.postgres._stores import PostgresState, open_state
+from claw.state.postgres._session_locks import session_locks_application_name
+from claw.state.postgres._stores import PostgresState, open_state
 
 
 @pytest.fixture

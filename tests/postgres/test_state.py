@@ -17,10 +17,10 @@ import trio
 import claw
 from claw._workers import ThreadWorkerPool
 from claw.models import AssistantMessage, UserMessage
-from claw.postgres._migrations import Migration, applied_migrations, check_current, migrate
-from claw.postgres._schema import STATE_MIGRATIONS
-from claw.postgres._stores import PostgresState, open_state
 from claw.sessions import SessionExistsError
+from claw.state.postgres._migrations import Migration, applied_migrations, check_current, migrate
+from claw.state.postgres._schema import STATE_MIGRATIONS
+from claw.state.postgres._stores import PostgresState, open_state
 from claw.turns import TurnStatus
 from tests.postgres._util import until
 

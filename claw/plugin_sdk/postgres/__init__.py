@@ -12,10 +12,10 @@ module imports psycopg: import it only where a database is actually configured.
 """
 
 from ..._errors import SchemaVersionError as SchemaVersionError
-from ...postgres import Database as Database
-from ...postgres import ListenerConnected as ListenerConnected
-from ...postgres import ListenEvent as ListenEvent
-from ...postgres import Migration as Migration
-from ...postgres import Notification as Notification
-from ...postgres import migrate as migrate
-from ...postgres import open_database as open_database
+from ...state.postgres import Database as Database
+from ...state.postgres import ListenerConnected as ListenerConnected
+from ...state.postgres import ListenEvent as ListenEvent
+from ...state.postgres import Migration as Migration
+from ...state.postgres import Notification as Notification
+from ...state.postgres import migrate as migrate
+from ...state.postgres import open_database as open_database

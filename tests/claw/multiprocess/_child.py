@@ -41,7 +41,7 @@ import trio
 import claw
 from claw.memory import MemorySearchRequest
 from claw.models import AssistantMessage, Message, ToolSpec
-from claw.sessions._store import SessionStore
+from claw.state.sqlite._sessions import SessionStore
 from claw_testing import (
     MemoryRecord,
     RecordingMemoryProvider,

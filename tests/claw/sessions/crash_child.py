@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from claw import InlineWorkerPool
-from claw.sessions import _store
+from claw.state.sqlite import _sessions as _store
 
 
 def pause() -> None:

@@ -42,7 +42,7 @@ def ticking_clock() -> Callable[[], float]:
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[SessionStore]:
     """The store contract, run against both backends (PostgreSQL: the real test server)."""
     if request.param == "postgresql":
-        from claw.postgres._stores import open_state
+        from claw.state.postgres._stores import open_state
 
         dsn = request.getfixturevalue("postgres_dsn")
         async with open_state(dsn, workers=InlineWorkerPool(), clock=ticking_clock()) as state:
@@ -518,7 +518,7 @@ async def test_the_database_refuses_rows_that_bypass_validation(tmp_path: Path) 
 
 
 async def test_v2_store_is_migrated_with_children_lacking_spawn_receipts(tmp_path: Path) -> None:
-    from claw.sessions._schema import _sessions_ddl
+    from claw.state.sqlite._session_schema import _sessions_ddl
 
     path = tmp_path / "v2.sqlite"
     with sqlite3.connect(path) as conn:

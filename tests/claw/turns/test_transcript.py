@@ -44,7 +44,7 @@ def ticking_clock() -> Callable[[], float]:
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TranscriptStore]:
     """The transcript contract, run against both backends (PostgreSQL: the test server)."""
     if request.param == "postgresql":
-        from claw.postgres._stores import open_state
+        from claw.state.postgres._stores import open_state
 
         dsn = request.getfixturevalue("postgres_dsn")
         async with open_state(dsn, workers=InlineWorkerPool(), clock=ticking_clock()) as state:

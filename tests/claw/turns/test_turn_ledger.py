@@ -23,7 +23,7 @@ KEY, SID = "agent:main:chat", "sess-1"
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TranscriptStore]:
     """The ledger contract, run against both backends (PostgreSQL: the test server)."""
     if request.param == "postgresql":
-        from claw.postgres._stores import open_state
+        from claw.state.postgres._stores import open_state
 
         dsn = request.getfixturevalue("postgres_dsn")
         async with open_state(dsn, workers=InlineWorkerPool()) as state:

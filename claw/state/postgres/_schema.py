@@ -1,7 +1,7 @@
 """The state schema in PostgreSQL: sessions, transcripts and the turn ledger.
 
-The tables mirror the SQLite backend's (``claw/sessions/_schema.py``,
-``claw/turns/_transcript.py``, ``claw/turns/_ledger.py``) column for column, with the
+The tables mirror the SQLite backend's (``claw/state/sqlite/_session_schema.py``,
+``claw/state/sqlite/_transcripts.py``, ``claw/turns/_ledger.py``) column for column, with the
 same checks, so both backends keep the same contracts; differences are PostgreSQL's
 types (``boolean``, ``double precision``) and what several hosts need:
 

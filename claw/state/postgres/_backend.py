@@ -1,4 +1,4 @@
-"""``[state] backend = "postgresql"``: the :class:`~claw._state.StateBackend` on PostgreSQL.
+"""``[state] backend = "postgresql"``: the :class:`~claw.state.StateBackend` on PostgreSQL.
 
 Registered in the ``claw.state_backends`` entry-point group as ``postgresql``; the host
 calls :func:`state_backend` with its config. The DSN comes from ``[state] dsn`` or, when
@@ -19,11 +19,11 @@ import attrs
 import psycopg
 import trio
 
-from .._config import HostConfig
-from .._errors import ConfigError, HostClosedError
-from .._state import SessionLister, StateStores
-from .._workers import WorkerPool
-from ..sessions._rows import SessionRow
+from ..._config import HostConfig
+from ..._errors import ConfigError, HostClosedError
+from ..._workers import WorkerPool
+from ...sessions._rows import SessionRow
+from .._seam import SessionLister, StateStores
 from ._dsn import check_dsn, redact_dsn
 from ._sessions import _COLUMNS, _select
 from ._stores import open_state

@@ -8,7 +8,8 @@ the flush take these protocols, never a concrete store, so a second implementati
 (PostgreSQL) is dropped in by configuration (``[state] backend``) instead of being a
 second design. :class:`StateBackend` is the one object a backend provides.
 
-Contracts every implementation keeps (the SQLite one is :mod:`claw._sqlite_state`):
+Contracts every implementation keeps (the SQLite one is :mod:`claw.state.sqlite`, the
+PostgreSQL one :mod:`claw.state.postgres`):
 
 * One transaction per incarnation change; a key's lifecycle revision never decreases,
   even across delete and re-create.
@@ -47,14 +48,14 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import trio
 
-from .sessions._changes import SessionListener
-from .sessions._rows import ChatType, SessionRow, SessionSnapshot
+from ..sessions._changes import SessionListener
+from ..sessions._rows import ChatType, SessionRow, SessionSnapshot
 
 if TYPE_CHECKING:
-    from ._workers import WorkerPool
-    from .models import Message, UserMessage
-    from .turns._ledger import AdmittedTurn, TurnStatus
-    from .turns._transcript import (
+    from .._workers import WorkerPool
+    from ..models import Message, UserMessage
+    from ..turns._ledger import AdmittedTurn, TurnStatus
+    from ..turns._transcript_core import (
         Appendable,
         TranscriptCursor,
         TranscriptDelta,
@@ -307,7 +308,7 @@ class SessionLocks(Protocol):
     """Exclusive per-session locks shared by every process (and host) on the state.
 
     The turn runner holds a session's lock for a whole turn, flush and compaction
-    included (see :mod:`claw._session_locks`). Waiting is cancellable and leaves
+    included (see :mod:`claw.state._session_locks`). Waiting is cancellable and leaves
     nothing held; a holder's lock ends with its process (SQLite: ``flock``) or its
     database connection (PostgreSQL: a session-level advisory lock).
     """

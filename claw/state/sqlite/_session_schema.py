@@ -30,8 +30,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-from ._errors import InvalidSessionError, SessionSchemaError
-from ._rows import SessionRow, validate_row
+from ...sessions._errors import InvalidSessionError, SessionSchemaError
+from ...sessions._rows import SessionRow, validate_row
 
 SCHEMA_VERSION: Final[int] = 3
 

@@ -1,7 +1,7 @@
 """Per-session exclusive locks across processes and hosts: one turn of a session at a time.
 
 A turn of a session, with the pre-compaction flush and the compaction it triggers, runs
-while its process holds that session's lock (:class:`~claw._state.SessionLocks`).
+while its process holds that session's lock (:class:`~claw.state.SessionLocks`).
 :class:`PolledSessionLocks` is the shape both backends share:
 
 1. an in-process :class:`trio.Lock` per session key is the first gate, so the tasks of
@@ -13,32 +13,26 @@ Trying instead of blocking is what keeps the wait cancellable: a cancelled turn 
 between two tries, in a Trio sleep, holding nothing and leaving no thread blocked. A
 try that took the lock is released even when the caller was cancelled meanwhile.
 
-The SQLite backend's lock is :class:`SessionLockFiles`: an exclusive ``flock`` on
-``<state_dir>/session-locks/<digest>.lock``, which the kernel drops however its holder
-ends (``SIGKILL`` included). PostgreSQL's is a session-level advisory lock
-(``claw/postgres/_session_locks.py``), which the server drops with its connection.
+The SQLite backend's lock is an exclusive ``flock`` on
+``<state_dir>/session-locks/<digest>.lock`` (:mod:`claw.state.sqlite._session_locks`),
+which the kernel drops however its holder ends (``SIGKILL`` included). PostgreSQL's is
+a session-level advisory lock (:mod:`claw.state.postgres._session_locks`), which the
+server drops with its connection.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import hashlib
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 import attrs
 import trio
 
-from ._workers import WorkerPool
+from .._workers import WorkerPool
 
 H = TypeVar("H")
-
-SESSION_LOCKS_DIR: Final[str] = "session-locks"
 
 #: The first and the longest sleep between two tries of a lock another process holds.
 FIRST_RETRY: Final[float] = 0.002
@@ -47,7 +41,7 @@ LONGEST_RETRY: Final[float] = 0.05
 
 @attrs.define(eq=False)
 class PolledSessionLocks(Generic[H]):
-    """:class:`~claw._state.SessionLocks` over a try-lock primitive (see the module docstring).
+    """:class:`~claw.state.SessionLocks` over a try-lock primitive (see the module docstring).
 
     ``try_acquire(key)`` returns a handle when it took ``key``'s lock and ``None`` when
     another holder has it; ``release(handle)`` gives it back. Both are blocking calls,
@@ -104,48 +98,3 @@ class PolledSessionLocks(Generic[H]):
             if handle is not None:
                 with trio.CancelScope(shield=True):
                     await self._workers.run_sync(self._release, handle)
-
-
-def lock_file(state_dir: Path, session_key: str) -> Path:
-    """The lock file of ``session_key`` (named by a digest: keys may hold any character)."""
-    digest = hashlib.sha256(f"claw-session-lock-v1\x1f{session_key}".encode()).hexdigest()
-    return state_dir / SESSION_LOCKS_DIR / f"{digest[:32]}.lock"
-
-
-@attrs.frozen
-class SessionLockFiles:
-    """The SQLite backend's cross-process session lock: ``flock`` on one file per key.
-
-    The files are never removed: removing a lock file while another process has it open
-    would let a third lock a new file of the same name beside the held one. One small
-    empty file per session key is the cost.
-    """
-
-    state_dir: Path
-
-    def try_acquire(self, session_key: str) -> int | None:
-        """The locked file's descriptor, or ``None`` when another process holds it."""
-        path = lock_file(self.state_dir, session_key)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return None
-            raise
-        return fd
-
-    @staticmethod
-    def release(fd: int) -> None:
-        """Drop the lock (closing the descriptor drops it)."""
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-    def locks(self, workers: WorkerPool) -> PolledSessionLocks[Any]:
-        """The :class:`~claw._state.SessionLocks` of this state directory."""
-        return PolledSessionLocks(workers, self.try_acquire, self.release)

@@ -30,18 +30,18 @@ from typing import ClassVar, Final, TypeVar
 import attrs
 import trio
 
-from .._commit_watch import CommitWatcher
-from .._workers import WorkerPool
-from ._changes import child_row, notify_listeners, reassigned_row, reset_row
-from ._errors import (
+from ..._workers import WorkerPool
+from ...sessions._changes import child_row, notify_listeners, reassigned_row, reset_row
+from ...sessions._errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionSchemaError,
     SessionStorageError,
 )
-from ._mirror import ChangeOp, MirroredSessionStore, SessionChange, SessionOps
-from ._rows import SessionRow, SessionSnapshot, validate_row
-from ._schema import COLUMNS, PLACEHOLDERS, ensure_schema, row_from_sql, row_to_sql
+from ...sessions._mirror import ChangeOp, MirroredSessionStore, SessionChange, SessionOps
+from ...sessions._rows import SessionRow, SessionSnapshot, validate_row
+from ._commit_watch import CommitWatcher
+from ._session_schema import COLUMNS, PLACEHOLDERS, ensure_schema, row_from_sql, row_to_sql
 
 logger = logging.getLogger("claw.sessions")
 
@@ -398,7 +398,7 @@ class SessionStore(MirroredSessionStore):
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the mirror current with other processes' commits until cancelled.
 
-        A :class:`~claw._commit_watch.CommitWatcher` thread notices commits; each time,
+        A :class:`~claw.state.sqlite._commit_watch.CommitWatcher` thread notices commits; each time,
         :meth:`refresh` brings them into the mirror and calls the listeners.
         """
         if self._where == ":memory:":  # no other connection can reach it

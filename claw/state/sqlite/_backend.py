@@ -1,12 +1,11 @@
 """The embedded state backend: the session store and the transcript database in SQLite.
 
 ``<state_dir>/sessions.sqlite3`` holds the session rows; ``<state_dir>/transcripts.sqlite3``
-holds the transcripts and the turn ledger. Nothing outside :mod:`claw.sessions` and
-:mod:`claw.turns` issues SQL on them. Any number of processes open them at once (WAL,
-busy timeouts, one short transaction per call); each open host is an owner
-(:mod:`claw._owners`) so that only a dead process's turns are closed by another.
-Turns of one session run one at a time across processes under an ``flock`` per
-session key (:class:`~claw._session_locks.SessionLockFiles`).
+holds the transcripts and the turn ledger. Nothing outside :mod:`claw.state` issues SQL
+on them. Any number of processes open them at once (WAL, busy timeouts, one short
+transaction per call); each open host is an owner (:mod:`._owners`) so that only a dead
+process's turns are closed by another. Turns of one session run one at a time across
+processes under an ``flock`` per session key (:class:`._session_locks.SessionLockFiles`).
 """
 
 from __future__ import annotations
@@ -19,13 +18,13 @@ from typing import Final
 import attrs
 import trio
 
+from ..._workers import WorkerPool
+from .._seam import SessionLister, StateStores
 from ._owners import OwnerLease
 from ._session_locks import SessionLockFiles
-from ._state import SessionLister, StateStores
-from ._workers import WorkerPool
-from .sessions._reader import SessionRowReader
-from .sessions._store import SessionStore
-from .turns._transcript import open_transcript_store
+from ._session_reader import SessionRowReader
+from ._sessions import SessionStore
+from ._transcripts import open_transcript_store
 
 SESSIONS_FILE: Final[str] = "sessions.sqlite3"
 TRANSCRIPTS_FILE: Final[str] = "transcripts.sqlite3"
@@ -33,7 +32,7 @@ TRANSCRIPTS_FILE: Final[str] = "transcripts.sqlite3"
 
 @attrs.frozen
 class SQLiteStateBackend:
-    """The default :class:`~claw._state.StateBackend`: two SQLite files in ``state_dir``."""
+    """The default :class:`~claw.state.StateBackend`: two SQLite files in ``state_dir``."""
 
     state_dir: Path = attrs.field(converter=Path)
 

@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 import psycopg
 
-from .._errors import SchemaVersionError
+from ..._errors import SchemaVersionError
 
 MIGRATIONS_TABLE = "claw_migrations"
 

@@ -23,8 +23,8 @@ import psycopg.conninfo
 import psycopg_pool
 import trio
 
-from .._errors import HostClosedError
-from .._workers import WorkerPool
+from ..._errors import HostClosedError
+from ..._workers import WorkerPool
 from ._dsn import check_dsn, describe, redact_dsn
 from ._listen import ListenEvent, open_listener
 from ._translate import chainable, translate

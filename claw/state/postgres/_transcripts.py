@@ -1,6 +1,6 @@
 """Transcripts and the accepted-turns ledger in PostgreSQL, shared by every host.
 
-The same contracts as the SQLite store (:mod:`claw.turns._transcript`,
+The same contracts as the SQLite store (:mod:`claw.state.sqlite._transcripts`,
 :mod:`claw.turns._ledger`), whose rules and SQL it shares through
 :mod:`claw.turns._transcript_core` (only the table names and placeholders differ):
 
@@ -30,10 +30,10 @@ import attrs
 import psycopg
 import trio
 
-from .._errors import HostClosedError
-from ..models import CompactionSummary, UserMessage
-from ..turns import _transcript_core as core
-from ..turns._ledger import (
+from ..._errors import HostClosedError
+from ...models import CompactionSummary, UserMessage
+from ...turns import _transcript_core as core
+from ...turns._ledger import (
     AdmittedTurn,
     TurnLedgerError,
     TurnStatus,
@@ -44,8 +44,8 @@ from ..turns._ledger import (
     check_reopen,
     check_terminal,
 )
-from ..turns._transcript_base import TranscriptOps, TranscriptStoreBase
-from ..turns._transcript_core import (
+from ...turns._transcript_base import TranscriptOps, TranscriptStoreBase
+from ...turns._transcript_core import (
     Appendable,
     TranscriptCursor,
     TranscriptDelta,
@@ -420,7 +420,7 @@ def _flush_recorded(conn: Connection, flush_id: str) -> bool:
 class PostgresTranscriptStore(TranscriptStoreBase):
     """Transcripts and the turn ledger in PostgreSQL (``host.transcripts``).
 
-    Implements :class:`claw._state.TranscriptLedger`. ``owner_id`` is this host
+    Implements :class:`claw.state.TranscriptLedger`. ``owner_id`` is this host
     process's; the backend holds the advisory lock that says it is alive.
     """
 

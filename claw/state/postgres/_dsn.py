@@ -12,7 +12,7 @@ import urllib.parse
 
 import psycopg.conninfo
 
-from .._errors import ConfigError
+from ..._errors import ConfigError
 
 _HIDDEN = "***"
 # key=value form: password='quoted \' value' or password=bare

@@ -16,11 +16,11 @@ import urllib.parse
 import attrs
 import trio
 
-from .._errors import HostClosedError
-from .._workers import WorkerPool
-from ._errors import SessionStorageError
-from ._rows import SessionRow
-from ._schema import COLUMNS, row_from_sql
+from ..._errors import HostClosedError
+from ..._workers import WorkerPool
+from ...sessions._errors import SessionStorageError
+from ...sessions._rows import SessionRow
+from ._session_schema import COLUMNS, row_from_sql
 
 
 def _connect_read_only(path: str) -> sqlite3.Connection:

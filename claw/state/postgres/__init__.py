@@ -12,7 +12,7 @@ committed session rows on a connection, so a provider can check currency in the
 transaction that reads the data it guards.
 """
 
-from .._util import fixup_module_metadata as _fixup_module_metadata
+from ..._util import fixup_module_metadata as _fixup_module_metadata
 from ._database import Database as Database
 from ._database import DatabaseStatistics as DatabaseStatistics
 from ._database import open_database as open_database

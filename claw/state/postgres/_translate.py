@@ -12,7 +12,7 @@ from __future__ import annotations
 import psycopg
 import psycopg_pool
 
-from .._errors import ClawError, DatabaseError, DatabaseUnavailableError
+from ..._errors import ClawError, DatabaseError, DatabaseUnavailableError
 from ._dsn import describe, password_of, scrub
 
 

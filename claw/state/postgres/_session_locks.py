@@ -6,7 +6,7 @@ its own (not the pool's: a pooled connection held for a whole turn would starve 
 turn's own queries). The lock is the lease with an expiry: the server drops it when
 that connection ends, so a host that dies, or loses the server, loses every session
 it held, and another host's next turn of them goes ahead. Tries are polled, never
-blocking (see :mod:`claw._session_locks`), so one connection serves every session of
+blocking (see :mod:`claw.state._session_locks`), so one connection serves every session of
 the host and a cancelled wait leaves nothing behind.
 
 If the connection broke while locks were held, those locks are already gone on the
@@ -23,8 +23,8 @@ from typing import Any, Final
 import attrs
 import psycopg
 
+from ..._workers import WorkerPool
 from .._session_locks import PolledSessionLocks
-from .._workers import WorkerPool
 from ._dsn import redact_dsn
 from ._schema import SESSION_LOCK_CLASS
 from ._translate import chainable, translate
@@ -113,5 +113,5 @@ class AdvisorySessionLocks:
             conn.close()
 
     def locks(self, workers: WorkerPool) -> PolledSessionLocks[Any]:
-        """The :class:`~claw._state.SessionLocks` these advisory locks serve."""
+        """The :class:`~claw.state.SessionLocks` these advisory locks serve."""
         return PolledSessionLocks(workers, self.try_acquire, self.release)

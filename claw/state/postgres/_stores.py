@@ -20,8 +20,8 @@ import attrs
 import psycopg
 import trio
 
+from ..._workers import WorkerPool
 from .._session_locks import PolledSessionLocks
-from .._workers import WorkerPool
 from ._database import Database, open_database
 from ._migrations import migrate
 from ._schema import COMPONENT, OWNER_LOCK_CLASS, STATE_MIGRATIONS

@@ -63,12 +63,11 @@ from claw.models import (
     UserMessage,
 )
 
-from .._commit_watch import CommitWatcher
-from . import _ledger
-from . import _transcript_core as core
-from ._ledger import AdmittedTurn, TurnStatus
-from ._transcript_base import TranscriptOps, TranscriptStoreBase
-from ._transcript_core import (
+from ...turns import _ledger
+from ...turns import _transcript_core as core
+from ...turns._ledger import AdmittedTurn, TurnStatus
+from ...turns._transcript_base import TranscriptOps, TranscriptStoreBase
+from ...turns._transcript_core import (
     Appendable,
     CompactionInfo,
     TranscriptCursor,
@@ -82,6 +81,7 @@ from ._transcript_core import (
     entry_id,
     parse_entry_id,
 )
+from ._commit_watch import CommitWatcher
 
 __all__ = [
     "Appendable",
@@ -431,7 +431,7 @@ async def open_transcript_store(
     ``clock`` stamps ``created_at`` and ledger times (seconds since the epoch).
     ``owner_id`` is recorded as the owner of the turns this store admits (a fresh id
     if omitted); ``is_alive(owner_id)`` tells whether another owner's process lives
-    (see :mod:`claw._owners`); without it, every other owner counts as dead.
+    (see :mod:`claw.state.sqlite._owners`); without it, every other owner counts as dead.
     """
     conn = await workers.run_sync(_connect, str(path))
     store = TranscriptStore(

@@ -29,10 +29,10 @@ import attrs
 import psycopg
 import trio
 
-from ..sessions._changes import child_row, reassigned_row, reset_row
-from ..sessions._errors import SessionExistsError, SessionNotFoundError
-from ..sessions._mirror import ChangeOp, MirroredSessionStore, SessionChange, SessionOps
-from ..sessions._rows import SessionRow, SessionSnapshot, validate_row
+from ...sessions._changes import child_row, reassigned_row, reset_row
+from ...sessions._errors import SessionExistsError, SessionNotFoundError
+from ...sessions._mirror import ChangeOp, MirroredSessionStore, SessionChange, SessionOps
+from ...sessions._rows import SessionRow, SessionSnapshot, validate_row
 from ._database import Database
 from ._listen import ListenerConnected, Notification
 from ._schema import SESSION_CHANNEL
@@ -267,7 +267,7 @@ def _select(conn: Connection, sql: str, params: tuple[object, ...]) -> builtins.
 class PostgresSessionStore(MirroredSessionStore):
     """Sessions in PostgreSQL with this host's synchronous mirror of the committed rows.
 
-    Implements :class:`claw._state.SessionStorage`; open with :meth:`open`.
+    Implements :class:`claw.state.SessionStorage`; open with :meth:`open`.
     """
 
     _ops: ClassVar[SessionOps] = SessionOps(
