@@ -24,8 +24,9 @@ from ..._errors import ConfigError, HostClosedError
 from ..._workers import WorkerPool
 from ...sessions._rows import SessionRow
 from .._seam import SessionLister, StateStores
+from .._sessions_sql import select_rows
 from ._dsn import check_dsn, redact_dsn
-from ._sessions import _COLUMNS, _select
+from ._sessions import POSTGRES
 from ._stores import open_state
 from ._translate import chainable, translate
 
@@ -55,12 +56,7 @@ class PostgresSessionLister:
                 conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
                 conn.read_only = True
                 self._conn = conn
-            where, params = ("", ()) if agent_id is None else ("WHERE agent_id = %s", (agent_id,))
-            return _select(
-                self._conn,
-                f"SELECT {_COLUMNS} FROM claw_sessions {where} ORDER BY session_key",
-                params,
-            )
+            return select_rows(self._conn, POSTGRES, agent_id=agent_id)
 
     async def list(self, agent_id: str | None = None) -> builtins.list[SessionRow]:
         try:

@@ -20,7 +20,8 @@ from ..._errors import HostClosedError
 from ..._workers import WorkerPool
 from ...sessions._errors import SessionStorageError
 from ...sessions._rows import SessionRow
-from ._session_schema import COLUMNS, row_from_sql
+from .._sessions_sql import select_rows
+from ._session_schema import SQLITE
 
 
 def _connect_read_only(path: str) -> sqlite3.Connection:
@@ -36,14 +37,8 @@ def _connect_read_only(path: str) -> sqlite3.Connection:
 
 
 def _list(conn: sqlite3.Connection, agent_id: str | None) -> builtins.list[SessionRow]:
-    params: tuple[str, ...] = ()
-    if agent_id is None:
-        sql = f"SELECT {COLUMNS} FROM sessions ORDER BY session_key"
-    else:
-        sql = f"SELECT {COLUMNS} FROM sessions WHERE agent_id = ? ORDER BY session_key"
-        params = (agent_id,)
     try:
-        return [row_from_sql(tuple(v)) for v in conn.execute(sql, params).fetchall()]
+        return select_rows(conn, SQLITE, agent_id=agent_id)
     except sqlite3.Error as exc:
         raise SessionStorageError(f"session store SQLite error: {exc}") from exc
 

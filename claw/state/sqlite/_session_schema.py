@@ -32,6 +32,7 @@ from typing import Final
 
 from ...sessions._errors import InvalidSessionError, SessionSchemaError
 from ...sessions._rows import SessionRow, validate_row
+from .._sessions_sql import COLUMNS, SessionSql, row_values
 
 SCHEMA_VERSION: Final[int] = 3
 
@@ -94,53 +95,14 @@ CREATE TABLE session_key_watermarks (
 
 _INDEX_DDL: Final[str] = "CREATE INDEX sessions_by_agent ON sessions (agent_id, session_key)"
 
-#: Columns in the order :func:`row_from_sql` expects.
-_V2_COLUMNS: Final[str] = (
-    "agent_id, session_key, session_id, lifecycle_revision, chat_type, peer_is_owner, "
-    "parent_key, parent_session_id, parent_revision, created_at, updated_at"
+SQLITE: Final = SessionSql(
+    sessions="sessions", watermarks="session_key_watermarks", placeholder="?", greatest="max"
 )
-COLUMNS: Final[str] = _V2_COLUMNS + ", spawned_by_owner"
-#: One ``?`` per column of :data:`COLUMNS`.
-PLACEHOLDERS: Final[str] = ", ".join("?" * len(COLUMNS.split(", ")))
+"""The SQLite spelling of the session tables (no row locks: ``BEGIN IMMEDIATE`` holds
+the database's write lock for the whole change)."""
 
-
-def row_from_sql(values: tuple[object, ...]) -> SessionRow:
-    """Build a :class:`SessionRow` from a ``SELECT {COLUMNS}`` tuple."""
-    (agent_id, key, session_id, revision, chat_type, peer, pkey, psid, prev, cat, uat, spawned) = (
-        values
-    )
-    return SessionRow(
-        agent_id=agent_id,  # type: ignore[arg-type]  # STRICT columns guarantee the types
-        session_key=key,  # type: ignore[arg-type]
-        session_id=session_id,  # type: ignore[arg-type]
-        lifecycle_revision=revision,  # type: ignore[arg-type]
-        chat_type=chat_type,  # type: ignore[arg-type]
-        peer_is_owner=bool(peer),
-        parent_key=pkey,  # type: ignore[arg-type]
-        parent_session_id=psid,  # type: ignore[arg-type]
-        parent_revision=prev,  # type: ignore[arg-type]
-        created_at=float(cat),  # type: ignore[arg-type]
-        updated_at=float(uat),  # type: ignore[arg-type]
-        spawned_by_owner=None if spawned is None else bool(spawned),
-    )
-
-
-def row_to_sql(row: SessionRow) -> tuple[object, ...]:
-    """The ``{COLUMNS}`` tuple of ``row``, for an INSERT."""
-    return (
-        row.agent_id,
-        row.session_key,
-        row.session_id,
-        row.lifecycle_revision,
-        row.chat_type,
-        int(row.peer_is_owner),
-        row.parent_key,
-        row.parent_session_id,
-        row.parent_revision,
-        row.created_at,
-        row.updated_at,
-        None if row.spawned_by_owner is None else int(row.spawned_by_owner),
-    )
+#: The columns of schema version 2 (version 3 added ``spawned_by_owner``).
+_V2_COLUMNS: Final[str] = COLUMNS.removesuffix(", spawned_by_owner")
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -191,7 +153,7 @@ def _migrate_v1_to_v2(conn: sqlite3.Connection, where: str) -> None:
     conn.execute(_sessions_ddl("sessions_v2", receipts=False))
     conn.executemany(
         f"INSERT INTO sessions_v2 ({_V2_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [row_to_sql(r)[:-1] for r in rows],
+        [row_values(r)[:-1] for r in rows],
     )
     conn.execute("DROP TABLE sessions")
     conn.execute("ALTER TABLE sessions_v2 RENAME TO sessions")

@@ -25,146 +25,23 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import ClassVar, Final, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 import trio
 
 from ..._workers import WorkerPool
-from ...sessions._changes import child_row, notify_listeners, reassigned_row, reset_row
-from ...sessions._errors import (
-    SessionExistsError,
-    SessionNotFoundError,
-    SessionSchemaError,
-    SessionStorageError,
-)
+from ...sessions._changes import notify_listeners
+from ...sessions._errors import SessionSchemaError, SessionStorageError
 from ...sessions._mirror import ChangeOp, MirroredSessionStore, SessionChange, SessionOps
-from ...sessions._rows import SessionRow, SessionSnapshot, validate_row
+from ...sessions._rows import SessionRow, SessionSnapshot
+from .. import _sessions_sql as sessions_sql
 from ._commit_watch import CommitWatcher
-from ._session_schema import COLUMNS, PLACEHOLDERS, ensure_schema, row_from_sql, row_to_sql
+from ._session_schema import SQLITE, ensure_schema
 
 logger = logging.getLogger("claw.sessions")
 
 T = TypeVar("T")
-
-#: Listener signature: called with the session key whose incarnation changed.
-
-_INSERT: Final[str] = f"INSERT INTO sessions ({COLUMNS}) VALUES ({PLACEHOLDERS})"
-_SELECT_ONE: Final[str] = f"SELECT {COLUMNS} FROM sessions WHERE session_key = ?"
-
-
-def _fetch(conn: sqlite3.Connection, key: str) -> SessionRow | None:
-    found = conn.execute(_SELECT_ONE, (key,)).fetchone()
-    return None if found is None else row_from_sql(tuple(found))
-
-
-def _require(conn: sqlite3.Connection, key: str) -> SessionRow:
-    row = _fetch(conn, key)
-    if row is None:
-        raise SessionNotFoundError(f"no session with key {key!r}")
-    return row
-
-
-def _watermark(conn: sqlite3.Connection, key: str) -> int:
-    found = conn.execute(
-        "SELECT last_revision FROM session_key_watermarks WHERE session_key = ?", (key,)
-    ).fetchone()
-    return 0 if found is None else int(found[0])
-
-
-def _replace(conn: sqlite3.Connection, old: SessionRow, new: SessionRow) -> SessionChange:
-    """Write ``new`` over ``old``, checking that the row really was ``old``."""
-    validate_row(new)
-    cursor = conn.execute(
-        "UPDATE sessions SET agent_id = ?, session_id = ?, lifecycle_revision = ?, "
-        "chat_type = ?, peer_is_owner = ?, created_at = ?, updated_at = ? "
-        "WHERE session_key = ? AND session_id = ? AND lifecycle_revision = ?",
-        (
-            new.agent_id,
-            new.session_id,
-            new.lifecycle_revision,
-            new.chat_type,
-            int(new.peer_is_owner),
-            new.created_at,
-            new.updated_at,
-            old.session_key,
-            old.session_id,
-            old.lifecycle_revision,
-        ),
-    )
-    if cursor.rowcount != 1:  # pragma: no cover - the transaction holds the write lock
-        raise SessionStorageError(f"session {old.session_key!r} changed under its transaction")
-    return SessionChange(new.session_key, new, new.lifecycle_revision)
-
-
-def _op_create(conn: sqlite3.Connection, *, row: SessionRow) -> SessionChange:
-    """Insert a row for a key with no row, continuing the key's revision sequence."""
-    if _fetch(conn, row.session_key) is not None:
-        raise SessionExistsError(
-            f"a session with key {row.session_key!r} already exists; reset or delete it first"
-        )
-    row = attrs.evolve(row, lifecycle_revision=_watermark(conn, row.session_key) + 1)
-    validate_row(row)
-    conn.execute(_INSERT, row_to_sql(row))
-    conn.execute("DELETE FROM session_key_watermarks WHERE session_key = ?", (row.session_key,))
-    return SessionChange(row.session_key, row, row.lifecycle_revision)
-
-
-def _op_reset(
-    conn: sqlite3.Connection, *, key: str, keep_session_id: bool, now: float
-) -> SessionChange:
-    old = _require(conn, key)
-    return _replace(conn, old, reset_row(old, keep_session_id=keep_session_id, now=now))
-
-
-def _op_reassign(
-    conn: sqlite3.Connection,
-    *,
-    key: str,
-    agent_id: str | None,
-    chat_type: str | None,
-    peer_is_owner: bool | None,
-    now: float,
-) -> SessionChange:
-    old = _require(conn, key)
-    new = reassigned_row(
-        old, agent_id=agent_id, chat_type=chat_type, peer_is_owner=peer_is_owner, now=now
-    )
-    return _replace(conn, old, new)
-
-
-def _op_spawn_child(
-    conn: sqlite3.Connection,
-    *,
-    parent_key: str,
-    child_key: str,
-    chat_type: str | None,
-    session_id: str,
-    sender_is_owner: bool,
-    now: float,
-) -> SessionChange:
-    child = child_row(
-        _require(conn, parent_key),
-        child_key=child_key,
-        chat_type=chat_type,
-        session_id=session_id,
-        sender_is_owner=sender_is_owner,
-        now=now,
-    )
-    return _op_create(conn, row=child)
-
-
-def _op_delete(conn: sqlite3.Connection, *, key: str) -> SessionChange:
-    old = _require(conn, key)
-    conn.execute("DELETE FROM sessions WHERE session_key = ?", (key,))
-    conn.execute(
-        "INSERT INTO session_key_watermarks (session_key, last_revision) VALUES (?, ?) "
-        "ON CONFLICT (session_key) DO UPDATE SET "
-        "last_revision = max(last_revision, excluded.last_revision)",
-        (key, old.lifecycle_revision),
-    )
-    return SessionChange(key, None, old.lifecycle_revision)
-
 
 def _data_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA data_version").fetchone()[0])
@@ -180,7 +57,7 @@ def _op_refresh(
         conn.execute("BEGIN")
         try:
             version = _data_version(conn)
-            rows, marks = _read_all(conn)
+            rows, marks = sessions_sql.load_all(conn, SQLITE)
         finally:
             conn.execute("COMMIT")
     except sqlite3.Error as exc:
@@ -192,24 +69,7 @@ def _op_load(
     conn: sqlite3.Connection, *, where: str
 ) -> tuple[dict[str, SessionRow], dict[str, int]]:
     ensure_schema(conn, where)
-    return _read_all(conn)
-
-
-def _read_all(conn: sqlite3.Connection) -> tuple[dict[str, SessionRow], dict[str, int]]:
-    rows = {
-        row.session_key: row
-        for row in (
-            row_from_sql(tuple(v))
-            for v in conn.execute(f"SELECT {COLUMNS} FROM sessions").fetchall()
-        )
-    }
-    marks = {
-        str(k): int(r)
-        for k, r in conn.execute(
-            "SELECT session_key, last_revision FROM session_key_watermarks"
-        ).fetchall()
-    }
-    return rows, marks
+    return sessions_sql.load_all(conn, SQLITE)
 
 
 def _run_transaction(
@@ -235,35 +95,24 @@ def _run_transaction(
     box.append(result)
 
 
-def _read(
-    conn: sqlite3.Connection, sql: str, params: tuple[object, ...]
-) -> builtins.list[SessionRow]:
+def _read(conn: sqlite3.Connection, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(conn, SQLITE, *args)``, naming a SQLite failure as the store's."""
     try:
-        return [row_from_sql(tuple(v)) for v in conn.execute(sql, params).fetchall()]
+        return fn(conn, SQLITE, *args)
     except sqlite3.Error as exc:
         raise SessionStorageError(f"session store SQLite error: {exc}") from exc
 
 
 def _read_committed(conn: sqlite3.Connection, keys: tuple[str, ...]) -> SessionSnapshot:
     """One read transaction: the rows and watermarks of ``keys`` as committed now."""
-    rows: dict[str, SessionRow] = {}
-    marks: dict[str, int] = {}
     try:
         conn.execute("BEGIN")
         try:
-            for key in keys:
-                row = _fetch(conn, key)
-                if row is not None:
-                    rows[key] = row
-                else:
-                    mark = _watermark(conn, key)
-                    if mark:
-                        marks[key] = mark
+            return sessions_sql.read_keys(conn, SQLITE, keys)
         finally:
             conn.execute("COMMIT")
     except sqlite3.Error as exc:
         raise SessionStorageError(f"session store SQLite error: {exc}") from exc
-    return SessionSnapshot(rows, marks)
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -321,13 +170,7 @@ class SessionStore(MirroredSessionStore):
     commits, on the event loop thread, before the call returns.
     """
 
-    _ops: ClassVar[SessionOps] = SessionOps(
-        create=_op_create,
-        reset=_op_reset,
-        reassign=_op_reassign,
-        spawn_child=_op_spawn_child,
-        delete=_op_delete,
-    )
+    _ops: ClassVar[SessionOps] = SQLITE.ops()
 
     _conn: sqlite3.Connection = attrs.field(kw_only=True)
     _workers: WorkerPool = attrs.field(kw_only=True)
@@ -440,35 +283,26 @@ class SessionStore(MirroredSessionStore):
 
     async def get(self, key: str) -> SessionRow | None:
         """The durable row for ``key``, read from SQLite, or ``None``."""
-        rows = await self._read(_SELECT_ONE, (key,))
-        return rows[0] if rows else None
+        return await self._read(sessions_sql.fetch, key)
 
     async def list(self, agent_id: str | None = None) -> builtins.list[SessionRow]:
         """All rows (of ``agent_id`` when given), ordered by session key."""
-        if agent_id is None:
-            return await self._read(f"SELECT {COLUMNS} FROM sessions ORDER BY session_key", ())
-        return await self._read(
-            f"SELECT {COLUMNS} FROM sessions WHERE agent_id = ? ORDER BY session_key",
-            (agent_id,),
-        )
+        return await self._read(functools.partial(sessions_sql.select_rows, agent_id=agent_id))
 
     async def has_agent(self, agent_id: str) -> bool:
         """Whether ``agent_id`` has at least one session (one indexed row read)."""
-        rows = await self._read(
-            f"SELECT {COLUMNS} FROM sessions WHERE agent_id = ? LIMIT 1", (agent_id,)
-        )
-        return bool(rows)
+        return await self._read(sessions_sql.has_agent, agent_id)
 
     # ---- machinery ---------------------------------------------------------------------
 
     def _place(self) -> str:
         return f"at {self._where}"
 
-    async def _read(self, sql: str, params: tuple[object, ...]) -> builtins.list[SessionRow]:
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         self._check_open()
         async with self._lock:
             self._check_open()
-            return await self._workers.run_sync(_read, self._conn, sql, params)
+            return await self._workers.run_sync(_read, self._conn, fn, *args)
 
     async def _commit(self, op: ChangeOp, box: builtins.list[SessionChange]) -> None:
         await self._workers.run_sync(_run_transaction, self._conn, box, op)

@@ -54,7 +54,7 @@ async def main(path: str, key: str, where: str) -> None:
         where=path,
         clock=time.time,
     )
-    real_reset = _store._op_reset
+    real_reset = _store.SessionStore._ops.reset
 
     def reset_then_pause(conn: sqlite3.Connection, **kwargs: Any) -> Any:
         change = real_reset(conn, **kwargs)
