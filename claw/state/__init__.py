@@ -11,6 +11,9 @@ Where things live:
 
 - ``_seam.py``: the protocols and their contracts;
 - ``_session_locks.py``: per-session locks across processes, over a backend's try-lock;
+- ``_sessions_sql.py``, ``_ledger_sql.py``: the session changes and reads, and the
+  ledger's reads and updates, written once over a backend's dialect (table names,
+  placeholder, row locks, notifications);
 - ``sqlite/``: the SQLite backend (sessions, transcripts and ledger, owners, locks,
   the commit watcher);
 - ``postgres/``: the PostgreSQL backend and its driver layer (pool, LISTEN,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
 import attrs
@@ -33,17 +33,7 @@ import trio
 from ..._errors import HostClosedError
 from ...models import CompactionSummary, UserMessage
 from ...turns import _transcript_core as core
-from ...turns._ledger import (
-    AdmittedTurn,
-    TurnLedgerError,
-    TurnStatus,
-    UnknownTurnError,
-    check_close,
-    check_close_request,
-    check_commit,
-    check_reopen,
-    check_terminal,
-)
+from ...turns._ledger import AdmittedTurn, TurnLedgerError, TurnStatus
 from ...turns._transcript_base import TranscriptOps, TranscriptStoreBase
 from ...turns._transcript_core import (
     Appendable,
@@ -53,6 +43,7 @@ from ...turns._transcript_core import (
     TranscriptEntryKind,
     TranscriptError,
 )
+from .. import _ledger_sql as ledger_sql
 from ._database import Database
 from ._schema import OWNER_LOCK_CLASS, TRANSCRIPT_LOCK_CLASS
 
@@ -69,32 +60,18 @@ POSTGRES = core.TranscriptSql(
     creation_tiebreak="position",
 )
 """The PostgreSQL spelling of the transcript tables."""
-_TURN_COLUMNS: Final[str] = (
-    "turn_id, session_key, session_id, advancement_key, engine_id, first_seq, terminal_seq, "
-    "admitted_at, terminal_at, committed_at, commit_outcome, closed_at, close_status, "
-    "close_reason, lifecycle_revision, owner_id"
+LEDGER = ledger_sql.LedgerSql(
+    ledger="claw_turn_ledger",
+    flushes="claw_flush_completions",
+    placeholder="%s",
+    order="position",
+    lock=" FOR UPDATE",
 )
-_PENDING: Final[str] = (
-    "engine_id IS NOT NULL AND terminal_seq IS NOT NULL AND committed_at IS NULL "
-    "AND close_status IS NULL"
-)
-_OPEN: Final[str] = "terminal_seq IS NULL AND close_status IS NULL"
+"""The PostgreSQL spelling of the ledger: an update locks the turn's row first."""
 
 
 class _AlreadyAdmitted(Exception):
     """Rolls back an admission whose advancement key another transaction recorded."""
-
-
-def _turn(row: Sequence[Any]) -> AdmittedTurn:
-    return AdmittedTurn(*row)
-
-
-def _get_turn(conn: Connection, turn_id: str, *, lock: bool = False) -> AdmittedTurn:
-    sql = f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger WHERE turn_id = %s"
-    row = conn.execute(sql + (" FOR UPDATE" if lock else ""), (turn_id,)).fetchone()
-    if row is None:
-        raise UnknownTurnError(f"no admitted turn {turn_id!r} in the ledger")
-    return _turn(row)
 
 
 def _lock_transcript(conn: Connection, session_id: str) -> None:
@@ -113,19 +90,6 @@ def _claim_session(conn: Connection, session_key: str, session_id: str, now: flo
     core.claim_session(conn, POSTGRES, session_key, session_id, now)
 
 
-def _set_terminal(
-    conn: Connection, turn_id: str, *, session_id: str, terminal_seq: int, now: float
-) -> AdmittedTurn:
-    turn = _get_turn(conn, turn_id, lock=True)
-    if check_terminal(turn, session_id=session_id, terminal_seq=terminal_seq):
-        return turn
-    conn.execute(
-        "UPDATE claw_turn_ledger SET terminal_seq = %s, terminal_at = %s WHERE turn_id = %s",
-        (terminal_seq, now, turn_id),
-    )
-    return _get_turn(conn, turn_id)
-
-
 def _append(
     conn: Connection,
     *,
@@ -140,7 +104,7 @@ def _append(
     _claim_session(conn, session_key, session_id, now)
     if turn_id is not None:
         advancement_key = core.turn_advancement(
-            _get_turn(conn, turn_id),
+            ledger_sql.get_turn(conn, LEDGER, turn_id),
             turn_id=turn_id,
             session_id=session_id,
             advancement_key=advancement_key,
@@ -157,7 +121,9 @@ def _append(
     )
     if terminal:
         assert turn_id is not None
-        _set_terminal(conn, turn_id, session_id=session_id, terminal_seq=entries[-1].seq, now=now)
+        ledger_sql.set_terminal(
+            conn, LEDGER, turn_id, session_id=session_id, terminal_seq=entries[-1].seq, now=now
+        )
     _changed(conn, session_key)
     return entries
 
@@ -204,11 +170,7 @@ def _admit(
     owner_id: str,
     now: float,
 ) -> tuple[TranscriptEntry, AdmittedTurn]:
-    recorded = conn.execute(
-        f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger WHERE advancement_key = %s OR turn_id = %s",
-        (advancement_key, turn_id),
-    ).fetchone()
-    if recorded is not None:
+    if ledger_sql.recorded_turn(conn, LEDGER, turn_id=turn_id, advancement_key=advancement_key):
         raise _AlreadyAdmitted
     _claim_session(conn, session_key, session_id, now)
     (entry,) = core.insert_entries(
@@ -221,45 +183,38 @@ def _admit(
         advancement_key=advancement_key,
         now=now,
     )
-    seq = entry.seq
     # Another host admitting the same key waits here on the unique index until the
     # first transaction ends, then records nothing: exactly one turn per key.
-    inserted = conn.execute(
-        f"INSERT INTO claw_turn_ledger ({_TURN_COLUMNS}) VALUES "
-        "(%s, %s, %s, %s, %s, %s, NULL, %s, NULL, NULL, NULL, NULL, NULL, NULL, %s, %s) "
-        "ON CONFLICT DO NOTHING",
-        (
-            turn_id,
-            session_key,
-            session_id,
-            advancement_key,
-            engine_id,
-            seq,
-            now,
-            lifecycle_revision,
-            owner_id,
-        ),
-    ).rowcount
-    if inserted != 1:
+    inserted = ledger_sql.insert_turn(
+        conn,
+        LEDGER,
+        turn_id=turn_id,
+        session_key=session_key,
+        session_id=session_id,
+        advancement_key=advancement_key,
+        engine_id=engine_id,
+        first_seq=entry.seq,
+        now=now,
+        lifecycle_revision=lifecycle_revision,
+        owner_id=owner_id,
+    )
+    if not inserted:
         raise _AlreadyAdmitted
     _changed(conn, session_key)
-    return entry, _get_turn(conn, turn_id)
+    return entry, ledger_sql.get_turn(conn, LEDGER, turn_id)
 
 
 def _recorded_admission(
     conn: Connection, session_id: str, turn_id: str, advancement_key: str, payload: str
 ) -> tuple[TranscriptEntry, AdmittedTurn]:
-    row = conn.execute(
-        f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger WHERE advancement_key = %s OR "
-        "turn_id = %s ORDER BY position LIMIT 1",
-        (advancement_key, turn_id),
-    ).fetchone()
-    if row is None:  # pragma: no cover - the conflicting transaction rolled back
+    turn = ledger_sql.recorded_turn(
+        conn, LEDGER, turn_id=turn_id, advancement_key=advancement_key
+    )
+    if turn is None:  # pragma: no cover - the conflicting transaction rolled back
         raise TurnLedgerError(
             f"advancement key {advancement_key!r} clashed with a turn that no longer exists; "
             "retry the admission"
         )
-    turn = _turn(row)
     stored = conn.execute(
         "SELECT payload FROM claw_transcript_entries WHERE session_id = %s AND seq = %s",
         (turn.session_id, turn.first_seq),
@@ -271,12 +226,7 @@ def _recorded_admission(
         or stored is None
         or stored[0] != payload
     ):
-        what = "turn id" if turn.turn_id == turn_id else "advancement key"
-        raise TurnLedgerError(
-            f"{what} already recorded for turn {turn.turn_id!r} (advancement key "
-            f"{turn.advancement_key!r}); admit each logical turn once and reuse its record "
-            "on retry"
-        )
+        raise TurnLedgerError(ledger_sql.clash_message(turn, turn_id))
     entries = core.read_entries(
         conn,
         POSTGRES,
@@ -289,56 +239,14 @@ def _recorded_admission(
 
 
 def _terminal(conn: Connection, turn_id: str, terminal_seq: int, now: float) -> AdmittedTurn:
-    turn = _get_turn(conn, turn_id)
+    turn = ledger_sql.get_turn(conn, LEDGER, turn_id)
     _lock_transcript(conn, turn.session_id)
     core.check_terminal_exists(conn, POSTGRES, turn, terminal_seq)
-    result = _set_terminal(
-        conn, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
+    result = ledger_sql.set_terminal(
+        conn, LEDGER, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
     )
     _changed(conn, turn.session_key)
     return result
-
-
-def _committed(conn: Connection, turn_id: str, outcome: str, now: float) -> AdmittedTurn:
-    turn = _get_turn(conn, turn_id, lock=True)
-    if check_commit(turn):
-        return turn
-    conn.execute(
-        "UPDATE claw_turn_ledger SET committed_at = %s, commit_outcome = %s WHERE turn_id = %s",
-        (now, outcome, turn_id),
-    )
-    return _get_turn(conn, turn_id)
-
-
-def _close(
-    conn: Connection, turn_id: str, status: TurnStatus, reason: str, now: float
-) -> AdmittedTurn:
-    check_close_request(status, reason)
-    turn = _get_turn(conn, turn_id, lock=True)
-    if check_close(turn, status):
-        return turn
-    conn.execute(
-        "UPDATE claw_turn_ledger SET closed_at = %s, close_status = %s, close_reason = %s "
-        "WHERE turn_id = %s",
-        (now, status.value, reason, turn_id),
-    )
-    return _get_turn(conn, turn_id)
-
-
-def _reopen(conn: Connection, turn_id: str, owner_id: str) -> AdmittedTurn:
-    turn = _get_turn(conn, turn_id, lock=True)
-    later = conn.execute(
-        "SELECT turn_id FROM claw_turn_ledger WHERE session_id = %s AND first_seq > %s LIMIT 1",
-        (turn.session_id, turn.first_seq),
-    ).fetchone()
-    check_reopen(turn, None if later is None else str(later[0]))
-    # The host reopening it runs the retry, so the turn becomes its own.
-    conn.execute(
-        "UPDATE claw_turn_ledger SET closed_at = NULL, close_status = NULL, close_reason = NULL, "
-        "owner_id = %s WHERE turn_id = %s",
-        (owner_id, turn_id),
-    )
-    return _get_turn(conn, turn_id)
 
 
 def _close_orphans(
@@ -347,7 +255,8 @@ def _close_orphans(
     owners = [
         str(r[0])
         for r in conn.execute(
-            f"SELECT DISTINCT owner_id FROM claw_turn_ledger WHERE {_OPEN} AND owner_id <> %s",
+            f"SELECT DISTINCT owner_id FROM claw_turn_ledger WHERE {ledger_sql.OPEN} "
+            "AND owner_id <> %s",
             (owner_id,),
         ).fetchall()
     ]
@@ -363,13 +272,15 @@ def _close_orphans(
         ids = [
             str(r[0])
             for r in conn.execute(
-                f"SELECT turn_id FROM claw_turn_ledger WHERE {_OPEN} AND owner_id = %s "
-                "ORDER BY position",
+                f"SELECT turn_id FROM claw_turn_ledger WHERE {ledger_sql.OPEN} "
+                "AND owner_id = %s ORDER BY position",
                 (owner,),
             ).fetchall()
         ]
         for turn_id in ids:
-            turn = _close(conn, turn_id, TurnStatus.ABORTED, reason, now)
+            turn = ledger_sql.close(
+                conn, LEDGER, turn_id, status=TurnStatus.ABORTED, reason=reason, now=now
+            )
             closed.append(turn)
             _changed(conn, turn.session_key)
     return tuple(closed)
@@ -378,42 +289,6 @@ def _close_orphans(
 def _delta(conn: Connection, session_id: str, cursor: TranscriptCursor | None) -> TranscriptDelta:
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     return core.delta(conn, POSTGRES, session_id, cursor)
-
-
-def _select_turns(
-    conn: Connection, session_id: str | None, pending_only: bool, session_key: str | None
-) -> tuple[AdmittedTurn, ...]:
-    clauses: list[str] = []
-    args: list[object] = []
-    if session_id is not None:
-        clauses.append("session_id = %s")
-        args.append(session_id)
-    if session_key is not None:
-        clauses.append("session_key = %s")
-        args.append(session_key)
-    if pending_only:
-        clauses.append(_PENDING)
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    rows = conn.execute(
-        f"SELECT {_TURN_COLUMNS} FROM claw_turn_ledger {where} ORDER BY position", args
-    ).fetchall()
-    return tuple(_turn(r) for r in rows)
-
-
-def _flush_done(conn: Connection, flush_id: str, session_key: str, now: float) -> bool:
-    cursor = conn.execute(
-        "INSERT INTO claw_flush_completions (flush_id, session_key, completed_at) "
-        "VALUES (%s, %s, %s) ON CONFLICT (flush_id) DO NOTHING",
-        (flush_id, session_key, now),
-    )
-    return cursor.rowcount == 1
-
-
-def _flush_recorded(conn: Connection, flush_id: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM claw_flush_completions WHERE flush_id = %s", (flush_id,)
-    ).fetchone()
-    return row is not None
 
 
 @attrs.define(eq=False)
@@ -430,13 +305,13 @@ class PostgresTranscriptStore(TranscriptStoreBase):
         append_compaction=_append_compaction,
         delta=_delta,
         terminal=_terminal,
-        committed=_committed,
-        close=_close,
-        reopen=_reopen,
-        flush_done=_flush_done,
-        flush_recorded=_flush_recorded,
-        select_turns=_select_turns,
-        get_turn=_get_turn,
+        committed=functools.partial(ledger_sql.set_committed, sql=LEDGER),
+        close=functools.partial(ledger_sql.close, sql=LEDGER),
+        reopen=functools.partial(ledger_sql.reopen, sql=LEDGER),
+        flush_done=functools.partial(ledger_sql.record_flush, sql=LEDGER),
+        flush_recorded=functools.partial(ledger_sql.flush_recorded, sql=LEDGER),
+        select_turns=functools.partial(ledger_sql.select_turns, sql=LEDGER),
+        get_turn=functools.partial(ledger_sql.get_turn, sql=LEDGER),
     )
 
     _db: Database

@@ -12,7 +12,7 @@ Storage: SQLite, not JSONL. The reasons, in order of weight:
   none of it is. JSONL needs a torn-last-line repair pass and cannot make two
   files agree.
 * **The ledger lives next to the entries.** Admitting a turn writes the user
-  entry and the ledger row in one transaction (see :mod:`._ledger`), which is
+  entry and the ledger row in one transaction (see :mod:`claw.turns._ledger`), which is
   what lets a restart find exactly the turns whose commit must be retried.
 * **Reads the engine contract needs are queries:** a seq range, the latest
   compaction, count and byte size of a session, without rescanning a file.
@@ -63,9 +63,8 @@ from claw.models import (
     UserMessage,
 )
 
-from ...turns import _ledger
 from ...turns import _transcript_core as core
-from ...turns._ledger import AdmittedTurn, TurnStatus
+from ...turns._ledger import AdmittedTurn, TurnIdTakenError, TurnStatus
 from ...turns._transcript_base import TranscriptOps, TranscriptStoreBase
 from ...turns._transcript_core import (
     Appendable,
@@ -81,6 +80,7 @@ from ...turns._transcript_core import (
     entry_id,
     parse_entry_id,
 )
+from .. import _ledger_sql as ledger_sql
 from ._commit_watch import CommitWatcher
 
 __all__ = [
@@ -111,6 +111,11 @@ SQLITE = core.TranscriptSql(
     creation_tiebreak="rowid",
 )
 """The SQLite spelling of the transcript tables."""
+
+LEDGER = ledger_sql.LedgerSql(
+    ledger="turn_ledger", flushes="flush_completions", placeholder="?", order="rowid"
+)
+"""The SQLite spelling of the ledger (no row locks: writes run in ``BEGIN IMMEDIATE``)."""
 
 SCHEMA_VERSION = 3
 """Version 1 had no closed turns in the ledger, version 2 no turn owners; opening an
@@ -149,6 +154,48 @@ _SCHEMA = (
         completed_at REAL NOT NULL
     )""",
 )
+
+
+_LEDGER_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS turn_ledger (
+        turn_id TEXT PRIMARY KEY,
+        session_key TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        advancement_key TEXT NOT NULL UNIQUE,
+        engine_id TEXT,
+        first_seq INTEGER NOT NULL,
+        terminal_seq INTEGER,
+        admitted_at REAL NOT NULL,
+        terminal_at REAL,
+        committed_at REAL,
+        commit_outcome TEXT,
+        closed_at REAL,
+        close_status TEXT CHECK (close_status IN ('failed', 'aborted', 'stale', 'abandoned')),
+        close_reason TEXT,
+        lifecycle_revision INTEGER,
+        owner_id TEXT,
+        FOREIGN KEY (session_id, first_seq) REFERENCES transcript_entries (session_id, seq),
+        FOREIGN KEY (session_id, terminal_seq) REFERENCES transcript_entries (session_id, seq)
+    )""",
+    """CREATE INDEX IF NOT EXISTS turn_ledger_by_session
+        ON turn_ledger (session_id, first_seq)""",
+    # The commit queue: looked up before every turn, so it must not scan the ledger.
+    f"""CREATE INDEX IF NOT EXISTS turn_ledger_pending
+        ON turn_ledger (session_key) WHERE {ledger_sql.PENDING}""",
+)
+"""Statements creating the ledger table; run in the transcript database's schema transaction."""
+
+_LEDGER_MIGRATION_V1_V2 = (
+    "ALTER TABLE turn_ledger ADD COLUMN closed_at REAL",
+    "ALTER TABLE turn_ledger ADD COLUMN close_status TEXT CHECK "
+    "(close_status IN ('failed', 'aborted', 'stale', 'abandoned'))",
+    "ALTER TABLE turn_ledger ADD COLUMN close_reason TEXT",
+    "ALTER TABLE turn_ledger ADD COLUMN lifecycle_revision INTEGER",
+)
+"""Statements bringing a version-1 ledger (no closed turns) to version 2."""
+
+_LEDGER_MIGRATION_V2_V3 = ("ALTER TABLE turn_ledger ADD COLUMN owner_id TEXT",)
+"""Statements bringing a version-2 ledger (no turn owners) to version 3."""
 
 
 @attrs.define
@@ -263,7 +310,7 @@ class TranscriptStore(TranscriptStoreBase):
         process (this one or another) is never closed. Without a liveness test (a store
         opened on its own) every other owner counts as dead.
         """
-        open_turns = await self._run(_ledger.open_turns)
+        open_turns = await self._run(ledger_sql.open_turns, LEDGER)
         dead = {t.owner_id for t in open_turns if not self._owner_alive(t.owner_id)}
         if not dead:
             return ()
@@ -285,7 +332,7 @@ def _append_sync(
         core.claim_session(conn, SQLITE, session_key, session_id, now)
         if turn_id is not None:
             advancement_key = core.turn_advancement(
-                _ledger.get_turn(conn, turn_id),
+                ledger_sql.get_turn(conn, LEDGER, turn_id),
                 turn_id=turn_id,
                 session_id=session_id,
                 advancement_key=advancement_key,
@@ -302,8 +349,8 @@ def _append_sync(
         )
         if terminal:
             assert turn_id is not None
-            _ledger.set_terminal(
-                conn, turn_id, session_id=session_id, terminal_seq=entries[-1].seq, now=now
+            ledger_sql.set_terminal(
+                conn, LEDGER, turn_id, session_id=session_id, terminal_seq=entries[-1].seq, now=now
             )
     return entries
 
@@ -366,8 +413,16 @@ def _admit_sync(
             advancement_key=advancement_key,
             now=now,
         )
-        turn = _ledger.insert_admitted(
+        clash = ledger_sql.recorded_turn(
+            conn, LEDGER, turn_id=turn_id, advancement_key=advancement_key
+        )
+        if clash is not None:
+            # Another admission holds the id or key (another process admitted a turn of
+            # the session in between): the runner reads the next seq and tries again.
+            raise TurnIdTakenError(ledger_sql.clash_message(clash, turn_id))
+        ledger_sql.insert_turn(
             conn,
+            LEDGER,
             turn_id=turn_id,
             session_key=session_key,
             session_id=session_id,
@@ -378,7 +433,7 @@ def _admit_sync(
             lifecycle_revision=lifecycle_revision,
             owner_id=owner_id,
         )
-    return entry, turn
+    return entry, ledger_sql.get_turn(conn, LEDGER, turn_id)
 
 
 def _same_admission(
@@ -403,17 +458,17 @@ def _same_admission(
     ).fetchone()
     if stored is None or stored[0] != payload:
         return None
-    return entry, _ledger.get_turn(conn, turn_id)
+    return entry, ledger_sql.get_turn(conn, LEDGER, turn_id)
 
 
 def _terminal_sync(
     conn: sqlite3.Connection, turn_id: str, terminal_seq: int, *, now: float
 ) -> AdmittedTurn:
     with _transaction(conn):
-        turn = _ledger.get_turn(conn, turn_id)
+        turn = ledger_sql.get_turn(conn, LEDGER, turn_id)
         core.check_terminal_exists(conn, SQLITE, turn, terminal_seq)
-        return _ledger.set_terminal(
-            conn, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
+        return ledger_sql.set_terminal(
+            conn, LEDGER, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
         )
 
 
@@ -465,12 +520,12 @@ def _connect(path: str) -> sqlite3.Connection:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             _check_version(version, path)
             if version == 1:
-                for statement in _ledger.LEDGER_MIGRATION_V1_V2:
+                for statement in _LEDGER_MIGRATION_V1_V2:
                     conn.execute(statement)
             if version in (1, 2):
-                for statement in _ledger.LEDGER_MIGRATION_V2_V3:
+                for statement in _LEDGER_MIGRATION_V2_V3:
                     conn.execute(statement)
-            for statement in (*_SCHEMA, *_ledger.LEDGER_SCHEMA):
+            for statement in (*_SCHEMA, *_LEDGER_SCHEMA):
                 conn.execute(statement)
             if version != SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -552,48 +607,42 @@ def _committed_sync(
     conn: sqlite3.Connection, turn_id: str, *, outcome: str, now: float
 ) -> AdmittedTurn:
     with _transaction(conn):
-        return _ledger.set_committed(conn, turn_id, outcome=outcome, now=now)
+        return ledger_sql.set_committed(conn, LEDGER, turn_id, outcome=outcome, now=now)
 
 
 def _select_turns_sync(
     conn: sqlite3.Connection, *, session_id: str | None, pending_only: bool, session_key: str | None
 ) -> tuple[AdmittedTurn, ...]:
-    return _ledger.select_turns(
-        conn, session_id=session_id, pending_only=pending_only, session_key=session_key
+    return ledger_sql.select_turns(
+        conn, LEDGER, session_id=session_id, pending_only=pending_only, session_key=session_key
     )
 
 
 def _get_turn_sync(conn: sqlite3.Connection, turn_id: str) -> AdmittedTurn:
-    return _ledger.get_turn(conn, turn_id)
+    return ledger_sql.get_turn(conn, LEDGER, turn_id)
 
 
 def _flush_done_sync(
     conn: sqlite3.Connection, flush_id: str, session_key: str, *, now: float
 ) -> bool:
     with _transaction(conn):
-        cursor = conn.execute(
-            "INSERT OR IGNORE INTO flush_completions (flush_id, session_key, completed_at) "
-            "VALUES (?, ?, ?)",
-            (flush_id, session_key, now),
-        )
-        return cursor.rowcount == 1
+        return ledger_sql.record_flush(conn, LEDGER, flush_id, session_key, now)
 
 
 def _flush_recorded_sync(conn: sqlite3.Connection, flush_id: str) -> bool:
-    row = conn.execute("SELECT 1 FROM flush_completions WHERE flush_id = ?", (flush_id,))
-    return row.fetchone() is not None
+    return ledger_sql.flush_recorded(conn, LEDGER, flush_id)
 
 
 def _close_sync(
     conn: sqlite3.Connection, *, turn_id: str, status: TurnStatus, reason: str, now: float
 ) -> AdmittedTurn:
     with _transaction(conn):
-        return _ledger.close(conn, turn_id, status=status, reason=reason, now=now)
+        return ledger_sql.close(conn, LEDGER, turn_id, status=status, reason=reason, now=now)
 
 
 def _reopen_sync(conn: sqlite3.Connection, *, turn_id: str, owner_id: str) -> AdmittedTurn:
     with _transaction(conn):
-        return _ledger.reopen(conn, turn_id, owner_id=owner_id)
+        return ledger_sql.reopen(conn, LEDGER, turn_id, owner_id=owner_id)
 
 
 def _data_version_sync(conn: sqlite3.Connection) -> int:
@@ -607,8 +656,10 @@ def _abort_orphans_sync(
     a turn that ended, or was reopened by a live process, since is left alone)."""
     with _transaction(conn):
         return tuple(
-            _ledger.close(conn, t.turn_id, status=TurnStatus.ABORTED, reason=reason, now=now)
-            for t in _ledger.open_turns(conn)
+            ledger_sql.close(
+                conn, LEDGER, t.turn_id, status=TurnStatus.ABORTED, reason=reason, now=now
+            )
+            for t in ledger_sql.open_turns(conn, LEDGER)
             if t.owner_id in owners
         )
 
