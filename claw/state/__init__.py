@@ -11,8 +11,9 @@ Where things live:
 
 - ``_seam.py``: the protocols and their contracts;
 - ``_session_locks.py``: per-session locks across processes, over a backend's try-lock;
-- ``_sessions_sql.py``, ``_ledger_sql.py``: the session changes and reads, and the
-  ledger's reads and updates, written once over a backend's dialect (table names,
+- ``_sessions_sql.py``, ``_ledger_sql.py``, ``_transcript_writes.py``: the session
+  changes and reads, the ledger's reads and updates, and a transcript's appends,
+  compactions and admissions, written once over a backend's dialect (table names,
   placeholder, row locks, notifications);
 - ``sqlite/``: the SQLite backend (sessions, transcripts and ledger, owners, locks,
   the commit watcher);

@@ -31,19 +31,18 @@ import psycopg
 import trio
 
 from ..._errors import HostClosedError
-from ...models import CompactionSummary, UserMessage
+from ...models import UserMessage
 from ...turns import _transcript_core as core
 from ...turns._ledger import AdmittedTurn, TurnLedgerError, TurnStatus
 from ...turns._transcript_base import TranscriptOps, TranscriptStoreBase
 from ...turns._transcript_core import (
-    Appendable,
     TranscriptCursor,
     TranscriptDelta,
     TranscriptEntry,
-    TranscriptEntryKind,
     TranscriptError,
 )
 from .. import _ledger_sql as ledger_sql
+from .. import _transcript_writes as writes
 from ._database import Database
 from ._schema import OWNER_LOCK_CLASS, TRANSCRIPT_LOCK_CLASS
 
@@ -84,77 +83,8 @@ def _changed(conn: Connection, session_key: str) -> None:
     conn.execute("SELECT pg_notify(%s, %s)", (TRANSCRIPT_CHANNEL, session_key[:200]))
 
 
-def _claim_session(conn: Connection, session_key: str, session_id: str, now: float) -> None:
-    core.check_session_names(session_key, session_id)
-    _lock_transcript(conn, session_id)
-    core.claim_session(conn, POSTGRES, session_key, session_id, now)
-
-
-def _append(
-    conn: Connection,
-    *,
-    session_key: str,
-    session_id: str,
-    rows: list[tuple[TranscriptEntryKind, str, Appendable]],
-    turn_id: str | None,
-    advancement_key: str | None,
-    terminal: bool,
-    now: float,
-) -> tuple[TranscriptEntry, ...]:
-    _claim_session(conn, session_key, session_id, now)
-    if turn_id is not None:
-        advancement_key = core.turn_advancement(
-            ledger_sql.get_turn(conn, LEDGER, turn_id),
-            turn_id=turn_id,
-            session_id=session_id,
-            advancement_key=advancement_key,
-        )
-    entries = core.insert_entries(
-        conn,
-        POSTGRES,
-        session_key=session_key,
-        session_id=session_id,
-        rows=rows,
-        turn_id=turn_id,
-        advancement_key=advancement_key,
-        now=now,
-    )
-    if terminal:
-        assert turn_id is not None
-        ledger_sql.set_terminal(
-            conn, LEDGER, turn_id, session_id=session_id, terminal_seq=entries[-1].seq, now=now
-        )
-    _changed(conn, session_key)
-    return entries
-
-
-def _append_compaction(
-    conn: Connection,
-    *,
-    session_key: str,
-    session_id: str,
-    message: CompactionSummary,
-    first_kept_seq: int | None,
-    tokens_before: int | None,
-    tokens_after: int | None,
-    turn_id: str | None,
-    now: float,
-) -> TranscriptEntry:
-    _claim_session(conn, session_key, session_id, now)
-    entry = core.insert_compaction(
-        conn,
-        POSTGRES,
-        session_key=session_key,
-        session_id=session_id,
-        message=message,
-        first_kept_seq=first_kept_seq,
-        tokens_before=tokens_before,
-        tokens_after=tokens_after,
-        turn_id=turn_id,
-        now=now,
-    )
-    _changed(conn, session_key)
-    return entry
+WRITES = writes.TranscriptWrites(POSTGRES, LEDGER, lock=_lock_transcript, changed=_changed)
+"""What PostgreSQL adds to a write: the transcript's advisory lock, and a NOTIFY."""
 
 
 def _admit(
@@ -172,31 +102,22 @@ def _admit(
 ) -> tuple[TranscriptEntry, AdmittedTurn]:
     if ledger_sql.recorded_turn(conn, LEDGER, turn_id=turn_id, advancement_key=advancement_key):
         raise _AlreadyAdmitted
-    _claim_session(conn, session_key, session_id, now)
-    (entry,) = core.insert_entries(
+    writes.claim(conn, WRITES, session_key, session_id, now)
+    # Another host admitting the same key waits on the unique index until the first
+    # transaction ends, then records nothing: exactly one turn per key.
+    entry, inserted = writes.insert_admission(
         conn,
-        POSTGRES,
+        WRITES,
         session_key=session_key,
         session_id=session_id,
-        rows=[(TranscriptEntryKind.USER, core.encode(message), message)],
+        message=message,
+        payload=core.encode(message),
         turn_id=turn_id,
-        advancement_key=advancement_key,
-        now=now,
-    )
-    # Another host admitting the same key waits here on the unique index until the
-    # first transaction ends, then records nothing: exactly one turn per key.
-    inserted = ledger_sql.insert_turn(
-        conn,
-        LEDGER,
-        turn_id=turn_id,
-        session_key=session_key,
-        session_id=session_id,
         advancement_key=advancement_key,
         engine_id=engine_id,
-        first_seq=entry.seq,
-        now=now,
         lifecycle_revision=lifecycle_revision,
         owner_id=owner_id,
+        now=now,
     )
     if not inserted:
         raise _AlreadyAdmitted
@@ -236,17 +157,6 @@ def _recorded_admission(
         limit=1,
     )
     return entries[0], turn
-
-
-def _terminal(conn: Connection, turn_id: str, terminal_seq: int, now: float) -> AdmittedTurn:
-    turn = ledger_sql.get_turn(conn, LEDGER, turn_id)
-    _lock_transcript(conn, turn.session_id)
-    core.check_terminal_exists(conn, POSTGRES, turn, terminal_seq)
-    result = ledger_sql.set_terminal(
-        conn, LEDGER, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
-    )
-    _changed(conn, turn.session_key)
-    return result
 
 
 def _close_orphans(
@@ -301,10 +211,10 @@ class PostgresTranscriptStore(TranscriptStoreBase):
 
     _sql: ClassVar[core.TranscriptSql] = POSTGRES
     _ops: ClassVar[TranscriptOps] = TranscriptOps(
-        append=_append,
-        append_compaction=_append_compaction,
+        append=functools.partial(writes.append, w=WRITES),
+        append_compaction=functools.partial(writes.append_compaction, w=WRITES),
         delta=_delta,
-        terminal=_terminal,
+        terminal=functools.partial(writes.terminal, w=WRITES),
         committed=functools.partial(ledger_sql.set_committed, sql=LEDGER),
         close=functools.partial(ledger_sql.close, sql=LEDGER),
         reopen=functools.partial(ledger_sql.reopen, sql=LEDGER),

@@ -51,7 +51,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 import trio
@@ -59,7 +59,6 @@ import trio
 from claw._errors import HostClosedError
 from claw._workers import WorkerPool
 from claw.models import (
-    CompactionSummary,
     UserMessage,
 )
 
@@ -81,6 +80,7 @@ from ...turns._transcript_core import (
     parse_entry_id,
 )
 from .. import _ledger_sql as ledger_sql
+from .. import _transcript_writes as writes
 from ._commit_watch import CommitWatcher
 
 __all__ = [
@@ -116,6 +116,9 @@ LEDGER = ledger_sql.LedgerSql(
     ledger="turn_ledger", flushes="flush_completions", placeholder="?", order="rowid"
 )
 """The SQLite spelling of the ledger (no row locks: writes run in ``BEGIN IMMEDIATE``)."""
+
+WRITES = writes.TranscriptWrites(SQLITE, LEDGER)
+"""What SQLite adds to a write: nothing (``BEGIN IMMEDIATE`` serialises the writers)."""
 
 SCHEMA_VERSION = 3
 """Version 1 had no closed turns in the ledger, version 2 no turn owners; opening an
@@ -317,70 +320,14 @@ class TranscriptStore(TranscriptStoreBase):
         return await self._write(_abort_orphans_sync, owners=dead, reason=reason, now=self._clock())
 
 
-def _append_sync(
-    conn: sqlite3.Connection,
-    *,
-    session_key: str,
-    session_id: str,
-    rows: list[tuple[TranscriptEntryKind, str, Appendable]],
-    turn_id: str | None,
-    advancement_key: str | None,
-    terminal: bool,
-    now: float,
-) -> tuple[TranscriptEntry, ...]:
+def _append_sync(conn: sqlite3.Connection, **kwargs: Any) -> tuple[TranscriptEntry, ...]:
     with _transaction(conn):
-        core.claim_session(conn, SQLITE, session_key, session_id, now)
-        if turn_id is not None:
-            advancement_key = core.turn_advancement(
-                ledger_sql.get_turn(conn, LEDGER, turn_id),
-                turn_id=turn_id,
-                session_id=session_id,
-                advancement_key=advancement_key,
-            )
-        entries = core.insert_entries(
-            conn,
-            SQLITE,
-            session_key=session_key,
-            session_id=session_id,
-            rows=rows,
-            turn_id=turn_id,
-            advancement_key=advancement_key,
-            now=now,
-        )
-        if terminal:
-            assert turn_id is not None
-            ledger_sql.set_terminal(
-                conn, LEDGER, turn_id, session_id=session_id, terminal_seq=entries[-1].seq, now=now
-            )
-    return entries
+        return writes.append(conn, WRITES, **kwargs)
 
 
-def _append_compaction_sync(
-    conn: sqlite3.Connection,
-    *,
-    session_key: str,
-    session_id: str,
-    message: CompactionSummary,
-    first_kept_seq: int | None,
-    tokens_before: int | None,
-    tokens_after: int | None,
-    turn_id: str | None,
-    now: float,
-) -> TranscriptEntry:
+def _append_compaction_sync(conn: sqlite3.Connection, **kwargs: Any) -> TranscriptEntry:
     with _transaction(conn):
-        core.claim_session(conn, SQLITE, session_key, session_id, now)
-        return core.insert_compaction(
-            conn,
-            SQLITE,
-            session_key=session_key,
-            session_id=session_id,
-            message=message,
-            first_kept_seq=first_kept_seq,
-            tokens_before=tokens_before,
-            tokens_after=tokens_after,
-            turn_id=turn_id,
-            now=now,
-        )
+        return writes.append_compaction(conn, WRITES, **kwargs)
 
 
 def _admit_sync(
@@ -399,20 +346,10 @@ def _admit_sync(
     core.check_admission_ids(turn_id, advancement_key)
     payload = core.encode(message)
     with _transaction(conn):
-        core.claim_session(conn, SQLITE, session_key, session_id, now)
+        writes.claim(conn, WRITES, session_key, session_id, now)
         recorded = _same_admission(conn, turn_id, advancement_key, session_id, payload)
         if recorded is not None:
             return recorded
-        (entry,) = core.insert_entries(
-            conn,
-            SQLITE,
-            session_key=session_key,
-            session_id=session_id,
-            rows=[(TranscriptEntryKind.USER, payload, message)],
-            turn_id=turn_id,
-            advancement_key=advancement_key,
-            now=now,
-        )
         clash = ledger_sql.recorded_turn(
             conn, LEDGER, turn_id=turn_id, advancement_key=advancement_key
         )
@@ -420,20 +357,22 @@ def _admit_sync(
             # Another admission holds the id or key (another process admitted a turn of
             # the session in between): the runner reads the next seq and tries again.
             raise TurnIdTakenError(ledger_sql.clash_message(clash, turn_id))
-        ledger_sql.insert_turn(
+        entry, _ = writes.insert_admission(
             conn,
-            LEDGER,
-            turn_id=turn_id,
+            WRITES,
             session_key=session_key,
             session_id=session_id,
+            message=message,
+            payload=payload,
+            turn_id=turn_id,
             advancement_key=advancement_key,
             engine_id=engine_id,
-            first_seq=entry.seq,
-            now=now,
             lifecycle_revision=lifecycle_revision,
             owner_id=owner_id,
+            now=now,
         )
-    return entry, ledger_sql.get_turn(conn, LEDGER, turn_id)
+        turn = ledger_sql.get_turn(conn, LEDGER, turn_id)
+    return entry, turn
 
 
 def _same_admission(
@@ -465,11 +404,7 @@ def _terminal_sync(
     conn: sqlite3.Connection, turn_id: str, terminal_seq: int, *, now: float
 ) -> AdmittedTurn:
     with _transaction(conn):
-        turn = ledger_sql.get_turn(conn, LEDGER, turn_id)
-        core.check_terminal_exists(conn, SQLITE, turn, terminal_seq)
-        return ledger_sql.set_terminal(
-            conn, LEDGER, turn_id, session_id=turn.session_id, terminal_seq=terminal_seq, now=now
-        )
+        return writes.terminal(conn, WRITES, turn_id, terminal_seq, now)
 
 
 @asynccontextmanager
