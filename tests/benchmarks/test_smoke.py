@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from benchmarks import gateway_load, locomo, search_latency
+from benchmarks import _retrieval, gateway_load, locomo, search_latency
 from benchmarks.latency import _orchestrate, _shared, _worker
 
 LOCOMO = locomo.DEFAULT_DATA
@@ -31,8 +31,8 @@ def _last_json(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
 
 
 def test_locomo_scores_turns_in_rank_order() -> None:
-    assert locomo.ranked_turns([("D1:2", "D1:3"), ("D1:3", "D2:1")]) == ["D1:2", "D1:3", "D2:1"]
-    assert locomo.ranked_sessions(["D1:2", "D2:1", "D1:3"]) == ["D1", "D2"]
+    assert _retrieval.ranked_turns([("D1:2", "D1:3"), ("D1:3", "D2:1")]) == ["D1:2", "D1:3", "D2:1"]
+    assert _retrieval.ranked_sessions(["D1:2", "D2:1", "D1:3"]) == ["D1", "D2"]
     assert locomo.parse_date("1:56 pm on 8 May, 2023") == pytest.approx(1683554160.0)
 
 
@@ -47,9 +47,9 @@ def test_locomo_places_the_top_hit_relative_to_the_evidence() -> None:
 
 
 def test_locomo_fts5_query_is_an_or_of_quoted_content_words() -> None:
-    assert locomo.fts5_query('What did "Caroline" paint?') == '"caroline" OR "paint"'
-    assert locomo.fts5_query("What is it?") == '"what" OR "is" OR "it"'
-    assert locomo.fts5_query("?!") is None
+    assert _retrieval.fts5_query('What did "Caroline" paint?') == '"caroline" OR "paint"'
+    assert _retrieval.fts5_query("What is it?") == '"what" OR "is" OR "it"'
+    assert _retrieval.fts5_query("?!") is None
 
 
 @pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo data not present beside the repo")
@@ -84,7 +84,7 @@ async def test_locomo_embeds_each_distinct_text_once_across_variants() -> None:
             return await super().embed(texts)
 
     inner = Counting(workers=InlineWorkerPool())
-    embedder = locomo.RememberingEmbedder(inner)
+    embedder = _retrieval.RememberingEmbedder(inner)
     first = await embedder.embed(["a question", "another", "a question"])
     again = await embedder.embed(["another", "a question"])
     assert seen == ["a question", "another"]
@@ -188,9 +188,7 @@ def test_search_latency_runs_the_approximate_vector_stage_in_claw_and_the_floor(
     # The rescored rows (4,096 at least) hold every row of this small corpus: the
     # approximate stage is then exact, for claw and the floor.
     assert result["vector_recall_at10"] == 1.0
-    assert (
-        result["floor_overlap_exhaustive_at10"] == result["exact_floor_overlap_exhaustive_at10"]
-    )
+    assert result["floor_overlap_exhaustive_at10"] == result["exact_floor_overlap_exhaustive_at10"]
     assert 0.0 < float(result["overlap_exhaustive_at10"]) <= 1.0  # type: ignore[arg-type]
 
 

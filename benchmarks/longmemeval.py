@@ -1,0 +1,368 @@
+"""Retrieval quality on LongMemEval_S: session- and turn-level recall of Memory Core search.
+
+Each question's haystack is indexed the way Memory Core indexes a host's transcripts:
+one agent per question, one transcript session per haystack session, each message a
+turn (``user: ...`` / ``assistant: ...``) with the session's date as its timestamp.
+Every non-abstention question is searched, restricted to its own agent, and scored
+against its ``answer_session_ids`` (session level) and its turns marked ``has_answer``
+(turn level). Abstention questions are left out, as LongMemEval's paper does.
+
+Ranks are counted as :mod:`benchmarks.locomo` counts them (:mod:`benchmarks._retrieval`):
+the turns of the ranked hits in order, each once, cut at k; sessions in the order of
+their first ranked turn. Figures: session ``recall_any@1/3/5/10``, ``recall_all@5/10``
+and ``ndcg@10`` (LongMemEval's discount: positions 1 and 2 undiscounted, then
+``1/log2(p)``), turn ``recall_any@1/5/10``; per question type, with the latency, build
+time and throughput of each configuration, and SQLite FTS5 BM25 over the same turns
+(``speaker: text``, the same query words, depth and counting) in the same run.
+
+The data is ``../shared/data/longmemeval/longmemeval_s_tuning.json.gz`` (relative to
+the repository) or ``--data``: the tuning half, the only one any ranking decision is
+made on. It is MIT-licensed and never copied into the repository.
+
+    python -m benchmarks.longmemeval [--data FILE] [--json] [--configs default,lexical,hash]
+                                     [--questions N] [--index-dir DIR]
+
+With ``--json`` the last line is one JSON object: the embedded default's figures at
+the top level (``session_recall_any@1`` ... ``turn_recall_any@10``), ``fts5`` (an object
+with the same keys), and every run in full under ``runs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import json
+import math
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from benchmarks import _retrieval
+from benchmarks._common import emit_json, machine, table
+from benchmarks._retrieval import Config, Rankings, configs_for, cost_figures, ranked_sessions
+from claw_memory._settings import MemoryCoreSettings
+from claw_memory._transcripts import TranscriptTurn
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_tuning.json.gz"
+FORMAT = "longmemeval-compact/1"
+SESSION_ANY_KS = (1, 3, 5, 10)
+SESSION_ALL_KS = (5, 10)
+TURN_KS = (1, 5, 10)
+NDCG_K = 10
+# Hits fetched per question, by claw and FTS5 alike: enough that ten distinct sessions
+# are ranked in nearly every question (the report says how many got fewer).
+SEARCH_RESULTS = 100
+KEYS = (
+    *(f"session_recall_any@{k}" for k in SESSION_ANY_KS),
+    *(f"session_recall_all@{k}" for k in SESSION_ALL_KS),
+    f"session_ndcg@{NDCG_K}",
+    *(f"turn_recall_any@{k}" for k in TURN_KS),
+)
+QUESTION_TYPES = (
+    "knowledge-update",
+    "multi-session",
+    "single-session-assistant",
+    "single-session-preference",
+    "single-session-user",
+    "temporal-reasoning",
+)
+
+
+@attrs.frozen
+class Question:
+    """A scored question: its agent (the question id), text and relevant sessions and turns."""
+
+    question_id: str
+    question_type: str
+    text: str
+    answer_sessions: frozenset[str]
+    answer_turns: frozenset[str]
+
+
+def parse_date(text: str) -> float | None:
+    """LongMemEval's ``"2023/05/20 (Sat) 02:21"`` as epoch seconds (UTC), else ``None``."""
+    day, _, rest = text.partition(" (")
+    clock = rest.partition(") ")[2]
+    try:
+        return datetime.strptime(f"{day} {clock}", "%Y/%m/%d %H:%M").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def turn_id(session_id: str, n: int) -> str:
+    """The entry id of the ``n``-th turn (from 1) of a session."""
+    return f"{session_id}:{n}"
+
+
+def load(
+    path: Path, limit: int | None = None
+) -> tuple[dict[str, _retrieval.Sessions], list[Question]]:
+    """Every question's haystack as its agent's sessions, and the scored questions.
+
+    A session listed twice in one haystack is indexed once.
+    """
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        raw = json.load(f)
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise SystemExit(f"{path}: not a {FORMAT} file (see the data README)")
+    sessions: dict[str, list[dict[str, Any]]] = raw["sessions"]
+    agents: dict[str, _retrieval.Sessions] = {}
+    questions: list[Question] = []
+    for q in raw["questions"]:
+        if q.get("abstention") or str(q["question_id"]).endswith("_abs"):
+            continue
+        if limit is not None and len(questions) >= limit:
+            break
+        qid = str(q["question_id"])
+        haystack: list[tuple[str, str, tuple[TranscriptTurn, ...]]] = []
+        answer_turns: set[str] = set()
+        seen: set[str] = set()
+        for sid, date in q["haystack"]:
+            if sid in seen:
+                continue
+            seen.add(sid)
+            when = parse_date(str(date))
+            turns = []
+            for n, t in enumerate(sessions[sid], start=1):
+                eid = turn_id(sid, n)
+                if t.get("has_answer"):
+                    answer_turns.add(eid)
+                role = str(t["role"])
+                turns.append(TranscriptTurn(eid, role, role, str(t["content"]), when))
+            haystack.append((f"{qid}/{sid}", sid, tuple(turns)))
+        agents[qid] = haystack
+        questions.append(
+            Question(
+                qid,
+                str(q["question_type"]),
+                str(q["question"]),
+                frozenset(str(s) for s in q["answer_session_ids"]),
+                frozenset(answer_turns),
+            )
+        )
+    return agents, questions
+
+
+def ndcg(ranked: Sequence[str], relevant: frozenset[str], k: int = NDCG_K) -> float:
+    """NDCG@k with LongMemEval's discount (``rel_1 + sum_{p>=2} rel_p / log2(p)``)."""
+
+    def dcg(gains: Sequence[float]) -> float:
+        return sum(g if p == 1 else g / math.log2(p) for p, g in enumerate(gains, start=1))
+
+    ideal = dcg([1.0] * min(k, len(relevant)))
+    if ideal <= 0:
+        return 0.0
+    return dcg([1.0 if s in relevant else 0.0 for s in ranked[:k]]) / ideal
+
+
+def question_figures(q: Question, turns: Sequence[str]) -> dict[str, float]:
+    """Every figure of one question's ranked turns."""
+    sessions = ranked_sessions(turns)
+    out: dict[str, float] = {}
+    for k in SESSION_ANY_KS:
+        out[f"session_recall_any@{k}"] = float(bool(q.answer_sessions & set(sessions[:k])))
+    for k in SESSION_ALL_KS:
+        out[f"session_recall_all@{k}"] = float(q.answer_sessions <= set(sessions[:k]))
+    out[f"session_ndcg@{NDCG_K}"] = ndcg(sessions, q.answer_sessions)
+    for k in TURN_KS:
+        out[f"turn_recall_any@{k}"] = float(bool(q.answer_turns & set(turns[:k])))
+    return out
+
+
+def _mean(rows: Sequence[dict[str, float]]) -> dict[str, float]:
+    n = len(rows) or 1
+    return {k: sum(r[k] for r in rows) / n for k in KEYS}
+
+
+def score(
+    questions: Sequence[Question], run: Rankings, assistant: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """Every figure of one retrieval: overall, per question type, and its costs.
+
+    ``assistant`` holds the assistant turns: the share of questions whose top turn is
+    one is reported (the evidence is mostly in what the user said).
+    """
+    rows = [question_figures(q, r) for q, r in zip(questions, run.turns, strict=True)]
+    result: dict[str, Any] = {"config": run.name, "mode": run.mode, "questions": len(questions)}
+    result.update(_mean(rows))
+    result["per_type"] = {
+        t: {"questions": len(idx), **_mean([rows[i] for i in idx])}
+        for t in QUESTION_TYPES
+        if (idx := [i for i, q in enumerate(questions) if q.question_type == t])
+    }
+    result["fewer_than_10_sessions"] = sum(1 for r in run.turns if len(ranked_sessions(r)) < 10)
+    # Where the top-ranked turn came from: who said it.
+    result["top1_assistant"] = sum(1 for r in run.turns if r and r[0] in assistant) / (
+        len(run.turns) or 1
+    )
+    result.update(cost_figures(run))
+    return result
+
+
+def fts5_run(agents: dict[str, _retrieval.Sessions], questions: Sequence[Question]) -> Rankings:
+    """SQLite FTS5 BM25, ``speaker: text`` per turn, as the data README measured it."""
+    return _retrieval.run_fts5(
+        agents,
+        [(q.question_id, q.text) for q in questions],
+        speaker=True,
+        rows=SEARCH_RESULTS,
+    )
+
+
+def claw_runs(
+    config: Config,
+    agents: dict[str, _retrieval.Sessions],
+    questions: Sequence[Question],
+    keep: Path | None,
+) -> Rankings:
+    settings = MemoryCoreSettings(sources=("sessions",))
+    (run,) = trio.run(
+        functools.partial(_retrieval.run_claw, results=SEARCH_RESULTS, keep=keep),
+        config,
+        agents,
+        [(q.question_id, q.text) for q in questions],
+        settings,
+    )
+    return run
+
+
+def _keys(figures: dict[str, Any]) -> dict[str, float]:
+    return {k: figures[k] for k in KEYS}
+
+
+def report(runs: Sequence[dict[str, Any]]) -> str:
+    """The tables: overall figures, per question type, costs."""
+    short = {
+        **{f"session_recall_any@{k}": f"s@{k}" for k in SESSION_ANY_KS},
+        **{f"session_recall_all@{k}": f"all@{k}" for k in SESSION_ALL_KS},
+        f"session_ndcg@{NDCG_K}": "ndcg@10",
+        **{f"turn_recall_any@{k}": f"t@{k}" for k in TURN_KS},
+    }
+    lines = [
+        "Session recall_any (s@k), recall_all (all@k), NDCG@10; turn recall_any (t@k)",
+        table(
+            ["retrieval", *short.values(), "<10 sess", "top1 asst"],
+            [
+                [
+                    r["config"],
+                    *(r[k] for k in short),
+                    r["fewer_than_10_sessions"],
+                    r["top1_assistant"],
+                ]
+                for r in runs
+            ],
+        ),
+        "",
+    ]
+    for t in QUESTION_TYPES:
+        rows = [
+            [r["config"], r["per_type"][t]["questions"], *(r["per_type"][t][k] for k in short)]
+            for r in runs
+            if t in r["per_type"]
+        ]
+        if rows:
+            lines += [t, table(["retrieval", "n", *short.values()], rows), ""]
+    lines += [
+        "Cost: build (wall and CPU), throughput, latency per search (wall, CPU), machine load",
+        table(
+            [
+                "retrieval",
+                "chunks",
+                "build s",
+                "build cpu s",
+                "chunks/s",
+                "p50 ms",
+                "p95 ms",
+                "cpu p50",
+                "load before",
+                "load after",
+            ],
+            [
+                [
+                    r["config"],
+                    r["chunks"],
+                    r["build_s"],
+                    r["build_cpu_s"],
+                    r["chunks_per_s"],
+                    r["latency_p50_ms"],
+                    r["latency_p95_ms"],
+                    r.get("cpu_p50_ms", math.nan),
+                    r["load_before"],
+                    r["load_after"],
+                ]
+                for r in runs
+            ],
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.longmemeval", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="path to the gzip JSON file")
+    p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    p.add_argument(
+        "--configs",
+        default="default,lexical,hash",
+        help="comma-separated claw configurations: default, lexical, hash, st",
+    )
+    p.add_argument("--questions", type=int, default=None, help="only the first N questions")
+    p.add_argument(
+        "--index-dir",
+        type=Path,
+        default=None,
+        help="build the indexes in DIR/<config> and keep them for the next run",
+    )
+    args = p.parse_args(argv)
+    if not args.data.exists():
+        raise SystemExit(f"LongMemEval data not found at {args.data}; pass --data FILE")
+    t0 = time.perf_counter()
+    agents, questions = load(args.data, args.questions)
+    assistant = frozenset(
+        t.entry_id
+        for sessions in agents.values()
+        for _, _, turns in sessions
+        for t in turns
+        if t.role == "assistant"
+    )
+    turns = sum(len(t) for s in agents.values() for _, _, t in s)
+    print(
+        f"LongMemEval: {len(questions)} questions (abstention excluded), {turns} turns"
+        f" in their haystacks, read in {time.perf_counter() - t0:.1f} s"
+    )
+    fts5 = score(questions, fts5_run(agents, questions), assistant)
+    runs = [fts5]
+    names = [n for n in args.configs.split(",") if n]
+    default_name: str | None = None
+    for config in configs_for(names):
+        run = score(questions, claw_runs(config, agents, questions, args.index_dir), assistant)
+        runs.append(run)
+        if config.key == "default":
+            default_name = run["config"]
+    print(report(runs))
+    if args.json:
+        claw = [r for r in runs if r["mode"] != "fts5"]
+        headline = next((r for r in claw if r["config"] == default_name), claw[0] if claw else fts5)
+        emit_json(
+            {
+                **_keys(headline),
+                "headline": headline["config"],
+                "fts5": _keys(fts5),
+                "runs": {r["config"]: r for r in runs},
+                "questions": len(questions),
+                "machine": machine(),
+            }
+        )
+
+
+if __name__ == "__main__":
+    main()
