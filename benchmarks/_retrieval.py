@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import math
 import os
 import re
@@ -31,6 +32,7 @@ from typing import Any
 import attrs
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import threadpool_limits
 
 from benchmarks._common import load as machine_load
 from benchmarks._common import percentile
@@ -75,6 +77,21 @@ def fts5_query(text: str) -> str | None:
         dict.fromkeys(words)
     )
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) or None
+
+
+def setting_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs as Memory Core settings (numbers parsed)."""
+    known = {f.name for f in attrs.fields(MemoryCoreSettings)}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or name not in known:
+            raise SystemExit(f"--set {pair!r}: expected NAME=VALUE with a Memory Core setting")
+        try:
+            out[name] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name] = value
+    return out
 
 
 @attrs.frozen
@@ -203,6 +220,10 @@ def st_model_path() -> str | None:
     return str(model) if (model / "modules.json").exists() else None
 
 
+#: The name of the ``default`` configuration in reports.
+DEFAULT_NAME = "claw hybrid, embedded default"
+
+
 @attrs.frozen
 class Config:
     """One claw retrieval configuration: a search mode and an embedder."""
@@ -221,7 +242,7 @@ def configs_for(names: Sequence[str]) -> list[Config]:
     out = []
     for name in names:
         if name == "default":
-            out.append(Config("default", "claw hybrid, embedded default", "hybrid", "default"))
+            out.append(Config("default", DEFAULT_NAME, "hybrid", "default"))
         elif name == "lexical":
             out.append(Config("lexical", "claw lexical", "lexical", None))
         elif name == "hash":
@@ -248,7 +269,9 @@ def make_embedder(kind: str | None, workers: WorkerPool) -> EmbeddingProvider | 
     if kind == "hash":
         return HashEmbedder(workers=workers)
     if kind == "default":
-        return HashEmbedder(workers=workers)
+        from claw_memory._plugin import DEFAULT_EMBEDDER, builtin_embedders
+
+        return next(e for e in builtin_embedders(workers) if e.id == DEFAULT_EMBEDDER)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # One torch thread per encode (set before torch is imported): the worker pool
@@ -354,6 +377,10 @@ async def run_claw(
                 bare: list[float] = []
                 rankings: list[list[str]] = []
                 load_before = machine_load()
+                # One BLAS thread, as the CLI and the gateway's workers run searches: a
+                # query's matrix-vector product is too small to share, and BLAS threads
+                # waiting for a core on a loaded machine cost more than the product.
+                blas = threadpool_limits(limits=1, user_api="blas")
                 for agent, question in searches:
                     f = SearchFilter(agent_ids=frozenset([agent]))
                     c, t = time.process_time(), time.perf_counter()
@@ -369,6 +396,7 @@ async def run_claw(
                     rankings.append(ranked_turns([h.entry_ids for h in result.hits]))
                     if beside is not None:
                         bare.append(beside(index, agent, question))
+                blas.restore_original_limits()
                 name = config.name if not overrides else f"{config.name}: {label}"
                 out.append(
                     Rankings(

@@ -23,7 +23,7 @@ SQLite FTS5 BM25 baselines run in the same process on the same questions.
 The data is read from ``../shared/data/locomo/locomo10.json`` (relative to the repo)
 or ``--data``; it is CC BY-NC 4.0 and never copied into the repository.
 
-    python -m benchmarks.locomo [--data PATH] [--json] [--configs lexical,hash,st]
+    python -m benchmarks.locomo [--data PATH] [--json] [--configs default,lexical,hash,st]
                                 [--no-ablation] [--no-fts5] [--index-dir DIR]
 """
 
@@ -454,7 +454,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="path to locomo10.json")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
-    p.add_argument("--configs", default="lexical,hash,st", help="comma-separated: lexical,hash,st")
+    p.add_argument(
+        "--configs",
+        default="default,lexical,hash,st",
+        help="comma-separated: default (the embedded default), lexical, hash, st",
+    )
     p.add_argument("--conversations", type=int, default=None, help="only the first N")
     p.add_argument("--no-ablation", action="store_true", help="skip the field ablation")
     p.add_argument("--no-fts5", action="store_true", help="skip the SQLite FTS5 baselines")
@@ -465,11 +469,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="build the indexes in DIR/<config> and keep them for the next run"
         " (default: a temporary directory)",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Memory Core setting for every claw configuration (repeatable)",
+    )
     args = p.parse_args(argv)
+    overrides = _retrieval.setting_overrides(args.set)
     if not args.data.exists():
         raise SystemExit(f"LoCoMo data not found at {args.data}; pass --data PATH")
     conversations, questions = load(args.data, args.conversations)
-    settings = MemoryCoreSettings(sources=("sessions",))
+    settings = MemoryCoreSettings(sources=("sessions",), **overrides)
     main_runs: list[dict[str, Any]] = []
     ablations: list[dict[str, Any]] = []
     fts5: dict[str, Any] | None = None
@@ -505,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.json:
         claw_runs = [r for r in main_runs if r["mode"] != "fts5"]
         headline = next(
-            (r for r in claw_runs if r["config"].startswith("claw hybrid, built-in")),
+            (r for r in claw_runs if r["config"] == _retrieval.DEFAULT_NAME),
             claw_runs[0] if claw_runs else main_runs[0],
         )
         out: dict[str, Any] = {

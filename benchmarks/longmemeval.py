@@ -102,11 +102,13 @@ def turn_id(session_id: str, n: int) -> str:
 
 
 def load(
-    path: Path, limit: int | None = None
+    path: Path, limit: int | None = None, every: int = 1
 ) -> tuple[dict[str, _retrieval.Sessions], list[Question]]:
     """Every question's haystack as its agent's sessions, and the scored questions.
 
-    A session listed twice in one haystack is indexed once.
+    ``every`` keeps every n-th scored question (a subset spread over the file) and
+    ``limit`` at most that many of them. A session listed twice in one haystack is
+    indexed once.
     """
     with gzip.open(path, "rt", encoding="utf-8") as f:
         raw = json.load(f)
@@ -115,8 +117,12 @@ def load(
     sessions: dict[str, list[dict[str, Any]]] = raw["sessions"]
     agents: dict[str, _retrieval.Sessions] = {}
     questions: list[Question] = []
+    scored = 0
     for q in raw["questions"]:
         if q.get("abstention") or str(q["question_id"]).endswith("_abs"):
+            continue
+        scored += 1
+        if (scored - 1) % every:
             continue
         if limit is not None and len(questions) >= limit:
             break
@@ -221,8 +227,9 @@ def claw_runs(
     agents: dict[str, _retrieval.Sessions],
     questions: Sequence[Question],
     keep: Path | None,
+    overrides: dict[str, Any] | None = None,
 ) -> Rankings:
-    settings = MemoryCoreSettings(sources=("sessions",))
+    settings = MemoryCoreSettings(sources=("sessions",), **(overrides or {}))
     (run,) = trio.run(
         functools.partial(_retrieval.run_claw, results=SEARCH_RESULTS, keep=keep),
         config,
@@ -315,18 +322,32 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="default,lexical,hash",
         help="comma-separated claw configurations: default, lexical, hash, st",
     )
-    p.add_argument("--questions", type=int, default=None, help="only the first N questions")
+    p.add_argument("--questions", type=int, default=None, help="at most N questions")
+    p.add_argument(
+        "--every", type=int, default=1, help="every K-th question only (a spread-out subset)"
+    )
     p.add_argument(
         "--index-dir",
         type=Path,
         default=None,
         help="build the indexes in DIR/<config> and keep them for the next run",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Memory Core setting for every claw configuration (repeatable), e.g."
+        " --set context_boost=0.4",
+    )
     args = p.parse_args(argv)
+    overrides = _retrieval.setting_overrides(args.set)
     if not args.data.exists():
         raise SystemExit(f"LongMemEval data not found at {args.data}; pass --data FILE")
     t0 = time.perf_counter()
-    agents, questions = load(args.data, args.questions)
+    if args.every < 1:
+        raise SystemExit("--every must be at least 1")
+    agents, questions = load(args.data, args.questions, args.every)
     assistant = frozenset(
         t.entry_id
         for sessions in agents.values()
@@ -344,7 +365,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     names = [n for n in args.configs.split(",") if n]
     default_name: str | None = None
     for config in configs_for(names):
-        run = score(questions, claw_runs(config, agents, questions, args.index_dir), assistant)
+        run = score(
+            questions, claw_runs(config, agents, questions, args.index_dir, overrides), assistant
+        )
         runs.append(run)
         if config.key == "default":
             default_name = run["config"]
@@ -359,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "fts5": _keys(fts5),
                 "runs": {r["config"]: r for r in runs},
                 "questions": len(questions),
+                "every": args.every,
                 "machine": machine(),
             }
         )
