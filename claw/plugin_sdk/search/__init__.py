@@ -34,10 +34,13 @@ from ._lexical import query_analyzer as query_analyzer
 from ._st_embedder import BYTES_PER_POSITION as BYTES_PER_POSITION
 from ._st_embedder import SentenceTransformerEmbedder as SentenceTransformerEmbedder
 from ._st_embedder import max_input_bytes_for as max_input_bytes_for
+from ._static_embedder import StaticEmbedder as StaticEmbedder
+from ._static_embedder import StaticTable as StaticTable
 from ._stopwords import QUERY_STOPWORDS as QUERY_STOPWORDS
 from ._vectors import normalise_rows as normalise_rows
 from ._vectors import product_slice as product_slice
 from ._vectors import top_k as top_k
+from ._wordpiece import WordPiece as WordPiece
 
 _fixup_module_metadata(__name__, globals())
 del _fixup_module_metadata

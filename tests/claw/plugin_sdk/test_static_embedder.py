@@ -1,0 +1,172 @@
+"""The static embedder, its WordPiece tokeniser and the distillation that makes its table."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from claw.plugin_sdk import EmbeddingProvider, InlineWorkerPool
+from claw.plugin_sdk.search import StaticEmbedder, StaticTable, WordPiece, _distil
+
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "the",
+    "ship",
+    "deploy",
+    "prod",
+    "##uction",
+    "cat",
+    "##s",
+    "un",
+    "##aff",
+    "##able",
+    ",",
+    "!",
+    "_",
+    "cafe",
+    "中",
+    "文",
+]
+
+
+def test_wordpiece_cuts_words_as_bert_uncased_does() -> None:
+    wp = WordPiece(VOCAB)
+
+    def pieces(text: str) -> list[str]:
+        return [VOCAB[i] for i in wp.ids(text)]
+
+    assert pieces("The Production, cats!") == ["the", "prod", "##uction", ",", "cat", "##s", "!"]
+    # Greedy longest match first inside a word; a word that cannot be cut is [UNK].
+    assert pieces("unaffable") == ["un", "##aff", "##able"]
+    assert pieces("dog") == ["[UNK]"]
+    # Accents are stripped, underscores are punctuation, every CJK ideograph a word.
+    assert pieces("Café ship_deploy 中文") == ["cafe", "ship", "_", "deploy", "中", "文"]
+    assert wp.ids("") == []
+
+
+def test_wordpiece_needs_an_unknown_token() -> None:
+    with pytest.raises(ValueError, match="unknown token"):
+        WordPiece(["a", "b"])
+
+
+def _table(tmp_path: Path) -> StaticTable:
+    rng = np.random.default_rng(7)
+    rows = rng.normal(size=(len(VOCAB), 8)).astype(np.float32)
+    rows[[VOCAB.index("prod"), VOCAB.index("##uction")]] = rows[VOCAB.index("ship")]
+    rows[:4] = 0.0
+    path = tmp_path / "t.npz"
+    _distil.write_table(path, "tiny-8", VOCAB, rows, {"dims": 8})
+    return StaticTable.load(path)
+
+
+async def test_static_embedder_is_a_deterministic_normalised_provider(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    e = StaticEmbedder(table=table)
+    assert isinstance(e, EmbeddingProvider)
+    assert (e.id, e.model, e.dims) == ("claw-static", "tiny-8", 8)
+    texts = ["ship the cats", "Production", "", "dog dog"]
+    a = await e.embed(texts)
+    b = await StaticEmbedder(workers=InlineWorkerPool(), table=table).embed(texts)
+    np.testing.assert_array_equal(a, b)
+    assert a.dtype == np.float32 and a.shape == (4, 8)
+    np.testing.assert_allclose(np.linalg.norm(a[[0, 1]], axis=1), 1.0, rtol=1e-5)
+    # A text with no token, or only unknown ones (a zero vector), matches nothing.
+    assert not a[2].any() and not a[3].any()
+    # "production" is cut into two pieces that lie where "ship" does.
+    assert float(a[1] @ (await e.embed(["ship"]))[0]) == pytest.approx(1.0, abs=1e-2)
+
+
+def test_a_text_is_embedded_alike_alone_and_in_a_large_batch(tmp_path: Path) -> None:
+    e = StaticEmbedder(table=_table(tmp_path))
+    many = ["ship the cats " * 50] * 2000 + ["cafe"]
+    together = e.embed_sync(many)
+    np.testing.assert_allclose(together[-1], e.embed_sync(["cafe"])[0], rtol=1e-6)
+    np.testing.assert_allclose(together[0], together[1999], rtol=1e-6)
+
+
+def test_a_table_of_another_format_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.npz"
+    _distil.write_table(path, "x", VOCAB, np.zeros((len(VOCAB), 2), np.float32), {})
+    import zipfile
+
+    bad = tmp_path / "bad.npz"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(bad, "w") as dst:
+        for item in src.namelist():
+            data = src.read(item)
+            if item == "meta.json":
+                data = json.dumps({"format": "other", "name": "x"}).encode()
+            dst.writestr(item, data)
+    with pytest.raises(ValueError, match="claw-static-embeddings/1"):
+        StaticTable.load(bad)
+
+
+def _tiny_bert(tmp_path: Path) -> Path:
+    """A random two-layer BERT in the files distillation reads."""
+    rng = np.random.default_rng(3)
+    width, ffn, layers = 8, 16, 2
+    tensors: dict[str, np.ndarray] = {
+        "embeddings.word_embeddings.weight": rng.normal(size=(len(VOCAB), width)),
+        "embeddings.position_embeddings.weight": rng.normal(size=(4, width)),
+        "embeddings.token_type_embeddings.weight": rng.normal(size=(2, width)),
+        "embeddings.LayerNorm.weight": np.ones(width),
+        "embeddings.LayerNorm.bias": np.zeros(width),
+    }
+    for n in range(layers):
+        p = f"encoder.layer.{n}."
+        for name, shape in (
+            ("attention.self.query", (width, width)),
+            ("attention.self.key", (width, width)),
+            ("attention.self.value", (width, width)),
+            ("attention.output.dense", (width, width)),
+            ("intermediate.dense", (ffn, width)),
+            ("output.dense", (width, ffn)),
+        ):
+            tensors[p + name + ".weight"] = rng.normal(size=shape) * 0.3
+            tensors[p + name + ".bias"] = np.zeros(shape[0])
+        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+            tensors[p + norm + ".weight"] = np.ones(width)
+            tensors[p + norm + ".bias"] = np.zeros(width)
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    blobs = []
+    offset = 0
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array, dtype=np.float32).tobytes()
+        header[name] = {
+            "dtype": "F32",
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        blobs.append(data)
+        offset += len(data)
+    head = json.dumps(header).encode()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    (model / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    (model / "config.json").write_text(
+        json.dumps(
+            {"num_attention_heads": 2, "num_hidden_layers": layers, "_name_or_path": "x/tiny"}
+        )
+    )
+    return model
+
+
+def test_distillation_is_deterministic_and_gives_a_loadable_table(tmp_path: Path) -> None:
+    model = _tiny_bert(tmp_path)
+    first, second = tmp_path / "a.npz", tmp_path / "b.npz"
+    _distil.distil(model, first, dims=4)
+    _distil.main([str(model), str(second), "--dims", "4"])
+    assert first.read_bytes() == second.read_bytes()
+    table = StaticTable.load(first)
+    assert (table.name, table.dims) == ("static-tiny-4", 4)
+    # Special tokens and function words embed as nothing; other tokens as something.
+    assert not table.vectors[VOCAB.index("[CLS]")].any()
+    assert not table.vectors[VOCAB.index("the")].any()
+    assert table.vectors[VOCAB.index("ship")].any()
