@@ -69,6 +69,10 @@ class RankParams:
     filter: SearchFilter
     candidate_growth: float = 0.0
     when_weight: float = 0.0
+    #: Factor on an assistant turn's score (see :func:`priors`).
+    assistant_weight: float = 1.0
+    #: Factor on a transcript turn that only echoes the query (see :func:`is_echo`).
+    echo_weight: float = 1.0
     #: See :func:`approximate`; ``None`` is :data:`APPROXIMATE_ROWS`.
     approximate_rows: int | None = None
 
@@ -395,6 +399,63 @@ def says_when(text: str) -> bool:
     return _SAYS_WHEN.search(text) is not None
 
 
+# The speaker prefix of a rendered transcript turn ("assistant: ", "Ann: ").
+_SPEAKER = re.compile(r"^[^:\n]{1,80}: ")
+# The speaker the host gives an assistant's turns (claw/_transcript_reader.py).
+ASSISTANT_PREFIX = "assistant: "
+# An echo may hold this many content terms the query lacks ("Who is the release
+# manager again?" still echoes "Who is the release manager?").
+ECHO_EXTRA_TERMS = 1
+
+
+def is_echo(lexical: LexicalIndex, text: str, query_terms: AbstractSet[str]) -> bool:
+    """Whether a transcript turn only repeats the query: it asks a question, and its
+    own content terms (speaker left out) are the query's, but for at most
+    :data:`ECHO_EXTRA_TERMS`. Such a line matches a query about as well as anything
+    can, yet answers nothing: after a user asked "Who is the release manager?", the
+    fact is in the memory file or the reply, not in the question."""
+    if not text.rstrip().endswith("?"):
+        return False
+    own = set(lexical.query_terms(_SPEAKER.sub("", text, count=1)))
+    return bool(own & query_terms) and len(own - query_terms) <= ECHO_EXTRA_TERMS
+
+
+def priors(
+    gen: Generation,
+    lexical: LexicalIndex | None,
+    rows: Sequence[int],
+    params: RankParams,
+    query_terms: AbstractSet[str],
+) -> npt.NDArray[np.float64]:
+    """The factor on each of ``rows``'s score for what it is rather than what it says.
+
+    An assistant's turn (the host renders it ``assistant: ...``) counts
+    ``assistant_weight``: what a memory needs is mostly what the user said, while a
+    reply restates the question at length and matches it on many words. A turn that
+    only echoes the query (:func:`is_echo`) counts ``echo_weight``. Memory files and
+    other turns count 1.
+    """
+    out = np.ones(len(rows), dtype=np.float64)
+    if params.assistant_weight == 1.0 and (params.echo_weight == 1.0 or lexical is None):
+        return out
+    records = gen.records
+    for i, r in enumerate(rows):
+        rec = records[r]
+        if rec.source != "sessions":
+            continue
+        text = rec.text
+        if text.startswith(ASSISTANT_PREFIX):
+            out[i] *= params.assistant_weight
+        elif (
+            params.echo_weight != 1.0
+            and lexical is not None
+            and query_terms
+            and is_echo(lexical, text, query_terms)
+        ):
+            out[i] *= params.echo_weight
+    return out
+
+
 def _words(text: str) -> frozenset[str]:
     return frozenset(w.lower() for w in _WORD.findall(text))
 
@@ -570,6 +631,13 @@ def rank(
                 total += params.when_weight
             # Still 0..1: a candidate covering the query everywhere keeps its score.
             scores = (scores + bonus) / total
+    if (params.assistant_weight != 1.0 or params.echo_weight != 1.0) and len(rows) and (
+        "sessions" in gen.sources_present
+    ):
+        # The head the page can reach, as the second stage re-scores it.
+        stage = np.argsort(-scores, kind="stable")[: max(2 * want, _SECOND_STAGE_MIN)]
+        scores = scores.copy()
+        scores[stage] *= priors(gen, lexical, rows[stage].tolist(), params, set(query_terms))
     if params.temporal_decay:
         dated = gen.dated[rows]
         has_date = ~np.isnan(dated)

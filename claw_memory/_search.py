@@ -95,6 +95,8 @@ def _rank_params(
         candidate_multiplier=settings.candidate_multiplier,
         candidate_growth=settings.candidate_growth,
         when_weight=settings.when_weight,
+        assistant_weight=settings.assistant_weight,
+        echo_weight=settings.echo_weight,
         approximate_rows=settings.approximate_rows,
         temporal_decay=settings.temporal_decay,
         half_life_days=settings.half_life_days,

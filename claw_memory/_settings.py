@@ -81,6 +81,12 @@ class MemoryCoreSettings:
     # / 0.925 at 0.1, 0.472 / 0.841 / 0.925 at 0.25, 0.471 / 0.839 / 0.928 at 0.3,
     # 0.466 / 0.838 / 0.926 at 0.4, 0.466 / 0.834 / 0.926 at 0.5.
     when_weight: float = 0.3
+    # Priors on what a transcript turn is (_ranking.priors): the factor on an
+    # assistant's turn, and on a turn that only echoes the query (a question whose
+    # content words are the query's: "Who is the release manager?" asked again answers
+    # nothing, the memory file or the reply does).
+    assistant_weight: float = 0.8
+    echo_weight: float = 0.5
     candidate_multiplier: int = 4
     # First-stage candidates per retriever: at least candidate_multiplier x the page, and
     # at least candidate_growth per 1,000 rows of the index, so the cut keeps agreeing
@@ -153,7 +159,14 @@ class MemoryCoreSettings:
                 "must not be negative",
                 value=self.transcript_context_turns,
             )
-        for name in ("vector_weight", "text_weight", "min_score", "mmr_lambda"):
+        for name in (
+            "vector_weight",
+            "text_weight",
+            "min_score",
+            "mmr_lambda",
+            "assistant_weight",
+            "echo_weight",
+        ):
             value = getattr(self, name)
             if value is not None:
                 _unit(name, value)

@@ -363,3 +363,27 @@ async def test_a_search_noticing_a_change_says_it_answered_from_the_current_inde
     assert after.coverage is not None and after.coverage.complete
     assert after.warning is None
     assert "zeppelin" in after.hits[0].excerpt
+
+
+async def test_a_memory_fact_outranks_transcript_lines_that_only_repeat_the_question(
+    host: claw.Host,
+) -> None:
+    """Facts before echoes: after a user asked twice who the release manager is, the
+    fact in MEMORY.md answers that question first, not the user's own questions."""
+    model = ScriptedModel(["Let me look into that.", "Still checking, one moment."])
+    host.models.register_provider("scripted", lambda name: model)
+    for _ in range(2):
+        await host.run_turn(
+            "dm:alice", UserMessage("Who is the release manager?"), sender_is_owner=True
+        )
+    async with host.open_run("dm:alice", sender_is_owner=True) as run:
+        async with host.memory.open(run.caller) as handle:
+            result = await handle.search(
+                MemorySearchRequest(query="Who is the release manager?", min_score=0.0)
+            )
+    sources = [h.source for h in result.hits]
+    assert "sessions" in sources  # the questions are found ...
+    top = result.hits[0]
+    # ... but the fact comes first.
+    assert (top.source, top.reference.id) == ("memory", "MEMORY.md")
+    assert "release manager" in top.excerpt
