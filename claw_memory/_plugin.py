@@ -3,8 +3,10 @@
 ``claw_memory.plugin`` (id ``memory-core``) is discovered through the ``claw.plugins``
 entry point and selected into the memory slot by default. It registers:
 
-* its embedding providers (``claw-hash``, the built-in default; ``openai-compatible``
-  and ``sentence-transformers`` when configured), declared in its manifest;
+* its embedding providers (``claw-static``, the built-in semantic default: static
+  token vectors distilled from MiniLM, numpy only; ``claw-hash``, deterministic feature
+  hashing for tests and tiny installs; ``openai-compatible`` and
+  ``sentence-transformers`` when configured), declared in its manifest;
 * its memory capability: the provider-neutral ``provider_runtime``, the legacy
   file-shaped ``runtime``, ``authorize_search_hits`` on both, ``public_artifacts``,
   ``recall_tool_names`` and the async memory prompt preparation;
@@ -15,8 +17,9 @@ entry point and selected into the memory slot by default. It registers:
 
 Configuration lives under ``[plugins.entries.memory-core.config]``: every
 :class:`MemoryCoreSettings` field, plus ``embedder`` (the id of any registered
-embedding provider, from any plugin: ``"claw-hash"`` by default, ``"openai-compatible"``
-or ``"sentence-transformers"`` built from ``embedding``, or ``"none"``), ``embedding``
+embedding provider, from any plugin: ``"claw-static"`` by default, ``"claw-hash"``,
+``"openai-compatible"`` or ``"sentence-transformers"`` built from ``embedding``, or
+``"none"``), ``embedding``
 (the options of the chosen remote or local model), ``deny_sandboxed`` (refuse sandboxed
 sessions) and ``watch``/``watch_interval`` (a polling watcher for long-running hosts).
 """
@@ -41,8 +44,14 @@ from claw.plugin_sdk import (
     PluginApi,
     PluginContracts,
     TranscriptReader,
+    WorkerPool,
 )
-from claw.plugin_sdk.search import HashEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from claw.plugin_sdk.search import (
+    HashEmbedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    StaticEmbedder,
+)
 
 from ._index import MemoryIndex, open_memory_index
 from ._runtime import build_capability
@@ -52,7 +61,9 @@ from ._tools import memory_tools
 from ._transcripts import TranscriptSession, TranscriptTurn
 
 PLUGIN_ID = "memory-core"
-EMBEDDERS = ("claw-hash", "openai-compatible", "sentence-transformers")
+EMBEDDERS = ("claw-static", "claw-hash", "openai-compatible", "sentence-transformers")
+#: The embedding provider Memory Core uses when its config names none.
+DEFAULT_EMBEDDER = "claw-static"
 TOOLS = ("memory_search", "memory_get", "memory_add")
 _EXTRA_KEYS = frozenset(
     {"embedder", "embedding", "deny_sandboxed", "watch", "watch_interval", "max_open_indexes"}
@@ -91,7 +102,7 @@ class MemoryCoreConfig:
     """Parsed ``[plugins.entries.memory-core.config]``."""
 
     settings: MemoryCoreSettings
-    embedder: str = "claw-hash"
+    embedder: str = DEFAULT_EMBEDDER
     embedding: Mapping[str, Any] = attrs.field(factory=dict)
     deny_sandboxed: bool = False
     watch: bool = False
@@ -123,7 +134,7 @@ class MemoryCoreConfig:
             raise ConfigError(f"{prefix}.{key}", str(exc).split(": ", 1)[-1]) from None
         except (TypeError, ValueError) as exc:
             raise ConfigError(prefix, str(exc)) from None
-        embedder = data.get("embedder", "claw-hash")
+        embedder = data.get("embedder", DEFAULT_EMBEDDER)
         if not isinstance(embedder, str) or not embedder:
             raise ConfigError(
                 f"{prefix}.embedder",
@@ -386,9 +397,16 @@ class MemoryCoreService:
                     await entry.aclose()
 
 
+def builtin_embedders(workers: WorkerPool) -> tuple[EmbeddingProvider, ...]:
+    """The embedding providers Memory Core always registers: the semantic default
+    (``claw-static``; its table is read on first use) and ``claw-hash``."""
+    return (StaticEmbedder(workers=workers), HashEmbedder(workers=workers))
+
+
 def _register(api: PluginApi) -> None:
     config = MemoryCoreConfig.from_mapping(api.config)
-    api.register_embedding_provider(HashEmbedder(workers=api.workers))
+    for provider in builtin_embedders(api.workers):
+        api.register_embedding_provider(provider)
     remote = _build_remote_embedder(config, api)
     if remote is not None:
         api.register_embedding_provider(remote)

@@ -8,8 +8,9 @@ inline pool and registers a scripted model provider. :func:`open_harness_gateway
 serves the host's gateway to one client, in memory or over a real socket.
 
 What is deterministic: the inline pool runs blocking work (SQLite, tantivy, numpy) on the
-calling task, so the order of events depends only on the test; Memory Core's default
-embedder (:class:`claw_memory.HashEmbedder`) is a pure function of the text. What is
+calling task, so the order of events depends only on the test; the harness gives
+Memory Core the hash embedder (:class:`claw_memory.HashEmbedder`, a pure function of the
+text that needs no table) unless ``plugin_config`` names another. What is
 virtual time: Trio's clock (``trio.sleep``, ``fail_after``, the gateway's timeouts) when
 the test requests pytest-trio's ``autojump_clock`` fixture. What is not: wall-clock
 timestamps the host stores (session and transcript times, the date a flush writes
@@ -75,9 +76,10 @@ def harness_config(
     ``[plugins.entries.<id>.config]`` tables. ``agent_defaults`` are further
     :class:`~claw.AgentDefaultsConfig` fields (``context_window``, ``compaction``, ...).
     """
+    configs = {plugin_id: dict(config) for plugin_id, config in (plugin_config or {}).items()}
+    configs.setdefault("memory-core", {}).setdefault("embedder", "claw-hash")
     entries = {
-        plugin_id: PluginEntryConfig(config=dict(config))
-        for plugin_id, config in (plugin_config or {}).items()
+        plugin_id: PluginEntryConfig(config=config) for plugin_id, config in configs.items()
     }
     return HostConfig(
         workspace_dir=Path(workspace_dir),
