@@ -161,3 +161,19 @@ def test_longmemeval_runs_as_the_acceptance_checks_run_it(tmp_path: Path) -> Non
         for key in ("build_s", "chunks_per_s", "latency_p50_ms", "load_after"):
             assert key in run
         assert set(run["per_type"]) == {"single-session-user"}
+
+
+def test_embedders_benchmark_times_a_first_index_and_query_embedding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks import embedders
+
+    data = _write(tmp_path / "lme.json.gz")
+    embedders.main(["--data", str(data), "--chunks", "3", "--json"])
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(last["runs"]) == {"claw-static", "claw-hash", "lexical"}
+    for name in ("claw-static", "claw-hash"):
+        run = last["runs"][name]
+        assert run["chunks"] >= 1 and run["first_index_s"] > 0
+        assert 0 < run["query_embed_p50_ms"] <= run["query_embed_p95_ms"]
+    assert last["static_table_mib"] > 1
