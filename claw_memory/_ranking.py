@@ -631,8 +631,10 @@ def rank(
                 total += params.when_weight
             # Still 0..1: a candidate covering the query everywhere keeps its score.
             scores = (scores + bonus) / total
-    if (params.assistant_weight != 1.0 or params.echo_weight != 1.0) and len(rows) and (
-        "sessions" in gen.sources_present
+    if (
+        (params.assistant_weight != 1.0 or params.echo_weight != 1.0)
+        and len(rows)
+        and ("sessions" in gen.sources_present)
     ):
         # The head the page can reach, as the second stage re-scores it.
         stage = np.argsort(-scores, kind="stable")[: max(2 * want, _SECOND_STAGE_MIN)]

@@ -78,9 +78,7 @@ def harness_config(
     """
     configs = {plugin_id: dict(config) for plugin_id, config in (plugin_config or {}).items()}
     configs.setdefault("memory-core", {}).setdefault("embedder", "claw-hash")
-    entries = {
-        plugin_id: PluginEntryConfig(config=config) for plugin_id, config in configs.items()
-    }
+    entries = {plugin_id: PluginEntryConfig(config=config) for plugin_id, config in configs.items()}
     return HostConfig(
         workspace_dir=Path(workspace_dir),
         state_dir=Path(state_dir),

@@ -100,9 +100,9 @@ def encode(
         p = f"encoder.layer.{n}."
 
         def dense(v: npt.NDArray[np.float32], name: str, p: str = p) -> npt.NDArray[np.float32]:
-            out: npt.NDArray[np.float32] = v @ weights[p + name + ".weight"].T + weights[
-                p + name + ".bias"
-            ]
+            out: npt.NDArray[np.float32] = (
+                v @ weights[p + name + ".weight"].T + weights[p + name + ".bias"]
+            )
             return out
 
         def split(v: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
