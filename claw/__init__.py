@@ -48,8 +48,6 @@ from ._errors import UnsupportedRequestError as UnsupportedRequestError
 from ._events import EventLog as EventLog
 from ._events import HostEvent as HostEvent
 from ._host import Host as Host
-from ._host import HostScope as HostScope
-from ._host import SlotSelection as SlotSelection
 from ._host import open_host as open_host
 from ._local import LocalMemory as LocalMemory
 from ._local import load_workspace_config as load_workspace_config
@@ -61,6 +59,8 @@ from ._plugins import PluginContracts as PluginContracts
 from ._plugins import RegisteredTool as RegisteredTool
 from ._plugins import Tool as Tool
 from ._runs import Run as Run
+from ._scopes import HostScope as HostScope
+from ._slots import SlotSelection as SlotSelection
 from ._util import fixup_module_metadata as _fixup_module_metadata
 from ._workers import InlineWorkerPool as InlineWorkerPool
 from ._workers import ThreadWorkerPool as ThreadWorkerPool

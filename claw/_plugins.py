@@ -16,10 +16,12 @@ example) unless explicitly disabled.
 
 from __future__ import annotations
 
+import difflib
+import importlib.metadata
 import logging
 import re
 import types
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +32,13 @@ from ._util import NoPublicConstructor, final
 from ._workers import WorkerPool
 
 if TYPE_CHECKING:
+    from ._config import PluginsConfig
     from ._embeddings import EmbeddingProvider
     from ._transcript_reader import TranscriptReader
+
+logger = logging.getLogger("claw.host")
+
+ENTRY_POINT_GROUP = "claw.plugins"
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
@@ -294,3 +301,80 @@ class PluginApi(metaclass=NoPublicConstructor):
         """Look up a registered embedding provider by id (any plugin's)."""
         found = self._embedding_providers.get(provider_id)
         return found.provider if found is not None else None
+
+
+def load_plugins(
+    explicit: Sequence[Plugin],
+    config: PluginsConfig,
+    *,
+    workers: WorkerPool,
+    workspace_dir: Path,
+    state_dir: Path,
+    transcripts: Callable[[], TranscriptReader],
+) -> PluginRegistry:
+    """Run the ``register`` of ``explicit`` and the discovered plugins; what they registered.
+
+    An explicit plugin wins over a discovered one with the same id; a plugin that
+    ``plugins.entries`` disables is not loaded. Each plugin's facet gets its config
+    entry, the shared worker pool and a transcript reader of its own (``transcripts``
+    makes one), and is closed when ``register`` returns.
+    """
+    registry = PluginRegistry()
+    candidates: list[Plugin] = list(explicit)
+    if config.discover:
+        candidates.extend(discover_plugins({p.id for p in explicit}))
+    for plugin in candidates:
+        if not isinstance(plugin, Plugin):
+            raise ContractError(f"{plugin!r} is not a claw.Plugin")
+        if plugin.id in registry.plugins:
+            raise ContractError(f'two plugins share the id "{plugin.id}"')
+        entry = config.entry(plugin.id)
+        if not entry.enabled:
+            logger.info("plugin %s is disabled by plugins.entries.%s", plugin.id, plugin.id)
+            continue
+        registry.plugins[plugin.id] = plugin
+        api = PluginApi._create(
+            plugin,
+            registry,
+            config=entry.config,
+            workers=workers,
+            workspace_dir=workspace_dir,
+            state_dir=state_dir,
+            transcripts=transcripts(),
+        )
+        try:
+            plugin.register(api)
+        finally:
+            api._close()
+    for plugin_id in config.entries:
+        if plugin_id not in registry.plugins and config.entries[plugin_id].enabled:
+            near = difflib.get_close_matches(plugin_id, list(registry.plugins), n=1)
+            logger.warning(
+                "plugins.entries.%s configures a plugin that is not loaded%s",
+                plugin_id,
+                f" (did you mean {near[0]!r}?)" if near else "",
+            )
+    return registry
+
+
+def discover_plugins(skip: set[str]) -> list[Plugin]:
+    """The plugins the ``claw.plugins`` entry-point group names (ids in ``skip`` left out)."""
+    found: list[Plugin] = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in skip:
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise ContractError(
+                f'plugin entry point "{ep.name}" ({ep.value}) failed to load: {exc}'
+            ) from exc
+        if not isinstance(plugin, Plugin):
+            raise ContractError(
+                f'plugin entry point "{ep.name}" ({ep.value}) is a {type(plugin).__name__}, '
+                "not a claw.Plugin"
+            )
+        if plugin.id in skip:
+            continue
+        found.append(plugin)
+    return found

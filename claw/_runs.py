@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -30,11 +29,14 @@ import trio
 from ._capabilities import (
     AUDIENCE_STALE_MESSAGE,
     ConversationRecallPass,
+    FlushIdentity,
     MemoryAudience,
     MemoryCallerContext,
     SessionAuthority,
 )
+from ._currency import RECALL_STALE_REASON, Currency, recall_current
 from ._errors import CapabilityDeniedError, CurrencyPendingError
+from ._scopes import HostScope, Scopes
 from ._util import NoPublicConstructor, final
 from .sessions import (
     ChatType,
@@ -43,15 +45,12 @@ from .sessions import (
     ResolvedAudience,
     SessionNotFoundError,
     SessionRow,
-    SessionView,
     explain_audience,
     explain_detached_child,
     is_lineage_current,
     resolve_audience,
 )
-
-if TYPE_CHECKING:
-    from ._host import Host, HostScope
+from .state import SessionStorage
 
 logger = logging.getLogger("claw.runs")
 
@@ -67,7 +66,7 @@ class Run(metaclass=NoPublicConstructor):
 
     def __init__(
         self,
-        host: Host,
+        opener: RunOpener,
         scope: HostScope,
         *,
         session_key: str,
@@ -78,7 +77,7 @@ class Run(metaclass=NoPublicConstructor):
         sender_is_owner: bool,
         no_audience_reason: str | None,
     ) -> None:
-        self._host = host
+        self._opener = opener
         self._scope = scope
         #: Why the run has no memory audience (``None`` when it has one): stale
         #: lineage, an ineligible chat type, an unverified session id, a lineage too
@@ -118,7 +117,7 @@ class Run(metaclass=NoPublicConstructor):
         The receipt is this run's ``sender_is_owner`` (the channel layer's fact for the
         spawning turn); the child's audience comes from it and the root's chat type.
         """
-        return await self._host.sessions.spawn_child(
+        return await self._opener.sessions.spawn_child(
             self.session_key, child_key, sender_is_owner=self.sender_is_owner, chat_type=chat_type
         )
 
@@ -126,7 +125,7 @@ class Run(metaclass=NoPublicConstructor):
         audience = self.audience
         if audience is not None:
             # Delegating from a stale audience is an error, never a silent "no audience".
-            self._host.verify(audience, session_key=self.session_key)
+            self._opener.currency.verify(audience, session_key=self.session_key)
 
     def open_child_run(
         self, child_key: str, *, sandboxed: bool | None = None
@@ -142,14 +141,13 @@ class Run(metaclass=NoPublicConstructor):
         is no longer current (:class:`~claw.StaleCapabilityError`).
         """
         self._check_delegable()
-        row = self._host.sessions.get_nowait(child_key)
+        row = self._opener.sessions.get_nowait(child_key)
         if row is not None and row.agent_id != self.agent_id:
             raise CapabilityDeniedError(
                 f"session {child_key!r} belongs to agent {row.agent_id!r}; a run of agent "
                 f"{self.agent_id!r} cannot open a child run for it"
             )
-        return open_run(
-            self._host,
+        return self._opener._open(
             child_key,
             sender_is_owner=self.sender_is_owner,
             sandboxed=self.authority.sandboxed if sandboxed is None else sandboxed,
@@ -168,12 +166,11 @@ class Run(metaclass=NoPublicConstructor):
         through the supplied audience, never through that flag.
         """
         self._check_delegable()
-        if self._host.sessions.get_nowait(detached_key) is not None:
+        if self._opener.sessions.get_nowait(detached_key) is not None:
             raise CapabilityDeniedError(
                 f"{detached_key!r} is a stored session; a maintenance run needs a detached key"
             )
-        return open_run(
-            self._host,
+        return self._opener._open(
             detached_key,
             sender_is_owner=self.sender_is_owner,
             sandboxed=self.authority.sandboxed,
@@ -182,226 +179,238 @@ class Run(metaclass=NoPublicConstructor):
             _maintenance=True,
         )
 
-
-def _mint_audience(
-    host: Host,
-    scope: HostScope,
-    resolved: ResolvedAudience | None,
-    *,
-    session_key: str,
-    parent: MemoryAudience | None = None,
-) -> MemoryAudience | None:
-    if resolved is None:
-        return None
-    store = host.sessions
-    lineage = resolved.lineage
-    registry = host._capabilities
-
-    keys = tuple(link.key for link in lineage)
-
-    def current() -> bool:
-        if store.pending_nowait(keys):
-            # The database may already hold a new incarnation the mirror does not show.
-            raise CurrencyPendingError(
-                "memory audience currency is unavailable while a write to a session in its "
-                "lineage is in flight; retry once it finishes"
-            )
-        if parent is not None and not registry.is_live(parent):
-            return False
-        return is_lineage_current(store, lineage)
-
-    audience = scope._mint(
-        MemoryAudience,
-        kind=resolved.kind,
-        agent_id=resolved.agent_id,
-        session_key=resolved.session_key,
-        session_id=resolved.session_id,
-        bound_session_key=session_key,
-        lineage_keys=keys,
-        check=current,
-        stale_message=AUDIENCE_STALE_MESSAGE,
-    )
-    host._lineages[audience] = AudienceLineage(lineage, parent)
-    return audience
-
-
-@attrs.frozen
-class AudienceLineage:
-    """What the release check re-reads for one audience: the incarnations it was minted
-    for, and the audience it was delegated from (whose lineage must be current too)."""
-
-    links: tuple[LineageLink, ...]
-    parent: MemoryAudience | None
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(link.key for link in self.links)
-
-    def current_in(self, view: SessionView) -> bool:
-        return is_lineage_current(view, self.links)
-
-
-def _mint_recall_pass(
-    host: Host,
-    scope: HostScope,
-    *,
-    agent_id: str,
-    session_key: str,
-    conversations: Iterable[str],
-    purpose: str,
-) -> ConversationRecallPass:
-    keys = frozenset(conversations)
-    if isinstance(conversations, str) or not keys:
-        raise ValueError("a conversation recall pass names at least one conversation key")
-    store = host.sessions
-    links: list[LineageLink] = []
-    for key in sorted(keys):
-        row = store.get_nowait(key)
-        if row is None:
-            raise SessionNotFoundError(key)
-        if row.agent_id != agent_id:
-            raise CapabilityDeniedError(
-                f"conversation {key!r} belongs to agent {row.agent_id!r}, not {agent_id!r}"
-            )
-        if row.parent_key is not None:
-            raise CapabilityDeniedError(
-                f"conversation {key!r} is a child session; a recall pass names root conversations"
-            )
-        links.append(LineageLink(key, row.session_id, row.lifecycle_revision))
-    named = tuple(links)
-    names = tuple(link.key for link in named)
-
-    def current() -> bool:
-        if store.pending_nowait(names):
-            raise CurrencyPendingError(
-                "conversation recall pass currency is unavailable while a write to a "
-                "conversation it names is in flight; retry once it finishes"
-            )
-        return recall_current(store, named)
-
-    recall = scope._mint(
-        ConversationRecallPass,
-        agent_id=agent_id,
-        holder_session_key=session_key,
-        conversation_keys=keys,
-        purpose=purpose,
-        bound_session_key=session_key,
-        lineage_keys=names,
-        check=current,
-        stale_message=RECALL_STALE_REASON,
-    )
-    host._recalls[recall] = named
-    return recall
-
-
-#: Why a recall pass went stale: a conversation it names was reset, reassigned or deleted.
-RECALL_STALE_REASON = "a conversation it names changed incarnation"
-
-
-def recall_current(view: SessionView, named: tuple[LineageLink, ...]) -> bool:
-    """Whether every conversation a recall pass names keeps the incarnation it had at
-    minting (each is a root conversation: a lineage of one)."""
-    return bool(named) and all(is_lineage_current(view, (link,)) for link in named)
-
-
-@asynccontextmanager
-async def open_run(
-    host: Host,
-    session_key: str,
-    *,
-    sender_is_owner: bool,
-    sandboxed: bool = False,
-    conversation_recall: Iterable[str] | None = None,
-    recall_purpose: str = "active-memory-recall",
-    _parent: Run | None = None,
-    _detached_parent_key: str | None = None,
-    _maintenance: bool = False,
-) -> AsyncIterator[Run]:
-    """Open a run of ``session_key``; see :meth:`claw.Host.open_run`."""
-    if not isinstance(sender_is_owner, bool):
-        raise TypeError(f"sender_is_owner must be True or False, got {sender_is_owner!r}")
-    if not isinstance(sandboxed, bool):
-        raise TypeError(f"sandboxed must be True or False, got {sandboxed!r}")
-    store = host.sessions
-    # Start from the committed rows: another process may have created, reset or
-    # deleted a session of this run since the watcher last looked.
-    await store.refresh()
-    row = store.get_nowait(session_key)
-    found: ResolvedAudience | NoAudience
-    if _detached_parent_key is not None:
-        parent_row = store.get_nowait(_detached_parent_key)
-        if parent_row is None:
-            raise SessionNotFoundError(_detached_parent_key)
-        agent_id = parent_row.agent_id
-        found = (
-            explain_detached_child(
-                store, session_key, _detached_parent_key, sender_is_owner=sender_is_owner
-            )
-            if row is None
-            else explain_audience(store, session_key, sender_is_owner=sender_is_owner)
+    def mint_flush_identity(self, flush_id: str, source_session_key: str) -> FlushIdentity:
+        """Mint this (maintenance) run's flush identity, revoked when the run ends."""
+        return self._scope.mint(
+            FlushIdentity,
+            flush_id=flush_id,
+            source_session_key=source_session_key,
+            bound_session_key=self.session_key,
         )
-    else:
-        if row is None:
-            raise SessionNotFoundError(session_key)
-        agent_id = row.agent_id
-        found = explain_audience(store, session_key, sender_is_owner=sender_is_owner)
-    parent_audience = _parent.audience if _parent is not None else None
-    if _parent is not None and isinstance(found, ResolvedAudience):
-        found = _inherit(host, _parent, found)
-    resolved = found if isinstance(found, ResolvedAudience) else None
-    reason = found.reason if isinstance(found, NoAudience) else None
-    if reason is not None:
-        logger.debug("run of %s has no memory audience: %s", session_key, reason)
-    async with host.open_scope(f"run:{session_key}") as scope:
-        audience = _mint_audience(
-            host, scope, resolved, session_key=session_key, parent=parent_audience
-        )
-        recall = (
-            _mint_recall_pass(
-                host,
-                scope,
-                agent_id=agent_id,
-                session_key=session_key,
-                conversations=conversation_recall,
-                purpose=recall_purpose,
-            )
-            if conversation_recall is not None
-            else None
-        )
-        authority = scope._mint(
-            SessionAuthority,
-            session_key=session_key,
-            agent_id=agent_id,
-            session_id=row.session_id if row is not None else None,
+
+
+@attrs.define(eq=False)
+class RunOpener:
+    """Opens runs and mints their capabilities; built by ``open_host``.
+
+    It receives what a run needs and nothing else: the scopes to mint in, the session
+    store (lineage resolution reads its mirror) and the currency checker (which keeps
+    each audience's lineage for the release check).
+    """
+
+    scopes: Scopes
+    sessions: SessionStorage
+    currency: Currency
+
+    def open(
+        self,
+        session_key: str,
+        *,
+        sender_is_owner: bool,
+        sandboxed: bool = False,
+        conversation_recall: Iterable[str] | None = None,
+        recall_purpose: str = "active-memory-recall",
+    ) -> AbstractAsyncContextManager[Run]:
+        """Open a run of ``session_key``; see :meth:`claw.Host.open_run`."""
+        return self._open(
+            session_key,
+            sender_is_owner=sender_is_owner,
             sandboxed=sandboxed,
-            audience=audience,
-            conversation_recall=recall,
+            conversation_recall=conversation_recall,
+            recall_purpose=recall_purpose,
+        )
+
+    def _mint_audience(
+        self,
+        scope: HostScope,
+        resolved: ResolvedAudience | None,
+        *,
+        session_key: str,
+        parent: MemoryAudience | None = None,
+    ) -> MemoryAudience | None:
+        if resolved is None:
+            return None
+        store = self.sessions
+        currency = self.currency
+        lineage = resolved.lineage
+        keys = tuple(link.key for link in lineage)
+
+        def current() -> bool:
+            if store.pending_nowait(keys):
+                # The database may already hold a new incarnation the mirror does not show.
+                raise CurrencyPendingError(
+                    "memory audience currency is unavailable while a write to a session in "
+                    "its lineage is in flight; retry once it finishes"
+                )
+            if parent is not None and not currency.is_live(parent):
+                return False
+            return is_lineage_current(store, lineage)
+
+        audience = scope.mint(
+            MemoryAudience,
+            kind=resolved.kind,
+            agent_id=resolved.agent_id,
+            session_key=resolved.session_key,
+            session_id=resolved.session_id,
             bound_session_key=session_key,
+            lineage_keys=keys,
+            check=current,
+            stale_message=AUDIENCE_STALE_MESSAGE,
         )
-        caller = scope.mint_caller_context(
-            authority, cancel_scope=scope.nursery.cancel_scope, purpose="run"
-        )
-        yield Run._create(
-            host,
-            scope,
-            session_key=session_key,
+        currency.record_audience(audience, lineage, parent)
+        return audience
+
+    def _mint_recall_pass(
+        self,
+        scope: HostScope,
+        *,
+        agent_id: str,
+        session_key: str,
+        conversations: Iterable[str],
+        purpose: str,
+    ) -> ConversationRecallPass:
+        keys = frozenset(conversations)
+        if isinstance(conversations, str) or not keys:
+            raise ValueError("a conversation recall pass names at least one conversation key")
+        store = self.sessions
+        links: list[LineageLink] = []
+        for key in sorted(keys):
+            row = store.get_nowait(key)
+            if row is None:
+                raise SessionNotFoundError(key)
+            if row.agent_id != agent_id:
+                raise CapabilityDeniedError(
+                    f"conversation {key!r} belongs to agent {row.agent_id!r}, not {agent_id!r}"
+                )
+            if row.parent_key is not None:
+                raise CapabilityDeniedError(
+                    f"conversation {key!r} is a child session; a recall pass names root "
+                    "conversations"
+                )
+            links.append(LineageLink(key, row.session_id, row.lifecycle_revision))
+        named = tuple(links)
+        names = tuple(link.key for link in named)
+
+        def current() -> bool:
+            if store.pending_nowait(names):
+                raise CurrencyPendingError(
+                    "conversation recall pass currency is unavailable while a write to a "
+                    "conversation it names is in flight; retry once it finishes"
+                )
+            return recall_current(store, named)
+
+        recall = scope.mint(
+            ConversationRecallPass,
             agent_id=agent_id,
-            session=row,
-            authority=authority,
-            caller=caller,
-            sender_is_owner=False if _maintenance else sender_is_owner,
-            no_audience_reason=reason,
+            holder_session_key=session_key,
+            conversation_keys=keys,
+            purpose=purpose,
+            bound_session_key=session_key,
+            lineage_keys=names,
+            check=current,
+            stale_message=RECALL_STALE_REASON,
         )
+        self.currency.record_recall(recall, named)
+        return recall
+
+    @asynccontextmanager
+    async def _open(
+        self,
+        session_key: str,
+        *,
+        sender_is_owner: bool,
+        sandboxed: bool = False,
+        conversation_recall: Iterable[str] | None = None,
+        recall_purpose: str = "active-memory-recall",
+        _parent: Run | None = None,
+        _detached_parent_key: str | None = None,
+        _maintenance: bool = False,
+    ) -> AsyncIterator[Run]:
+        if not isinstance(sender_is_owner, bool):
+            raise TypeError(f"sender_is_owner must be True or False, got {sender_is_owner!r}")
+        if not isinstance(sandboxed, bool):
+            raise TypeError(f"sandboxed must be True or False, got {sandboxed!r}")
+        store = self.sessions
+        # Start from the committed rows: another process may have created, reset or
+        # deleted a session of this run since the watcher last looked.
+        await store.refresh()
+        row = store.get_nowait(session_key)
+        found: ResolvedAudience | NoAudience
+        if _detached_parent_key is not None:
+            parent_row = store.get_nowait(_detached_parent_key)
+            if parent_row is None:
+                raise SessionNotFoundError(_detached_parent_key)
+            agent_id = parent_row.agent_id
+            found = (
+                explain_detached_child(
+                    store, session_key, _detached_parent_key, sender_is_owner=sender_is_owner
+                )
+                if row is None
+                else explain_audience(store, session_key, sender_is_owner=sender_is_owner)
+            )
+        else:
+            if row is None:
+                raise SessionNotFoundError(session_key)
+            agent_id = row.agent_id
+            found = explain_audience(store, session_key, sender_is_owner=sender_is_owner)
+        parent_audience = _parent.audience if _parent is not None else None
+        if _parent is not None and isinstance(found, ResolvedAudience):
+            found = _inherit(store, _parent, found)
+        resolved = found if isinstance(found, ResolvedAudience) else None
+        reason = found.reason if isinstance(found, NoAudience) else None
+        if reason is not None:
+            logger.debug("run of %s has no memory audience: %s", session_key, reason)
+        async with self.scopes.open(f"run:{session_key}") as scope:
+            audience = self._mint_audience(
+                scope, resolved, session_key=session_key, parent=parent_audience
+            )
+            recall = (
+                self._mint_recall_pass(
+                    scope,
+                    agent_id=agent_id,
+                    session_key=session_key,
+                    conversations=conversation_recall,
+                    purpose=recall_purpose,
+                )
+                if conversation_recall is not None
+                else None
+            )
+            authority = scope.mint(
+                SessionAuthority,
+                session_key=session_key,
+                agent_id=agent_id,
+                session_id=row.session_id if row is not None else None,
+                sandboxed=sandboxed,
+                audience=audience,
+                conversation_recall=recall,
+                bound_session_key=session_key,
+            )
+            caller = scope.mint_caller_context(
+                authority, cancel_scope=scope.nursery.cancel_scope, purpose="run"
+            )
+            yield Run._create(
+                self,
+                scope,
+                session_key=session_key,
+                agent_id=agent_id,
+                session=row,
+                authority=authority,
+                caller=caller,
+                sender_is_owner=False if _maintenance else sender_is_owner,
+                no_audience_reason=reason,
+            )
 
 
-def _inherit(host: Host, parent: Run, resolved: ResolvedAudience) -> ResolvedAudience | NoAudience:
+def _inherit(
+    store: SessionStorage, parent: Run, resolved: ResolvedAudience
+) -> ResolvedAudience | NoAudience:
     """A child inherits only within its parent's audience and root conversation, never wider."""
     key = resolved.invocation_key
     parent_audience = parent.audience
     if parent_audience is None:
         reason = parent.no_audience_reason or "no audience"
         return NoAudience(key, f"its parent run of {parent.session_key!r} has none ({reason})")
-    parent_resolved = resolve_audience(host.sessions, parent.session_key, sender_is_owner=False)
+    parent_resolved = resolve_audience(store, parent.session_key, sender_is_owner=False)
     if parent_resolved is None or parent_resolved.root.key != resolved.root.key:
         return NoAudience(
             key, f"{key!r} is not in the conversation of its parent run {parent.session_key!r}"

@@ -11,6 +11,7 @@ are left out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -63,14 +64,14 @@ class TranscriptReader:
         factory=dict, init=False
     )
 
-    # -- host side ---------------------------------------------------------------
+    # -- host side (see TranscriptReaders) -------------------------------------------
 
     def _attach(self, transcripts: TranscriptLedger) -> None:
-        """Called by the host once its stores are open."""
+        """Called once the host's stores are open."""
         self._transcripts = transcripts
 
     def _session_changed(self) -> None:
-        """Called by the host after every committed session change."""
+        """Called after every committed session change."""
         self._session_version += 1
 
     async def _aclose(self) -> None:
@@ -159,3 +160,42 @@ class TranscriptReader:
     ) -> TranscriptDelta:
         """The cursor API engines use to bootstrap or rebuild history (see claw.turns)."""
         return await self._store().read_session_transcript_visible_message_delta(session_id, cursor)
+
+
+@attrs.define(eq=False)
+class TranscriptReaders:
+    """The host side of every plugin's ``api.transcripts``: it makes one reader per
+    plugin while plugins load (before the stores open), attaches them to the transcript
+    store once it is open, tells them of session changes and closes them.
+
+    ``lister`` opens each reader's own read-only view of the session rows.
+    """
+
+    _lister: Callable[[], SessionLister]
+    _readers: list[TranscriptReader] = attrs.field(factory=list, init=False)
+    _store: TranscriptLedger | None = attrs.field(default=None, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
+
+    def new(self) -> TranscriptReader:
+        """A reader for one plugin (attached at once when the store is already open)."""
+        reader = TranscriptReader(self._lister())
+        if self._store is not None and not self._closed:
+            reader._attach(self._store)
+        self._readers.append(reader)
+        return reader
+
+    def attach(self, transcripts: TranscriptLedger) -> None:
+        """The transcript store is open: every reader reads from it from now on."""
+        self._store = transcripts
+        for reader in self._readers:
+            reader._attach(transcripts)
+
+    def session_changed(self) -> None:
+        """A session changed incarnation: cached listings are out of date."""
+        for reader in self._readers:
+            reader._session_changed()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for reader in self._readers:
+            await reader._aclose()

@@ -32,19 +32,24 @@ from __future__ import annotations
 import inspect
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 import trio
 
-from .._capabilities import FlushIdentity
+from .._config import AgentDefaultsConfig
 from .._errors import ClawError, ConfigError
+from .._events import EventLog
 from .._plugins import RegisteredTool
+from .._slots import SlotView
+from .._workers import WorkerPool
 from ..context import estimate_tokens
-from ..models import AssistantMessage, CompactionSummary, Message, UserMessage
-from ..turns._tools import FlushToolContext, ToolContext, ToolPolicy, run_tool_call, tool_specs
+from ..models import AssistantMessage, CompactionSummary, Message, ModelRegistry, UserMessage
+from ..state import TranscriptLedger
+from ..turns._tools import FlushToolContext, ToolDispatch, ToolPolicy, tool_specs
 from ._errors import FlushPlanError
 from ._evidence import NO_EVIDENCE_REASON, Evidence, EvidenceTracker
 from ._file_arm import append_only_write_tool, create_target, read_tool, resolve_target
@@ -69,7 +74,6 @@ from ._timing import (
 from ._tools_arm import project_tools
 
 if TYPE_CHECKING:
-    from .._host import Host
     from .._runs import Run
     from ..sessions import SessionRow
 
@@ -124,9 +128,24 @@ class _Attempt:
 
 @attrs.define(eq=False)
 class FlushCoordinator:
-    """Runs the pre-compaction memory flush for one host (see the module docstring)."""
+    """Runs the pre-compaction memory flush for one host (see the module docstring).
 
-    host: Host
+    Built by ``open_host`` with what a flush uses: the agents' defaults (timing, models,
+    tool rounds), the workspace, the transcript store (the flush's own transcript and
+    its settled-cycle record), the read-only view of the slots (resolvers and tools),
+    the models, the worker pool, the event sink, the tool dispatch (which checks the
+    memory owner's tools against the host's currency) and the clock.
+    """
+
+    defaults: AgentDefaultsConfig
+    workspace_dir: Path
+    transcripts: TranscriptLedger
+    slots: SlotView
+    models: ModelRegistry
+    workers: WorkerPool
+    events: EventLog
+    tools: ToolDispatch
+    clock: Callable[[], float]
     _done: set[str] = attrs.field(factory=set, init=False)
     _tried: weakref.WeakKeyDictionary[Run, set[str]] = attrs.field(
         factory=weakref.WeakKeyDictionary, init=False
@@ -152,8 +171,7 @@ class FlushCoordinator:
         ``tool_policy`` and ``model_refs`` are the turn's, which the flush keeps unless
         its plan says otherwise.
         """
-        host = self.host
-        config = host.config.agents.defaults.compaction.memory_flush
+        config = self.defaults.compaction.memory_flush
         if not config.enabled:
             return None
         flush_id = derive_flush_id(row.session_id, row.lifecycle_revision, compaction_count)
@@ -162,7 +180,7 @@ class FlushCoordinator:
             return None
         # Settled before a restart, or by another process or host: the record is read
         # while the calling turn holds the session's lock, so no one settles it meanwhile.
-        if await host.transcripts.flush_recorded(flush_id):
+        if await self.transcripts.flush_recorded(flush_id):
             self._done.add(flush_id)
             return None
         result = await self._flush_if_due(
@@ -181,7 +199,7 @@ class FlushCoordinator:
                 # Durable, so that neither a restart before this cycle's compaction nor
                 # another process's next turn flushes the same cycle again.
                 with trio.CancelScope(shield=True):
-                    await host.transcripts.record_flush(flush_id, row.session_key)
+                    await self.transcripts.record_flush(flush_id, row.session_key)
         return result
 
     async def _flush_if_due(
@@ -196,10 +214,9 @@ class FlushCoordinator:
         tool_policy: ToolPolicy | None,
         model_refs: ModelRefs | None,
     ) -> FlushResult | None:
-        host = self.host
-        config = host.config.agents.defaults.compaction.memory_flush
+        config = self.defaults.compaction.memory_flush
         timing = resolve_timing(config, context_window)
-        stats = await host.transcripts.stats(row.session_id)
+        stats = await self.transcripts.stats(row.session_id)
         tokens = estimate_tokens(visible)
 
         def trigger_for(t: MemoryFlushTiming) -> FlushTrigger | None:
@@ -208,9 +225,9 @@ class FlushCoordinator:
             )
 
         host_trigger = trigger_for(timing)
-        slots = host.slots
+        slots = self.slots
         effective = select_flush_resolver(
-            slots.memory_plugin, slots.memory_sidecars, host.plugin_registry.memory_capabilities
+            slots.memory_plugin, slots.memory_sidecars, slots.memory_capabilities
         )
         if effective is None:
             if host_trigger is None:
@@ -218,7 +235,7 @@ class FlushCoordinator:
             attempt = _Attempt(self, row.session_key, flush_id, host_trigger)
             return attempt.finish("skipped", reason="no memory plugin supplies a flush plan")
         request = MemoryFlushPlanRequest(
-            agent_id=run.agent_id, session_key=row.session_key, timing=timing, now=self.host.clock()
+            agent_id=run.agent_id, session_key=row.session_key, timing=timing, now=self.clock()
         )
         try:
             plan = await _call_resolver(effective, request)
@@ -318,7 +335,7 @@ class FlushCoordinator:
     ) -> FlushResult:
         plugin = effective.plugin_id
         if not effective.is_owner:
-            owner = self.host.slots.memory_plugin
+            owner = self.slots.memory_plugin
             attempt.warn(
                 f'plugin "{plugin}" supplied a tools-arm flush plan but does not own the '
                 f'memory slot (owner: "{owner}"); only the slot owner may; plan skipped'
@@ -334,7 +351,7 @@ class FlushCoordinator:
                 "skipped", reason=f'plugin "{plugin}" declared overlapping flush tools'
             )
         projection = project_tools(
-            plan, plugin_id=plugin, registered=self.host.plugin_registry.tools, policy=policy
+            plan, plugin_id=plugin, registered=self.slots.tools, policy=policy
         )
         if projection.writable_lookup:
             attempt.warn(
@@ -362,7 +379,7 @@ class FlushCoordinator:
             )
         tools: list[RegisteredTool] = []
         if policy.allows("read"):
-            tools.append(read_tool(self.host.config.workspace_dir, self.host.workers))
+            tools.append(read_tool(self.workspace_dir, self.workers))
         tools.extend(projection.persistence)
         tools.extend(projection.lookup)
         tracker = EvidenceTracker(frozenset(t.name for t in projection.persistence))
@@ -384,12 +401,7 @@ class FlushCoordinator:
                         reason=f"the source turn has no valid memory audience ({why})",
                         flush_key=flush_key,
                     )
-                identity = flush_run.scope._mint(
-                    FlushIdentity,
-                    flush_id=attempt.flush_id,
-                    source_session_key=run.session_key,
-                    bound_session_key=flush_key,
-                )
+                identity = flush_run.mint_flush_identity(attempt.flush_id, run.session_key)
                 model_ref = await self._run_turn(
                     flush_run,
                     flush_id=attempt.flush_id,
@@ -431,8 +443,7 @@ class FlushCoordinator:
         refs: ModelRefs | None,
         policy: ToolPolicy,
     ) -> FlushResult:
-        host = self.host
-        workspace = host.config.workspace_dir
+        workspace = self.workspace_dir
         plugin = attempt.plugin_id
         try:
             target = resolve_target(workspace, plan.relative_path)
@@ -445,12 +456,12 @@ class FlushCoordinator:
                 f"{plan.relative_path} ({target}) skipped"
             )
             return attempt.finish("skipped", reason="tool policy removes write")
-        refusal = await host.workers.run_sync(
+        refusal = await self.workers.run_sync(
             partial(workspace_write_refusal, workspace, target, sandboxed=run.authority.sandboxed)
         )
         if refusal is None:
             try:
-                await host.workers.run_sync(create_target, target)
+                await self.workers.run_sync(create_target, target)
             except OSError as exc:
                 refusal = f"the host could not create {plan.relative_path}: {exc}"
         if refusal is not None:
@@ -461,8 +472,8 @@ class FlushCoordinator:
             return attempt.finish("skipped", reason=f"no writable workspace access: {refusal}")
         tools: list[RegisteredTool] = []
         if policy.allows("read"):
-            tools.append(read_tool(workspace, host.workers))
-        tools.append(append_only_write_tool(workspace, target, plan.relative_path, host.workers))
+            tools.append(read_tool(workspace, self.workers))
+        tools.append(append_only_write_tool(workspace, target, plan.relative_path, self.workers))
         flush_key = flush_session_key(run.session_key)
         names = [t.name for t in tools]
         try:
@@ -504,8 +515,7 @@ class FlushCoordinator:
         memory_flush: FlushToolContext | None,
     ) -> str:
         """Run the flush turn in the detached session; returns the answering model's ref."""
-        host = self.host
-        store = host.transcripts
+        store = self.transcripts
         primary, fallbacks, pinned = refs if refs is not None else self._session_refs()
         prompt = UserMessage(plan.prompt)
         budget = (
@@ -518,24 +528,10 @@ class FlushCoordinator:
         specs = tool_specs(tools)
         key = flush_run.session_key
         await store.append(key, flush_id, [prompt])
-        workspace = host.config.workspace_dir
-
-        def context_for(tool: RegisteredTool) -> ToolContext:
-            return ToolContext(
-                owner_plugin_id=tool.plugin_id,
-                tool_name=tool.name,
-                session_key=key,
-                agent_id=flush_run.agent_id,
-                caller=flush_run.caller,
-                sandboxed=flush_run.authority.sandboxed,
-                workspace_dir=workspace,
-                memory_flush=memory_flush,
-            )
-
-        max_rounds = host.config.agents.defaults.max_tool_rounds
+        max_rounds = self.defaults.max_tool_rounds
         rounds = 0
         while True:
-            completion = await host.models.complete_with_fallback(
+            completion = await self.models.complete_with_fallback(
                 primary,
                 fallbacks,
                 messages=messages,
@@ -547,13 +543,7 @@ class FlushCoordinator:
             if reply.tool_calls and rounds < max_rounds:
                 rounds += 1
                 results = [
-                    await run_tool_call(
-                        call,
-                        tool_map,
-                        context_for,
-                        memory_owner=host.slots.memory_plugin,
-                        verify=host.verify,
-                    )
+                    await self.tools.call(call, tool_map, flush_run, memory_flush=memory_flush)
                     for call in reply.tool_calls
                 ]
                 tracker.record_results(results)
@@ -582,7 +572,7 @@ class FlushCoordinator:
         return turn
 
     def _session_refs(self) -> ModelRefs:
-        defaults = self.host.config.agents.defaults
+        defaults = self.defaults
         if defaults.model is None:
             raise ConfigError(
                 "agents.defaults.model", "no model is configured for the memory flush turn"
@@ -632,7 +622,7 @@ class FlushCoordinator:
         if result.status == "completed":
             data["evidence"] = result.evidence
             data["model_ref"] = result.model_ref
-        self.host.events.emit(f"flush.{result.status}", source_key, **data)
+        self.events.emit(f"flush.{result.status}", source_key, **data)
 
 
 async def _call_resolver(

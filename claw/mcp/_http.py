@@ -35,7 +35,7 @@ import hashlib
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
@@ -61,10 +61,22 @@ from .._errors import ClawError
 from ..gateway._auth import TokenTable
 
 if TYPE_CHECKING:
-    from mcp.server import ServerRequestContext
+    from mcp.server import Server, ServerRequestContext
     from mcp.server.streamable_http import StreamableHTTPServerTransport
 
-    from ._server import MemoryMcpServer
+
+class HttpServable(Protocol):
+    """What the HTTP transport needs of the server it serves (``MemoryMcpServer``)."""
+
+    @property
+    def scopes(self) -> frozenset[str]: ...
+
+    def sdk_server(
+        self,
+        granted: Callable[[ServerRequestContext[Any, Any]], frozenset[str]],
+        *,
+        transport: str,
+    ) -> Server[Any]: ...
 
 MCP_PATH = "/mcp"
 
@@ -290,7 +302,7 @@ async def _json_rpc_error(send: _Send, status: int, message: str) -> None:
 
 
 def build_app(
-    server: MemoryMcpServer,
+    server: HttpServable,
     *,
     tokens: TokenTable,
     max_body_bytes: int,
@@ -325,27 +337,21 @@ def build_app(
 
 
 async def serve_http(
-    server: MemoryMcpServer,
+    server: HttpServable,
     bind_host: str,
     port: int,
     *,
     tokens: TokenTable,
-    max_body_bytes: int | None = None,
-    config: McpConfig | None = None,
+    max_body_bytes: int,
+    config: McpConfig,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``server`` over streamable HTTP until cancelled; reports the endpoint URL.
 
     Port 0 binds a free port; the URL given to ``task_status`` names the one bound.
-    ``config`` defaults to the host's ``[mcp]`` section.
+    ``config`` is the ``[mcp]`` section (sessions, Host and Origin).
     """
-    limit = max_body_bytes or server.host.config.gateway.max_message_bytes
-    app = build_app(
-        server,
-        tokens=tokens,
-        max_body_bytes=limit,
-        config=config if config is not None else server.host.config.mcp,
-    )
+    app = build_app(server, tokens=tokens, max_body_bytes=max_body_bytes, config=config)
     hypercorn = HypercornConfig()
     hypercorn.bind = [f"fd://{_listen(bind_host, port)}"]
     hypercorn.accesslog = None

@@ -217,7 +217,13 @@ class MemoryMcpServer:
         ``config`` (sessions, Host and Origin) defaults to the host's ``[mcp]`` section.
         """
         await serve_http(
-            self, bind_host, port, tokens=tokens, config=config, task_status=task_status
+            self,
+            bind_host,
+            port,
+            tokens=tokens,
+            max_body_bytes=self.host.config.gateway.max_message_bytes,
+            config=config if config is not None else self.host.config.mcp,
+            task_status=task_status,
         )
 
 

@@ -23,28 +23,30 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import trio
 
+from .._agents import Agents
 from .._capabilities import (
     HostAuthority,
     MemoryCallerContext,
     OperatorAuthority,
     SessionAuthority,
 )
+from .._currency import Currency
 from .._errors import (
     CapabilityDeniedError,
     ClawError,
     ContractError,
-    CurrencyPendingError,
     HostClosedError,
     ProviderError,
-    StaleCapabilityError,
     UnknownAgentError,
     UnsupportedRequestError,
 )
+from .._scopes import Lifecycle
+from .._slots import SlotView
 from ._contracts import (
     MemoryPluginCapability,
     MemoryProviderHandle,
@@ -68,9 +70,6 @@ from ._types import (
     ProviderCapabilities,
 )
 from ._writes import add_memory, forget_memory
-
-if TYPE_CHECKING:
-    from .._host import Host
 
 logger = logging.getLogger("claw.memory")
 
@@ -104,9 +103,7 @@ class GuardedMemoryHandle:
     _context: MemoryCallerContext
     _check_selected: Callable[[], None]
     _authorize: Callable[[AuthorizeSearchHitsRequest], Awaitable[Any]] | None
-    _verify: Callable[[MemoryCallerContext], None]
-    _wait_for_writes: Callable[[], Awaitable[None]]
-    _verify_committed: Callable[[MemoryCallerContext], Awaitable[None]]
+    _currency: Currency
     _closed: bool = attrs.field(default=False, init=False)
 
     def _check_open(self) -> None:
@@ -125,27 +122,24 @@ class GuardedMemoryHandle:
     def has_refresh(self) -> bool:
         return callable(getattr(self._handle, "refresh", None))
 
-    def _check(self) -> None:
+    def _check_usable(self) -> None:
         self._check_open()
         self._check_selected()
-        # The host's own records decide, never state reachable from the context.
-        self._verify(self._context)
 
     async def _current(self) -> None:
-        """Check currency; while a session write is in flight, wait for it and check again."""
-        await _await_current(self._check, self._wait_for_writes)
+        """Check currency by the host's own records (never by state reachable from the
+        context); while a session write is in flight, wait for it and check again."""
+        await self._currency.await_current(self._context, also=self._check_usable)
 
     async def _released(self) -> None:
         """The release check, right before a result leaves the guard: currency by the
         host's records, then the committed lineage read from the session store, so a
         reset committed by another process refuses the result even if this process has
-        not heard of it yet (see ``Host.verify_committed``, which verifies the context
-        by the host's records first)."""
+        not heard of it yet (see ``Currency.verify_committed``, which verifies the
+        context by the host's records first)."""
         self._check_open()
         self._check_selected()
-        verify_committed = self._verify_committed
-        context = self._context
-        await _await_current_async(lambda: verify_committed(context), self._wait_for_writes)
+        await self._currency.await_committed(self._context)
 
     async def _call(
         self,
@@ -315,33 +309,6 @@ class GuardedMemoryHandle:
         return True
 
 
-async def _await_current(
-    check: Callable[[], None], wait_for_writes: Callable[[], Awaitable[None]]
-) -> None:
-    """Return once ``check`` passes. It runs first at once (the common case: no wait);
-    only while it finds a session write pending does this wait for writes and retry."""
-    while True:
-        try:
-            check()
-        except CurrencyPendingError:
-            await wait_for_writes()
-            continue
-        return
-
-
-async def _await_current_async(
-    check: Callable[[], Awaitable[None]], wait_for_writes: Callable[[], Awaitable[None]]
-) -> None:
-    """:func:`_await_current` for a check that reads the committed state."""
-    while True:
-        try:
-            await check()
-        except CurrencyPendingError:
-            await wait_for_writes()
-            continue
-        return
-
-
 def _validate_handle(provider_id: str, handle: object) -> MemoryProviderHandle:
     for name in ("search", "get", "health", "close"):
         if not callable(getattr(handle, name, None)):
@@ -365,16 +332,29 @@ def _validate_handle(provider_id: str, handle: object) -> MemoryProviderHandle:
 
 @attrs.define(eq=False)
 class MemoryRuntime:
-    """``host.memory``: opens guarded handles on the selected memory provider."""
+    """``host.memory``: opens guarded handles on the selected memory provider.
 
-    _host: Host
+    Built by ``open_host`` with what the guard uses: the currency checker, the read-only
+    view of the slots, the host's lifecycle (a closed host serves nothing) and its
+    agents.
+    """
+
+    _currency: Currency
+    _slots: SlotView
+    _lifecycle: Lifecycle
+    _agents: Agents
+
+    @property
+    def slots(self) -> SlotView:
+        """Who owns the memory slot, and what the loaded plugins registered."""
+        return self._slots
 
     def selection(self) -> tuple[str | None, MemoryPluginCapability | None]:
         """The selected memory plugin id and its capability (``None``s when none)."""
-        plugin_id = self._host.slots.memory_plugin
+        plugin_id = self._slots.memory_plugin
         if plugin_id is None:
             return None, None
-        cap = self._host.plugin_registry.memory_capabilities.get(plugin_id)
+        cap = self._slots.memory_capabilities.get(plugin_id)
         if cap is not None and not isinstance(cap, MemoryPluginCapability):
             raise ContractError(
                 f'memory plugin "{plugin_id}" registered a {type(cap).__name__}, '
@@ -401,25 +381,21 @@ class MemoryRuntime:
             return authority.agent_id
         if not isinstance(authority, OperatorAuthority | HostAuthority):  # pragma: no cover
             raise CapabilityDeniedError("unknown caller authority")
-        return agent_id if agent_id is not None else self._host.config.default_agent_id
+        return agent_id if agent_id is not None else self._agents.default_agent_id
 
     async def await_current(self, context: MemoryCallerContext) -> None:
         """Verify ``context`` with the host; while a session write is in flight, wait and retry."""
-        host = self._host
-        await _await_current(lambda: host.verify(context), host.sessions.wait_for_writes)
+        await self._currency.await_current(context)
 
     async def await_committed(self, context: MemoryCallerContext) -> None:
         """:meth:`await_current`, then the release check against the committed lineage
-        (``Host.verify_committed``): what a write checks before its effect."""
-        host = self._host
-        await _await_current_async(
-            lambda: host.verify_committed(context), host.sessions.wait_for_writes
-        )
+        (``Currency.verify_committed``): what a write checks before its effect."""
+        await self._currency.await_committed(context)
 
     def check_caller(self, context: MemoryCallerContext, agent_id: str | None) -> str:
         """Verify ``context`` (current, minted here) and return the agent it addresses."""
-        self._host._check_open()
-        self._host.verify(context)
+        self._lifecycle.check_open()
+        self._currency.verify(context)
         agent = self._agent_for(context, agent_id)
         context.assert_current()
         return agent
@@ -427,7 +403,7 @@ class MemoryRuntime:
     async def require_known_agent(self, requested: str | None, agent: str) -> None:
         """Refuse an explicitly named agent the host does not know (before any provider
         code runs, so that no provider creates state for a made-up name)."""
-        if requested is not None and not await self._host.knows_agent(agent):
+        if requested is not None and not await self._agents.knows(agent):
             raise UnknownAgentError(
                 f"agentId {agent[:64]!r} is not an agent of this host (its agents are "
                 "default_agent_id and the agents that have sessions)"
@@ -435,7 +411,7 @@ class MemoryRuntime:
 
     def check_reference(self, reference: MemoryReference) -> None:
         """Reject a reference that is not the selected provider's."""
-        plugin_id = self._host.slots.memory_plugin
+        plugin_id = self._slots.memory_plugin
         if not isinstance(reference, MemoryReference):
             raise ContractError(f"expected a MemoryReference, got {type(reference).__name__}")
         if reference.provider_id != plugin_id:
@@ -501,12 +477,6 @@ class MemoryRuntime:
         ``legacy=True`` asks for the file-shaped runtime (v1 callers); it is an error
         when the provider has none.
         """
-        host = self._host
-        sessions = host.sessions
-
-        def verify(ctx: MemoryCallerContext) -> None:
-            host.verify(ctx)
-
         await self.await_current(context)
         agent = self._agent_for(context, agent_id)
         await self.require_known_agent(agent_id, agent)
@@ -514,11 +484,8 @@ class MemoryRuntime:
         if plugin_id is None or cap is None:
             raise MemoryUnavailableError("no memory plugin is selected (plugins.slots.memory)")
 
-        def check_selected() -> None:
-            self._host._check_open()
-            if self._host.slots.memory_plugin != plugin_id:  # pragma: no cover - fixed at start
-                raise StaleCapabilityError(f'memory plugin "{plugin_id}" is no longer selected')
-
+        # The selection is fixed for the host's life: only the host's closing ends it.
+        check_selected = self._lifecycle.check_open
         check_selected()
         handle: MemoryProviderHandle
         authorize: Any
@@ -578,9 +545,7 @@ class MemoryRuntime:
                 context=context,
                 check_selected=check_selected,
                 authorize=authorize if callable(authorize) else None,
-                verify=verify,
-                wait_for_writes=sessions.wait_for_writes,
-                verify_committed=host.verify_committed,
+                currency=self._currency,
             )
             await guarded._current()
             yield guarded

@@ -17,14 +17,27 @@ after the provider's awaits, as for reads.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .._capabilities import MemoryCallerContext, OperatorAuthority, SessionAuthority
 from .._errors import CapabilityDeniedError, ClawError, ContractError, ProviderError
 from ._types import MemoryAddRequest, MemoryAddResult, MemoryForgetResult, MemoryReference
 
-if TYPE_CHECKING:
-    from ._runtime import MemoryRuntime
+
+class MemoryRuntime(Protocol):
+    """What the write route uses of the memory guard (:class:`claw.memory.MemoryRuntime`)."""
+
+    async def await_current(self, context: MemoryCallerContext) -> None: ...
+
+    async def await_committed(self, context: MemoryCallerContext) -> None: ...
+
+    def check_caller(self, context: MemoryCallerContext, agent_id: str | None) -> str: ...
+
+    async def require_known_agent(self, requested: str | None, agent: str) -> None: ...
+
+    def check_reference(self, reference: MemoryReference) -> None: ...
+
+    def maintenance_for_writes(self, operation: str) -> tuple[str, Any]: ...
 
 WRITE_SCOPES = ("operator.write", "operator.admin")
 

@@ -3,7 +3,6 @@
 from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._errors import AllModelsFailedError as AllModelsFailedError
 from ._errors import ContextOverflowError as ContextOverflowError
-from ._errors import InvalidModelRefError as InvalidModelRefError
 from ._errors import MessageFormatError as MessageFormatError
 from ._errors import ModelAuthError as ModelAuthError
 from ._errors import ModelError as ModelError
@@ -28,8 +27,9 @@ from ._messages import message_to_dict as message_to_dict
 from ._model import Model as Model
 from ._openai import OpenAICompatibleModel as OpenAICompatibleModel
 from ._openai import openai_compatible_provider as openai_compatible_provider
+from ._ref import InvalidModelRefError as InvalidModelRefError
+from ._ref import ModelRef as ModelRef
 from ._registry import ModelCompletion as ModelCompletion
-from ._registry import ModelRef as ModelRef
 from ._registry import ModelRegistry as ModelRegistry
 from ._registry import ProviderFactory as ProviderFactory
 

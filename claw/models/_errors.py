@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from claw._errors import ClawError
 
 if TYPE_CHECKING:
-    from ._registry import ModelRef
+    from ._ref import ModelRef
 
 
 class MessageFormatError(ClawError, ValueError):
@@ -37,10 +37,6 @@ class MessageFormatError(ClawError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
-
-
-class InvalidModelRefError(ClawError, ValueError):
-    """A model reference is not a ``provider/model`` string."""
 
 
 class UnknownModelProviderError(ClawError, LookupError):

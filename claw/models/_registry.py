@@ -16,7 +16,6 @@ property of the conversation, and the turn runner answers it by compacting.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
@@ -24,69 +23,15 @@ import attrs
 from ._errors import (
     AllModelsFailedError,
     ContextOverflowError,
-    InvalidModelRefError,
     ModelError,
     ModelRegistryError,
     UnknownModelProviderError,
 )
 from ._messages import AssistantMessage, Message, ToolSpec
 from ._model import Model
+from ._ref import ModelRef, validate_provider
 
 logger = logging.getLogger("claw.models")
-
-_PROVIDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-_MODEL = re.compile(r"[^\s/][^\s]*\Z")
-
-
-def _check_provider(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
-    _validate_provider(value)
-
-
-def _validate_provider(value: object) -> None:
-    if not isinstance(value, str) or not _PROVIDER.match(value):
-        raise InvalidModelRefError(
-            f"model provider {value!r} must be letters, digits, '.', '_' or '-' "
-            "(for example 'ollama')"
-        )
-
-
-def _check_model(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str) or not _MODEL.match(value):
-        raise InvalidModelRefError(
-            f"model name {value!r} must be non-empty, without spaces, and not start "
-            "with '/' (for example 'qwen3:8b')"
-        )
-
-
-@attrs.frozen
-class ModelRef:
-    """A parsed ``provider/model`` reference; ``str(ref)`` gives the string back."""
-
-    provider: str = attrs.field(validator=_check_provider)
-    model: str = attrs.field(validator=_check_model)
-
-    @classmethod
-    def parse(cls, ref: str | ModelRef) -> ModelRef:
-        """Parse ``"provider/model"``; raises :class:`InvalidModelRefError` with an example."""
-        if isinstance(ref, ModelRef):
-            return ref
-        if not isinstance(ref, str):
-            raise InvalidModelRefError(
-                f"model reference must be a string, got {type(ref).__name__}"
-            )
-        provider, sep, model = ref.partition("/")
-        if not sep:
-            raise InvalidModelRefError(
-                f"model reference {ref!r} must be 'provider/model', for example 'ollama/qwen3:8b'"
-            )
-        try:
-            return cls(provider, model)
-        except InvalidModelRefError as exc:
-            raise InvalidModelRefError(f"model reference {ref!r}: {exc}") from None
-
-    def __str__(self) -> str:
-        return f"{self.provider}/{self.model}"
-
 
 ProviderFactory = Callable[[str], Model]
 """Builds the :class:`Model` for a model name of one provider."""
@@ -114,7 +59,7 @@ class ModelRegistry:
 
     def register_provider(self, name: str, factory: ProviderFactory) -> None:
         """Register ``factory`` for references ``name/<model>``; a taken name is refused."""
-        _validate_provider(name)
+        validate_provider(name)
         if name in self._factories:
             raise ModelRegistryError(f"model provider {name!r} is already registered")
         self._factories[name] = factory

@@ -32,14 +32,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
 
+from .._config import AgentDefaultsConfig
 from .._errors import ClawError, ConfigError, ContractError
+from .._events import EventLog
 from .._plugins import RegisteredTool
+from .._runs import Run, RunOpener
+from .._slots import SlotView
 from ..context import (
     AfterTurnParams,
     AssembleParams,
@@ -60,7 +64,9 @@ from ..context import (
     participates_in_durable_turns,
 )
 from ..context._engines import ContextEngineSlot, EngineFailedError, runtime_compaction_params
+from ..flush import FlushCoordinator, FlushResult
 from ..flush._timing import scaled_reserve_floor
+from ..memory._runtime import MemoryRuntime
 from ..models import (
     AssistantMessage,
     ContextOverflowError,
@@ -71,18 +77,16 @@ from ..models import (
     UserMessage,
 )
 from ..sessions import SessionNotFoundError, SessionRow
+from ..state import SessionLocks, SessionStorage, TranscriptLedger
 from ..state.sqlite._transcripts import parse_entry_id
 from ._compaction import runtime_compaction
 from ._ledger import AdmittedTurn, TurnIdTakenError, TurnLedgerError, TurnStatus
-from ._tools import ToolContext, ToolPolicy, run_tool_call, select_tools, tool_specs
+from ._tools import ToolDispatch, ToolPolicy, select_tools, tool_specs
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
-    from .._config import AgentDefaultsConfig
-    from .._host import Host
-    from .._runs import Run
-    from ..state import SessionLocks, TranscriptLedger
+    from ..models import ToolSpec
 
 logger = logging.getLogger("claw.turns")
 
@@ -116,7 +120,7 @@ class TurnResult:
     path: Literal["durable", "legacy"] = "legacy"
     projection: Projection = "per-turn"
     compaction: CompactResult | None = None
-    flush: Any = None
+    flush: FlushResult | None = None
     tool_rounds: int = 0
 
 
@@ -134,6 +138,37 @@ class _ThreadState:
     projected: tuple[Message, ...]
     count: int
     tools: frozenset[str]
+
+
+@attrs.define(eq=False)
+class _TurnState:
+    """What one turn carries from stage to stage (see :meth:`TurnRunner._execute`)."""
+
+    turn: AdmittedTurn
+    row: SessionRow
+    run: Run
+    engine: Any
+    durable: bool
+    primary: str
+    fallbacks: tuple[str, ...]
+    pinned: bool
+    context_window: int
+    tools: tuple[RegisteredTool, ...]
+    specs: tuple[ToolSpec, ...]
+    flush_turn: _FlushTurn
+    entry_ids: list[str]
+    messages: tuple[Message, ...] = ()
+    system_prompt: str = ""
+    projection: Projection = "per-turn"
+    rounds: int = 0
+    overflowed: bool = False
+    model_ref: str | None = None
+    flush: FlushResult | None = None
+    compaction: CompactResult | None = None
+
+    @property
+    def tool_names(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.tools)
 
 
 def _shape(value: Any) -> Any:
@@ -180,15 +215,38 @@ def _model_refs(
     return defaults.model, tuple(defaults.fallbacks), False
 
 
+@attrs.frozen
+class TurnMaintenance:
+    """What a turn runs around compaction, handed to the runner: the pre-compaction
+    memory flush, and the memory provider's refresh after a compaction."""
+
+    flush: FlushCoordinator
+    refresh: Callable[[SessionRow], Awaitable[None]]
+
+
 @attrs.define(eq=False)
 class TurnRunner:
-    """Runs turns for one host; see the module docstring."""
+    """Runs turns for one host; see the module docstring.
 
-    host: Host
+    Built by ``open_host`` with what a turn uses: the transcript store and ledger, the
+    context engine slot, the models, the session locks and store, the run opener, the
+    read-only view of the slots (tools), the memory guard (the prompt preparation of the
+    selected provider), the tool dispatch, the event sink, the agents' defaults and the
+    maintenance (flush and refresh).
+    """
+
     store: TranscriptLedger
     slot: ContextEngineSlot
     models: ModelRegistry
     locks: SessionLocks
+    sessions: SessionStorage
+    runs: RunOpener
+    slots: SlotView
+    memory: MemoryRuntime
+    tools: ToolDispatch
+    events: EventLog
+    defaults: AgentDefaultsConfig
+    maintenance: TurnMaintenance
     _threads: dict[str, _ThreadState] = attrs.field(factory=dict, init=False)
     _bootstrapped: set[tuple[str, str]] = attrs.field(factory=set, init=False)
     _maintenance_scopes: set[trio.CancelScope] = attrs.field(factory=set, init=False)
@@ -232,14 +290,14 @@ class TurnRunner:
                     reason = "engine is quarantined"
                 else:
                     reason = "engine does not declare the durable admitted-turn contract"
-                self.host.events.emit(
+                self.events.emit(
                     "turn.legacy_path",
                     session_key,
                     turn_id=turn_id,
                     engine_id=self.slot.selected_id,
                     reason=reason,
                 )
-            self.host.events.emit("turn.admitted", session_key, turn_id=turn_id)
+            self.events.emit("turn.admitted", session_key, turn_id=turn_id)
             return await self._execute_or_close(
                 turn,
                 row,
@@ -337,7 +395,7 @@ class TurnRunner:
             turn.status.value,
             turn.close_reason,
         )
-        self.host.events.emit(
+        self.events.emit(
             f"turn.{turn.status.value}",
             turn.session_key,
             turn_id=turn.turn_id,
@@ -414,11 +472,11 @@ class TurnRunner:
 
     async def _current_row(self, session_key: str) -> SessionRow:
         """The session's committed row, after bringing other processes' commits in."""
-        await self.host.sessions.refresh()
+        await self.sessions.refresh()
         return self._row(session_key)
 
     def _row(self, session_key: str) -> SessionRow:
-        row = self.host.sessions.get_nowait(session_key)
+        row = self.sessions.get_nowait(session_key)
         if row is None:
             raise SessionNotFoundError(session_key)
         return row
@@ -428,26 +486,26 @@ class TurnRunner:
         return "legacy" if engine is self.slot.legacy else self.slot.selected_id
 
     def _model_refs(self, model: str | None) -> tuple[str, tuple[str, ...], bool]:
-        return _model_refs(self.host.config.agents.defaults, model)
+        return _model_refs(self.defaults, model)
 
     def _context_window(self, primary: str) -> int:
         try:
             return int(self.models.resolve(primary).context_window)
         except ClawError:
-            return self.host.config.agents.defaults.context_window
+            return self.defaults.context_window
 
     def _tools(self, policy: ToolPolicy | None) -> tuple[RegisteredTool, ...]:
         return select_tools(
-            self.host.plugin_registry.tools,
+            self.slots.tools,
             policy or ToolPolicy(),
-            prefer_plugin=self.host.slots.memory_plugin,
+            prefer_plugin=self.slots.memory_plugin,
         )
 
     async def _snapshot(
         self, run: Run, tools: Sequence[RegisteredTool], citations_mode: str
     ) -> MemoryPromptSnapshot:
         guidance: tuple[str, ...] = ()
-        _, capability = self.host.memory.selection()
+        _, capability = self.memory.selection()
         prep = capability.prompt_preparation if capability is not None else None
         if prep is not None:
             try:
@@ -457,7 +515,7 @@ class TurnRunner:
                 guidance = tuple(str(line) for line in lines)
             except Exception as exc:
                 logger.warning("memory prompt preparation failed: %s", exc)
-                self.host.events.emit(
+                self.events.emit(
                     "memory.prompt_preparation_failed", run.session_key, error=type(exc).__name__
                 )
         return MemoryPromptSnapshot(
@@ -517,7 +575,7 @@ class TurnRunner:
                 )
             else:
                 addition = result.system_prompt_addition or ""
-        base = self.host.config.agents.defaults.system_prompt or DEFAULT_SYSTEM_PROMPT
+        base = self.defaults.system_prompt or DEFAULT_SYSTEM_PROMPT
         system_prompt = base + ("\n\n" + addition if addition else "")
         return result, system_prompt
 
@@ -534,7 +592,7 @@ class TurnRunner:
                 self.slot.selected_id,
                 session_key,
             )
-            self.host.events.emit(
+            self.events.emit(
                 "turn.projection_invalid",
                 session_key,
                 engine_id=self.slot.selected_id,
@@ -573,177 +631,204 @@ class TurnRunner:
         tool_policy: ToolPolicy | None,
         model: str | None,
     ) -> TurnResult:
+        """Run an admitted turn through its stages, inside one run: prepare (engine
+        bootstrap, the pre-turn flush, assembly), the model and tool loop (with its one
+        overflow recovery), the commit, the engine's after-turn, and maintenance."""
         # The path was fixed at admission: durable (commit_turn) when the engine declared
         # the full contract then, legacy (per-message ingest, no commit) otherwise. The
         # configured engine serves the turn either way, unless it is quarantined.
         engine = self.slot.engine()
-        durable = engine if turn.engine_id is not None and engine is not self.slot.legacy else None
-        engine_name = self._engine_id(engine)
         primary, fallbacks, pinned = self._model_refs(model)
-        context_window = self._context_window(primary)
         tools = self._tools(tool_policy)
-        tool_map = {t.name: t for t in tools}
-        specs = tool_specs(tools)
-        max_rounds = self.host.config.agents.defaults.max_tool_rounds
-        flush_result: Any = None
-        compaction: CompactResult | None = None
-        flush_turn = _FlushTurn(tool_policy=tool_policy, model_refs=(primary, fallbacks, pinned))
-        async with self.host.open_run(
+        async with self.runs.open(
             row.session_key, sender_is_owner=sender_is_owner, sandboxed=sandboxed
         ) as run:
-            if engine is not self.slot.legacy:
-                await self._bootstrap(engine, row, turn, run.agent_id)
-                if self.slot.is_quarantined():  # a failed bootstrap: legacy serves the turn
-                    engine, engine_name = self.slot.legacy, "legacy"
-                elif durable is None:
-                    await self._ingest(engine, row, turn, run.agent_id, first_only=True)
-            # The visible history already holds the admitted user message: the flush
-            # timing counts the incoming turn.
-            visible = await self.store.visible_messages(row.session_id)
-            flush_result = await self._maybe_flush(
-                run, row, visible, context_window=context_window, overflow=False, turn=flush_turn
+            state = _TurnState(
+                turn=turn,
+                row=row,
+                run=run,
+                engine=engine,
+                durable=turn.engine_id is not None and engine is not self.slot.legacy,
+                primary=primary,
+                fallbacks=fallbacks,
+                pinned=pinned,
+                context_window=self._context_window(primary),
+                tools=tools,
+                specs=tool_specs(tools),
+                flush_turn=_FlushTurn(
+                    tool_policy=tool_policy, model_refs=(primary, fallbacks, pinned)
+                ),
+                entry_ids=[turn.first_entry_id],
             )
-            assembled, system_prompt = await self._assemble(
-                engine, run, visible, tools, context_window=context_window, model_ref=primary
-            )
-            messages, projection = self._project(
-                row.session_key, row.session_id, assembled, frozenset(tool_map)
-            )
-            rounds = 0
-            overflowed = False
-            entry_ids: list[str] = [turn.first_entry_id]
-            model_ref: str | None = None
-
-            def context_for(tool: RegisteredTool) -> ToolContext:
-                return ToolContext(
-                    owner_plugin_id=tool.plugin_id,
-                    tool_name=tool.name,
-                    session_key=run.session_key,
-                    agent_id=run.agent_id,
-                    caller=run.caller,
-                    sandboxed=run.authority.sandboxed,
-                    workspace_dir=self.host.config.workspace_dir,
-                )
-
-            while True:
-                try:
-                    completion = await self.models.complete_with_fallback(
-                        primary,
-                        fallbacks,
-                        messages=messages,
-                        system_prompt=system_prompt,
-                        tools=specs,
-                        pinned=pinned,
-                    )
-                except ContextOverflowError:
-                    if overflowed:
-                        raise
-                    overflowed = True
-                    self.host.events.emit("turn.overflow", row.session_key, turn_id=turn.turn_id)
-                    current = await self.store.visible_messages(row.session_id)
-                    flush_result = (
-                        await self._maybe_flush(
-                            run,
-                            row,
-                            current,
-                            context_window=context_window,
-                            overflow=True,
-                            turn=flush_turn,
-                        )
-                        or flush_result
-                    )
-                    compaction = await self._compact(row, reason="overflow")
-                    current = await self.store.visible_messages(row.session_id)
-                    assembled, system_prompt = await self._assemble(
-                        engine,
-                        run,
-                        current,
-                        tools,
-                        context_window=context_window,
-                        model_ref=primary,
-                    )
-                    messages, projection = self._project(
-                        row.session_key, row.session_id, assembled, frozenset(tool_map)
-                    )
-                    continue
-                reply = completion.message
-                model_ref = str(completion.ref)
-                if reply.tool_calls and rounds < max_rounds:
-                    rounds += 1
-                    entries = await self.store.append(
-                        row.session_key, row.session_id, [reply], turn_id=turn.turn_id
-                    )
-                    entry_ids.extend(e.entry_id for e in entries)
-                    results = [
-                        await run_tool_call(
-                            call,
-                            tool_map,
-                            context_for,
-                            memory_owner=self.host.slots.memory_plugin,
-                            verify=self.host.verify,
-                        )
-                        for call in reply.tool_calls
-                    ]
-                    entries = await self.store.append(
-                        row.session_key, row.session_id, results, turn_id=turn.turn_id
-                    )
-                    entry_ids.extend(e.entry_id for e in entries)
-                    messages = (*messages, reply, *results)
-                    continue
-                if reply.tool_calls:
-                    reply = AssistantMessage(
-                        text=reply.text or f"(stopped after {max_rounds} tool rounds)",
-                        usage=reply.usage,
-                    )
-                entries = await self.store.append(
-                    row.session_key, row.session_id, [reply], turn_id=turn.turn_id, terminal=True
-                )
-                entry_ids.extend(e.entry_id for e in entries)
-                break
-            self.host.events.emit(
-                "turn.terminal", row.session_key, turn_id=turn.turn_id, tool_rounds=rounds
+            await self._prepare(state)
+            reply = await self._model_loop(state)
+            self.events.emit(
+                "turn.terminal", row.session_key, turn_id=turn.turn_id, tool_rounds=state.rounds
             )
             ended = await self.store.get_turn(turn.turn_id)
-            commit = await self._commit(ended) if ended.engine_id is not None else "legacy"
-            if durable is None and engine is not self.slot.legacy:
-                await self._ingest(engine, row, ended, run.agent_id, first_only=False)
-            if engine is not self.slot.legacy and not self.slot.is_quarantined():
-                after = getattr(engine, "after_turn", None)
-                if callable(after):
-                    await self.slot.call(
-                        engine,
-                        "after_turn",
-                        AfterTurnParams(
-                            messages=await self._turn_messages(ended),
-                            session_key=row.session_key,
-                            session_id=row.session_id,
-                            agent_id=run.agent_id,
-                        ),
-                        fallback=_noop,
-                    )
-            if compaction is None:
-                compaction, flushed = await self._maybe_compact(
-                    row, context_window=context_window, run=run, turn=flush_turn
-                )
-                flush_result = flushed or flush_result
-            if engine is not self.slot.legacy and not self.slot.is_quarantined():
-                await self._maintain(engine, row, run.agent_id)
+            commit = await self._commit_stage(state, ended)
+            await self._after_turn(state, ended)
+            await self._maintenance_stage(state)
         return TurnResult(
             turn_id=turn.turn_id,
             advancement_key=turn.advancement_key,
             session_key=row.session_key,
             session_id=row.session_id,
             reply=reply,
-            entry_ids=tuple(entry_ids),
-            engine_id=engine_name,
+            entry_ids=tuple(state.entry_ids),
+            engine_id=self._engine_id(state.engine),
             path="durable" if turn.engine_id is not None else "legacy",
-            model_ref=model_ref,
+            model_ref=state.model_ref,
             commit=commit,  # type: ignore[arg-type]
-            projection=projection,
-            compaction=compaction,
-            flush=flush_result,
-            tool_rounds=rounds,
+            projection=state.projection,
+            compaction=state.compaction,
+            flush=state.flush,
+            tool_rounds=state.rounds,
         )
+
+    def _engine_serves(self, state: _TurnState) -> bool:
+        """Whether the turn's own engine (not the legacy one) still serves it."""
+        return state.engine is not self.slot.legacy and not self.slot.is_quarantined()
+
+    async def _prepare(self, state: _TurnState) -> None:
+        """Before the model: bootstrap the engine, ingest the user message (legacy path),
+        flush if due (counting the incoming message) and assemble the context."""
+        row, turn, run = state.row, state.turn, state.run
+        if state.engine is not self.slot.legacy:
+            await self._bootstrap(state.engine, row, turn, run.agent_id)
+            if self.slot.is_quarantined():  # a failed bootstrap: legacy serves the turn
+                state.engine = self.slot.legacy
+            elif not state.durable:
+                await self._ingest(state.engine, row, turn, run.agent_id, first_only=True)
+        # The visible history already holds the admitted user message: the flush
+        # timing counts the incoming turn.
+        visible = await self.store.visible_messages(row.session_id)
+        state.flush = await self._maybe_flush(
+            run,
+            row,
+            visible,
+            context_window=state.context_window,
+            overflow=False,
+            turn=state.flush_turn,
+        )
+        await self._reassemble(state, visible)
+
+    async def _reassemble(self, state: _TurnState, visible: tuple[Message, ...]) -> None:
+        assembled, state.system_prompt = await self._assemble(
+            state.engine,
+            state.run,
+            visible,
+            state.tools,
+            context_window=state.context_window,
+            model_ref=state.primary,
+        )
+        state.messages, state.projection = self._project(
+            state.row.session_key, state.row.session_id, assembled, state.tool_names
+        )
+
+    async def _model_loop(self, state: _TurnState) -> AssistantMessage:
+        """Call the model until it answers without tool calls (or the rounds run out);
+        append every entry up to the terminal one. A context overflow is recovered once."""
+        max_rounds = self.defaults.max_tool_rounds
+        row, turn = state.row, state.turn
+        tool_map = {t.name: t for t in state.tools}
+        while True:
+            try:
+                completion = await self.models.complete_with_fallback(
+                    state.primary,
+                    state.fallbacks,
+                    messages=state.messages,
+                    system_prompt=state.system_prompt,
+                    tools=state.specs,
+                    pinned=state.pinned,
+                )
+            except ContextOverflowError:
+                if state.overflowed:
+                    raise
+                await self._recover_overflow(state)
+                continue
+            reply = completion.message
+            state.model_ref = str(completion.ref)
+            if reply.tool_calls and state.rounds < max_rounds:
+                state.rounds += 1
+                entries = await self.store.append(
+                    row.session_key, row.session_id, [reply], turn_id=turn.turn_id
+                )
+                state.entry_ids.extend(e.entry_id for e in entries)
+                results = [
+                    await self.tools.call(call, tool_map, state.run) for call in reply.tool_calls
+                ]
+                entries = await self.store.append(
+                    row.session_key, row.session_id, results, turn_id=turn.turn_id
+                )
+                state.entry_ids.extend(e.entry_id for e in entries)
+                state.messages = (*state.messages, reply, *results)
+                continue
+            if reply.tool_calls:
+                reply = AssistantMessage(
+                    text=reply.text or f"(stopped after {max_rounds} tool rounds)",
+                    usage=reply.usage,
+                )
+            entries = await self.store.append(
+                row.session_key, row.session_id, [reply], turn_id=turn.turn_id, terminal=True
+            )
+            state.entry_ids.extend(e.entry_id for e in entries)
+            return reply
+
+    async def _recover_overflow(self, state: _TurnState) -> None:
+        """The model's context overflowed: flush if due, compact, assemble again (once)."""
+        row = state.row
+        state.overflowed = True
+        self.events.emit("turn.overflow", row.session_key, turn_id=state.turn.turn_id)
+        current = await self.store.visible_messages(row.session_id)
+        state.flush = (
+            await self._maybe_flush(
+                state.run,
+                row,
+                current,
+                context_window=state.context_window,
+                overflow=True,
+                turn=state.flush_turn,
+            )
+            or state.flush
+        )
+        state.compaction = await self._compact(row, reason="overflow")
+        await self._reassemble(state, await self.store.visible_messages(row.session_id))
+
+    async def _commit_stage(self, state: _TurnState, ended: AdmittedTurn) -> str:
+        """Commit the ended turn (durable path), or ingest the rest of it (legacy path)."""
+        commit = await self._commit(ended) if ended.engine_id is not None else "legacy"
+        if not state.durable and state.engine is not self.slot.legacy:
+            await self._ingest(state.engine, state.row, ended, state.run.agent_id, first_only=False)
+        return commit
+
+    async def _after_turn(self, state: _TurnState, ended: AdmittedTurn) -> None:
+        """The engine's optional ``after_turn`` with the turn's messages."""
+        engine = state.engine
+        if not self._engine_serves(state) or not callable(getattr(engine, "after_turn", None)):
+            return
+        await self.slot.call(
+            engine,
+            "after_turn",
+            AfterTurnParams(
+                messages=await self._turn_messages(ended),
+                session_key=state.row.session_key,
+                session_id=state.row.session_id,
+                agent_id=state.run.agent_id,
+            ),
+            fallback=_noop,
+        )
+
+    async def _maintenance_stage(self, state: _TurnState) -> None:
+        """Threshold compaction (with its flush) unless the turn already compacted, then
+        the engine's optional ``maintain``."""
+        if state.compaction is None:
+            state.compaction, flushed = await self._maybe_compact(
+                state.row, context_window=state.context_window, run=state.run, turn=state.flush_turn
+            )
+            state.flush = flushed or state.flush
+        if self._engine_serves(state):
+            await self._maintain(state.engine, state.row, state.run.agent_id)
 
     async def _bootstrap(
         self, engine: Any, row: SessionRow, turn: AdmittedTurn, agent: str
@@ -874,7 +959,7 @@ class TurnRunner:
         queued for a retry, or was closed as abandoned), or ``stale`` (closed: the
         session was reset since the turn was admitted).
         """
-        stale = _stale_reason(turn, self.host.sessions.get_nowait(turn.session_key))
+        stale = _stale_reason(turn, self.sessions.get_nowait(turn.session_key))
         if stale is not None:
             self._report_closed(await self.store.close_turn(turn.turn_id, TurnStatus.STALE, stale))
             return "stale"
@@ -926,7 +1011,7 @@ class TurnRunner:
             )
         assert isinstance(status, str)
         await self.store.mark_committed(turn.turn_id, outcome=status)
-        self.host.events.emit(
+        self.events.emit(
             "turn.committed",
             turn.session_key,
             turn_id=turn.turn_id,
@@ -945,7 +1030,7 @@ class TurnRunner:
             turn.engine_id,
             reason,
         )
-        self.host.events.emit(
+        self.events.emit(
             "turn.commit_failed",
             turn.session_key,
             turn_id=turn.turn_id,
@@ -959,7 +1044,7 @@ class TurnRunner:
         self, row: SessionRow, *, reason: Literal["threshold", "overflow", "manual"]
     ) -> CompactResult:
         engine = self.slot.engine()
-        defaults = self.host.config.agents.defaults
+        defaults = self.defaults
         primary = defaults.model
 
         # The delegation travels to the engine inside its params: it holds the transcript
@@ -1021,7 +1106,7 @@ class TurnRunner:
                     row.session_key,
                     error,
                 )
-                self.host.events.emit(
+                self.events.emit(
                     "compaction.failed",
                     row.session_key,
                     reason=reason,
@@ -1035,7 +1120,7 @@ class TurnRunner:
             if (await self.store.stats(row.session_id)).compaction_count == entries_before:
                 count = self._engine_compactions.get(row.session_id, 0)
                 self._engine_compactions[row.session_id] = count + 1
-            self.host.events.emit(
+            self.events.emit(
                 "compaction.completed",
                 row.session_key,
                 reason=reason,
@@ -1043,17 +1128,17 @@ class TurnRunner:
                 tokens_before=result.tokens_before,
                 tokens_after=result.tokens_after,
             )
-            await self.host._post_compaction_refresh(row)
+            await self.maintenance.refresh(row)
         else:
-            self.host.events.emit(
+            self.events.emit(
                 "compaction.skipped", row.session_key, reason=result.reason or "not compacted"
             )
         return result
 
     async def _maybe_compact(
         self, row: SessionRow, *, context_window: int, run: Run, turn: _FlushTurn
-    ) -> tuple[CompactResult | None, Any]:
-        compaction = self.host.config.agents.defaults.compaction
+    ) -> tuple[CompactResult | None, FlushResult | None]:
+        compaction = self.defaults.compaction
         visible = await self.store.visible_messages(row.session_id)
         tokens = estimate_tokens(visible)
         floor = scaled_reserve_floor(compaction.memory_flush.reserve_tokens_floor, context_window)
@@ -1074,11 +1159,8 @@ class TurnRunner:
         context_window: int,
         overflow: bool,
         turn: _FlushTurn,
-    ) -> Any:
-        flush = self.host._flush
-        if flush is None:
-            return None
-        return await flush.maybe_flush(
+    ) -> FlushResult | None:
+        return await self.maintenance.flush.maybe_flush(
             run=run,
             row=row,
             visible=visible,

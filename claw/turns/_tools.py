@@ -12,14 +12,18 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from .._capabilities import FlushIdentity, MemoryAudience, MemoryCallerContext
+from .._currency import Currency
 from .._errors import ClawError
 from .._plugins import RegisteredTool
 from ..models import ToolCall, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    from .._runs import Run
 
 logger = logging.getLogger("claw.tools")
 
@@ -125,7 +129,7 @@ def select_tools(
 async def run_tool_call(
     call: ToolCall,
     tools: Mapping[str, RegisteredTool],
-    context_for: Any,
+    context_for: Callable[[RegisteredTool], ToolContext],
     *,
     memory_owner: str | None = None,
     verify: Callable[[MemoryCallerContext], None] | None = None,
@@ -179,3 +183,53 @@ async def run_tool_call(
     if not isinstance(content, str):
         content = json.dumps(content, default=str)
     return ToolResult(call_id=call.id, name=call.name, content=content)
+
+
+@attrs.frozen
+class ToolDispatch:
+    """How a run calls tools; built by ``open_host`` and shared by turns and the flush.
+
+    It makes each tool's :class:`ToolContext` from the run, and dispatches a tool of
+    the memory slot owner only while the run's caller passes the host's currency check
+    (:func:`run_tool_call`).
+    """
+
+    workspace_dir: Path
+    memory_owner: str | None
+    currency: Currency
+
+    def context_for(
+        self, tool: RegisteredTool, run: Run, *, memory_flush: FlushToolContext | None = None
+    ) -> ToolContext:
+        """The context ``tool``'s handler receives in ``run``."""
+        return ToolContext(
+            owner_plugin_id=tool.plugin_id,
+            tool_name=tool.name,
+            session_key=run.session_key,
+            agent_id=run.agent_id,
+            caller=run.caller,
+            sandboxed=run.authority.sandboxed,
+            workspace_dir=self.workspace_dir,
+            memory_flush=memory_flush,
+        )
+
+    async def call(
+        self,
+        call: ToolCall,
+        tools: Mapping[str, RegisteredTool],
+        run: Run,
+        *,
+        memory_flush: FlushToolContext | None = None,
+    ) -> ToolResult:
+        """Run one tool call of ``run`` (see :func:`run_tool_call`)."""
+
+        def context_for(tool: RegisteredTool) -> ToolContext:
+            return self.context_for(tool, run, memory_flush=memory_flush)
+
+        return await run_tool_call(
+            call,
+            tools,
+            context_for,
+            memory_owner=self.memory_owner,
+            verify=self.currency.verify,
+        )

@@ -274,7 +274,7 @@ def _other_value(value: object) -> object:
 
 async def _one_of_each(host: claw.Host, scope: claw.HostScope) -> dict[str, claw.Capability]:
     run = await scope.nursery.start(_open_group_run, host)
-    flush = scope._mint(
+    flush = scope.mint(
         claw.FlushIdentity, flush_id="f1", source_session_key="grp:1", bound_session_key="x"
     )
     op = scope.mint_operator_authority({"operator.status"}, connection_id="c1")

@@ -256,10 +256,10 @@ async def test_post_compaction_refresh_is_called_or_its_omission_logged(
         await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
         row = host.sessions.get_nowait("dm:alice")
         assert row is not None
-        await host._post_compaction_refresh(row)
+        await host.turns.maintenance.refresh(row)
         assert "memory.refresh_omitted" in host.events.kinds()
         provider.refreshable = True
-        await host._post_compaction_refresh(row)
+        await host.turns.maintenance.refresh(row)
         assert "memory.refreshed" in host.events.kinds()
         assert "refresh" in provider.call_names()
 

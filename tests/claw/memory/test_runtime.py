@@ -10,7 +10,9 @@ import pytest
 import trio
 
 import claw
+from claw._currency import Currency
 from claw.memory import (
+    AuthorizeSearchHitsRequest,
     MemoryCandidatesRequest,
     MemoryGetRequest,
     MemoryPluginCapability,
@@ -464,13 +466,13 @@ async def test_a_search_checks_its_caller_before_and_after_the_provider_and_once
     # is no longer made; they cost a sixth of the gateway's CPU per request.
     async with operator_context(native_host) as ctx, native_host.memory.open(ctx) as handle:
         checked: list[object] = []
-        real = type(native_host).verify
+        real = Currency.verify
 
-        def counting(self: claw.Host, capability: object, **kw: object) -> None:
+        def counting(self: Currency, capability: object, **kw: object) -> None:
             checked.append(capability)
             real(self, capability, **kw)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(type(native_host), "verify", counting)
+        monkeypatch.setattr(Currency, "verify", counting)
         hits = (await handle.search(MemorySearchRequest(query="friday deploy"))).hits
     assert hits
     assert "authorize_search_hits" in provider.call_names()
@@ -479,19 +481,19 @@ async def test_a_search_checks_its_caller_before_and_after_the_provider_and_once
 
 @attrs.define(eq=False)
 class _RevokingHook:
-    """A provider runtime whose authorize hook revokes the caller it was asked for."""
+    """A provider runtime whose authorize hook resets the caller's session (which
+    revokes the caller's audience) before it answers."""
 
     inner: RecordingMemoryProvider
     host: claw.Host | None = None
-    context: claw.MemoryCallerContext | None = None
 
     async def open(self, *, agent_id: str, context: claw.MemoryCallerContext) -> object:
         return await self.inner.open(agent_id=agent_id, context=context)
 
-    async def authorize_search_hits(self, request: object) -> object:
-        assert self.host is not None and self.context is not None
-        self.host._capabilities.revoke(self.context, "revoked by the test's hook")
-        return await self.inner.authorize_search_hits(request)  # type: ignore[arg-type]
+    async def authorize_search_hits(self, request: AuthorizeSearchHitsRequest) -> object:
+        assert self.host is not None and request.session_key is not None
+        await self.host.sessions.reset(request.session_key)
+        return await self.inner.authorize_search_hits(request)
 
 
 async def test_a_caller_revoked_inside_the_authorize_hook_gets_no_hits(
@@ -509,8 +511,9 @@ async def test_a_caller_revoked_inside_the_authorize_hook_gets_no_hits(
     )
     async with claw.open_host(memory_config(host_config, "rec"), plugins=[plugin]) as host:
         hook.host = host
-        async with operator_context(host) as ctx, host.memory.open(ctx) as handle:
-            hook.context = ctx
-            with pytest.raises(claw.StaleCapabilityError):
-                await handle.search(MemorySearchRequest(query="friday deploy"))
+        await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+        async with host.open_run("dm:alice", sender_is_owner=True) as run:
+            async with host.memory.open(run.caller) as handle:
+                with pytest.raises(claw.StaleCapabilityError):
+                    await handle.search(MemorySearchRequest(query="friday deploy"))
     assert "authorize_search_hits" in inner.call_names()
