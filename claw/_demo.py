@@ -182,7 +182,7 @@ async def _operator_search(host: Host, query: str) -> dict[str, Any]:
             scope.mint_operator_authority({"operator.read"})
         )
         return await memory_search(
-            host,
+            host.memory,
             caller,
             {"version": 2, "query": query, "maxResults": 3, "minScore": 0.0},
             lambda: None,

@@ -163,7 +163,7 @@ async def _read(
                 params["agentId"] = args.agent
             if args.cursor:
                 params["cursor"] = args.cursor
-            payload = await memory_search(host, caller, params, lambda: None)
+            payload = await memory_search(host.memory, caller, params, lambda: None)
             if args.json:
                 emit_json(out, payload)
             else:
@@ -178,7 +178,7 @@ async def _read(
                 params["lines"] = args.lines
             if args.agent:
                 params["agentId"] = args.agent
-            payload = await memory_get(host, caller, params, lambda: None)
+            payload = await memory_get(host.memory, caller, params, lambda: None)
             if payload["status"] != "ok":
                 raise NotFoundError(f"{args.path} was not found in memory")
             if args.json:
@@ -187,7 +187,7 @@ async def _read(
                 out.write(payload["text"] + "\n")
             return EXIT_OK
         params = {"agentId": args.agent} if args.agent else {}
-        payload = await memory_status(host, caller, params, lambda: None)
+        payload = await memory_status(host.memory, caller, params, lambda: None)
         if args.json:
             emit_json(out, payload)
         else:

@@ -1,8 +1,8 @@
 """``memory.search`` (v1 and v2), ``memory.get`` and ``memory.status``.
 
 The functions :func:`memory_search`, :func:`memory_get` and :func:`memory_status` take
-a host, a :class:`~claw.MemoryCallerContext` and the wire ``params`` and return the wire
-payload. The gateway calls them with the context it minted for the request;
+the host's memory guard, a :class:`~claw.MemoryCallerContext` and the wire ``params``
+and return the wire payload. The gateway calls them with the context it minted for the request;
 in-process agent-tool and agent-runtime callers call them with their admitted run's
 context instead (no new authority is minted for them). Every provider call goes
 through the host's guarded handle, and ``check`` (the gateway's request currency check)
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .._capabilities import MemoryCallerContext, SessionAuthority
 from .._errors import (
@@ -38,15 +38,13 @@ from ..memory import (
     MemoryForgetResult,
     MemoryGetRequest,
     MemoryReference,
+    MemoryRuntime,
     MemorySearchHit,
     MemorySearchRequest,
     MemoryUnavailableError,
 )
 from ._errors import GatewayError
 from ._methods import GatewayRequestContext
-
-if TYPE_CHECKING:
-    from .._host import Host
 
 T = TypeVar("T")
 logger = logging.getLogger("claw.gateway")
@@ -227,7 +225,7 @@ def _search_request(params: Mapping[str, Any], *, v2: bool) -> MemorySearchReque
 
 
 async def memory_search(
-    host: Host, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
+    memory: MemoryRuntime, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
 ) -> dict[str, Any]:
     """The ``memory.search`` payload (v1 or v2) for ``caller``."""
     version = params.get("version", 1)
@@ -236,8 +234,8 @@ async def memory_search(
     request = _search_request(params, v2=version == 2)
     agent = _agent(params, caller)
     if version == 1:
-        return await _search_v1(host, caller, request, agent, check)
-    async with host.memory.open(caller, agent_id=agent) as handle:
+        return await _search_v1(memory, caller, request, agent, check)
+    async with memory.open(caller, agent_id=agent) as handle:
         result = await _guarded(check, lambda: handle.search(request))
         payload: dict[str, Any] = {
             "version": 2,
@@ -258,13 +256,13 @@ async def memory_search(
 
 
 async def _search_v1(
-    host: Host,
+    memory: MemoryRuntime,
     caller: MemoryCallerContext,
     request: MemorySearchRequest,
     agent: str | None,
     check: Check,
 ) -> dict[str, Any]:
-    plugin_id, capability = host.memory.selection()
+    plugin_id, capability = memory.selection()
     if plugin_id is None or capability is None:
         raise GatewayError("UNAVAILABLE", "no memory plugin is selected")
     if capability.runtime is None:
@@ -272,7 +270,7 @@ async def _search_v1(
             f'memory plugin "{plugin_id}" uses the provider runtime; '
             "retry memory.search with version: 2"
         )
-    async with host.memory.open(caller, agent_id=agent, legacy=True) as handle:
+    async with memory.open(caller, agent_id=agent, legacy=True) as handle:
         result = await _guarded(check, lambda: handle.search(request))
         status = await _guarded(check, handle.health)
         results = []
@@ -357,7 +355,7 @@ def wire_forget(result: MemoryForgetResult) -> dict[str, Any]:
 
 
 async def memory_get(
-    host: Host, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
+    memory: MemoryRuntime, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
 ) -> dict[str, Any]:
     """The ``memory.get`` payload for ``caller``."""
     _no_unknown(params, _GET_FIELDS, "memory.get")
@@ -368,7 +366,7 @@ async def memory_get(
         lines=_positive_int(params, "lines"),
     )
     agent = _agent(params, caller)
-    async with host.memory.open(caller, agent_id=agent) as handle:
+    async with memory.open(caller, agent_id=agent) as handle:
         result = await _guarded(check, lambda: handle.get(request))
         payload: dict[str, Any] = {
             "version": 2,
@@ -388,12 +386,12 @@ async def memory_get(
 
 
 async def memory_status(
-    host: Host, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
+    memory: MemoryRuntime, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
 ) -> dict[str, Any]:
     """The ``memory.status`` payload for ``caller`` (no host paths in details)."""
     _no_unknown(params, _STATUS_FIELDS, "memory.status")
     agent = _agent(params, caller)
-    async with host.memory.open(caller, agent_id=agent) as handle:
+    async with memory.open(caller, agent_id=agent) as handle:
         health = await _guarded(check, handle.health)
         payload: dict[str, Any] = {
             "version": 2,
@@ -409,11 +407,13 @@ async def memory_status(
 
 
 def _handler(
-    fn: Callable[[Host, MemoryCallerContext, Mapping[str, Any], Check], Awaitable[dict[str, Any]]],
+    fn: Callable[
+        [MemoryRuntime, MemoryCallerContext, Mapping[str, Any], Check], Awaitable[dict[str, Any]]
+    ],
 ) -> Callable[[GatewayRequestContext], Awaitable[dict[str, Any]]]:
     async def handle(ctx: GatewayRequestContext) -> dict[str, Any]:
         try:
-            return await fn(ctx._host, ctx.caller, ctx.params, ctx.check_current)
+            return await fn(ctx.memory, ctx.caller, ctx.params, ctx.check_current)
         except ClawError as exc:
             translated = _translate(exc)
             if translated is exc:

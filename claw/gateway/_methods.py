@@ -18,8 +18,8 @@ import trio
 
 from .._capabilities import MemoryCallerContext, OperatorAuthority
 from .._errors import ForgedCapabilityError, StaleCapabilityError
-from .._host import Host
 from .._util import NoPublicConstructor, final
+from ..memory import MemoryRuntime
 from ._auth import READ_SCOPE
 from ._errors import GatewayError
 from ._protocol import MAX_METHOD_CHARS, RequestId
@@ -60,15 +60,17 @@ class GatewayRequestContext(metaclass=NoPublicConstructor):
 
     ``authority`` is the connection's :class:`~claw.OperatorAuthority`; ``caller`` the
     :class:`~claw.MemoryCallerContext` minted for this request (pass it to providers);
-    ``params`` the request's ``params`` object. Call :meth:`check_current` before and
-    after every effect: it raises ``GatewayError("UNAVAILABLE", ...)`` once the request
-    was aborted, the connection closed, or the client's authority was revoked.
+    ``params`` the request's ``params`` object; ``memory`` the host's memory guard.
+    Call :meth:`check_current` before and after every effect: it raises
+    ``GatewayError("UNAVAILABLE", ...)`` once the request was aborted, the connection
+    closed, or the client's authority was revoked.
     """
 
     def __init__(
         self,
         *,
-        host: Host,
+        memory: MemoryRuntime,
+        verify: Callable[[object], None],
         request_id: RequestId,
         method: str,
         params: dict[str, Any],
@@ -76,7 +78,8 @@ class GatewayRequestContext(metaclass=NoPublicConstructor):
         caller: MemoryCallerContext,
         connection_problem: Callable[[], str | None],
     ) -> None:
-        self._host = host
+        self._verify = verify
+        self.memory: MemoryRuntime = memory
         self.request_id: RequestId = request_id
         self.method: str = method
         self.params: dict[str, Any] = params
@@ -103,7 +106,7 @@ class GatewayRequestContext(metaclass=NoPublicConstructor):
         if problem is not None:
             raise GatewayError("UNAVAILABLE", problem)
         try:
-            self._host.verify(self.caller)
+            self._verify(self.caller)
         except (StaleCapabilityError, ForgedCapabilityError):
             raise GatewayError(
                 "UNAVAILABLE", "the request's authority is no longer current"

@@ -347,7 +347,8 @@ class Session:
         with self.host.open_minting_scope("gateway-request") as request_scope:
             caller = request_scope.mint_caller_context(authority, cancel_scope=cancel_scope)
             context = GatewayRequestContext._create(
-                host=self.host,
+                memory=self.host.memory,
+                verify=self.host.verify,
                 request_id=frame.id,
                 method=frame.method,
                 params=frame.params,

@@ -186,7 +186,7 @@ class MemoryMcpServer:
                         "UNAVAILABLE", "the request's authority is no longer current"
                     ) from None
 
-            return await spec.run(self.host, caller, arguments, check, self.agent)
+            return await spec.run(self.host.memory, caller, arguments, check, self.agent)
 
     # -- transports --------------------------------------------------------------
 

@@ -21,7 +21,7 @@ refused as unknown.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -45,16 +45,14 @@ from ..gateway._memory import (
     wire_forget,
 )
 from ..gateway._memory import memory_status as gateway_memory_status
-
-if TYPE_CHECKING:
-    from .._host import Host
+from ..memory import MemoryRuntime
 
 WRITE_SCOPE = "operator.write"
 """The scope the write tools need (the host's write route accepts it for operators)."""
 
 Check = Callable[[], None]
 ToolRun = Callable[
-    ["Host", MemoryCallerContext, dict[str, Any], Check, str], Awaitable[dict[str, Any]]
+    [MemoryRuntime, MemoryCallerContext, dict[str, Any], Check, str], Awaitable[dict[str, Any]]
 ]
 
 
@@ -62,7 +60,7 @@ ToolRun = Callable[
 class ToolSpec:
     """One tool: what ``tools/list`` shows and what ``tools/call`` runs.
 
-    ``run(host, caller, arguments, check, agent_id)`` returns the structured result;
+    ``run(memory, caller, arguments, check, agent_id)`` returns the structured result;
     ``scope`` is the operator scope the caller's authority must hold.
     """
 
@@ -248,21 +246,33 @@ STATUS_OUTPUT: dict[str, Any] = {
 
 
 async def _search(
-    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+    memory: MemoryRuntime,
+    caller: MemoryCallerContext,
+    arguments: dict[str, Any],
+    check: Check,
+    agent: str,
 ) -> dict[str, Any]:
-    return await memory_search(host, caller, {**arguments, "version": 2, "agentId": agent}, check)
+    return await memory_search(memory, caller, {**arguments, "version": 2, "agentId": agent}, check)
 
 
 async def _get(
-    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+    memory: MemoryRuntime,
+    caller: MemoryCallerContext,
+    arguments: dict[str, Any],
+    check: Check,
+    agent: str,
 ) -> dict[str, Any]:
-    return await memory_get(host, caller, {**arguments, "agentId": agent}, check)
+    return await memory_get(memory, caller, {**arguments, "agentId": agent}, check)
 
 
 async def _status(
-    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+    memory: MemoryRuntime,
+    caller: MemoryCallerContext,
+    arguments: dict[str, Any],
+    check: Check,
+    agent: str,
 ) -> dict[str, Any]:
-    return await gateway_memory_status(host, caller, {**arguments, "agentId": agent}, check)
+    return await gateway_memory_status(memory, caller, {**arguments, "agentId": agent}, check)
 
 
 READ_TOOLS: tuple[ToolSpec, ...] = (
@@ -370,7 +380,11 @@ FORGET_OUTPUT: dict[str, Any] = {
 
 
 async def _add(
-    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+    memory: MemoryRuntime,
+    caller: MemoryCallerContext,
+    arguments: dict[str, Any],
+    check: Check,
+    agent: str,
 ) -> dict[str, Any]:
     text = _string(arguments, "text", required=True, max_chars=MAX_ADD_TEXT_CHARS)
     path = _string(arguments, "path", max_chars=MAX_REFERENCE_ID_CHARS)
@@ -381,7 +395,7 @@ async def _add(
     assert text is not None
     result = await _guarded(
         check,
-        lambda: host.memory.add(caller, text, path=path, section=section, agent_id=agent),
+        lambda: memory.add(caller, text, path=path, section=section, agent_id=agent),
     )
     return {
         "version": 2,
@@ -392,7 +406,11 @@ async def _add(
 
 
 async def _forget(
-    host: Host, caller: MemoryCallerContext, arguments: dict[str, Any], check: Check, agent: str
+    memory: MemoryRuntime,
+    caller: MemoryCallerContext,
+    arguments: dict[str, Any],
+    check: Check,
+    agent: str,
 ) -> dict[str, Any]:
     reference = _reference(arguments.get("reference"))
     dry_run = arguments.get("dryRun", False)
@@ -400,7 +418,7 @@ async def _forget(
         raise GatewayError("INVALID_REQUEST", "dryRun must be true or false")
     result = await _guarded(
         check,
-        lambda: host.memory.forget(caller, reference, dry_run=dry_run, agent_id=agent),
+        lambda: memory.forget(caller, reference, dry_run=dry_run, agent_id=agent),
     )
     return {
         "version": 2,

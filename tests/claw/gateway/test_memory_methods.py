@@ -199,7 +199,10 @@ async def test_agent_tool_callers_use_their_runs_authority(
 ) -> None:
     async with native_host.open_run("dm:alice", sender_is_owner=True) as run:
         payload = await memory_search(
-            native_host, run.caller, {"version": 2, "query": "quarterly report"}, lambda: None
+            native_host.memory,
+            run.caller,
+            {"version": 2, "query": "quarterly report"},
+            lambda: None,
         )
     assert payload["agentId"] == "main"
     assert [c[1] for c in provider.calls if c[0] == "open"] == ["main"]
