@@ -398,9 +398,7 @@ def _build(
     agents = Agents(config.default_agent_id, sessions)
     memory = MemoryRuntime(currency, slots, lifecycle, agents)
     defaults = config.agents.defaults
-    tools = ToolDispatch(
-        workspace_dir=config.workspace_dir, memory_owner=slots.memory_plugin, currency=currency
-    )
+    tools = ToolDispatch(workspace_dir=config.workspace_dir, currency=currency, memory=memory)
     flush = FlushCoordinator(
         defaults=defaults,
         workspace_dir=config.workspace_dir,

@@ -119,8 +119,8 @@ class LocalMemory:
             sources=None if sources is None else tuple(sources),
             cursor=cursor,
         )
-        async with self.host.memory.open(self.caller, agent_id=self.agent_id) as handle:
-            return await handle.search(request)
+        answer = await self.host.memory.search(self.caller, request, agent_id=self.agent_id)
+        return answer.result
 
     async def get(
         self,
@@ -132,8 +132,7 @@ class LocalMemory:
         """Read what a reference (or a path, or ``path#L<a>-L<b>``) names."""
         ref = parse_reference(self.provider_id, reference)
         request = MemoryGetRequest(reference=ref, from_line=from_line, lines=lines)
-        async with self.host.memory.open(self.caller, agent_id=self.agent_id) as handle:
-            return await handle.get(request)
+        return (await self.host.memory.get(self.caller, request, agent_id=self.agent_id)).result
 
     async def add(
         self, text: str, *, path: str | None = None, section: str | None = None
@@ -154,8 +153,7 @@ class LocalMemory:
 
     async def status(self) -> MemoryHealth:
         """The provider's health (index size, embedder, generation)."""
-        async with self.host.memory.open(self.caller, agent_id=self.agent_id) as handle:
-            return await handle.health()
+        return (await self.host.memory.status(self.caller, agent_id=self.agent_id)).result
 
 
 @asynccontextmanager

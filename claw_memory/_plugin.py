@@ -413,7 +413,7 @@ def _register(api: PluginApi) -> None:
     service = MemoryCoreService(api=api, config=config)
     api.register_service("indexes", service.serve)
     api.register_memory_capability(build_capability(service))
-    for tool in memory_tools(service):
+    for tool in memory_tools():
         api.register_tool(tool)
 
 

@@ -248,7 +248,7 @@ class MemoryCoreHandle:
             result = await index.search_page(
                 request.query,
                 mode="lexical" if request.lexical_only else None,
-                max_results=min(request.max_results, 100),
+                max_results=request.max_results,
                 offset=offset,
                 min_score=request.min_score,
                 filter=SearchFilter(

@@ -1,34 +1,34 @@
 """Memory Core's agent tools: ``memory_search``, ``memory_get`` and ``memory_add``.
 
-All three run with the calling run's :class:`~claw.plugin_sdk.MemoryCallerContext` (its
-authority and audience), through the same provider handle and visibility policy as
-every other caller: a group chat's agent sees what that group may see, no more.
-Results are plain text with ``Source: <path>#L<a>-L<b>`` citations. ``memory_add``
-writes through Memory Core's own write operation (:mod:`claw_memory._writes`): only a
-run with the owner's audience may write, a conversation audience is refused.
+All three go through the host's memory guard (``context.memory``, a
+:class:`~claw.plugin_sdk.ToolMemory`) as the calling run's caller, like every other
+route into memory: the same capability checks, the same visibility policy (a group
+chat's agent sees what that group may see, no more), ``authorize_search_hits`` and the
+release check before anything is returned. The tools never open Memory Core's runtime
+themselves. Results are plain text with ``Source: <path>#L<a>-L<b>`` citations.
+``memory_add`` writes through the host's write route into Memory Core's own write
+operation (:mod:`claw_memory._writes`): only a run with the owner's audience may write,
+a conversation audience is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from claw.plugin_sdk import (
-    AuthorizeSearchHitsRequest,
     ClawError,
+    ContractError,
     MemoryAddRequest,
     MemoryGetRequest,
     MemoryReference,
     MemorySearchRequest,
     Tool,
     ToolContext,
+    ToolMemory,
 )
 
-from ._runtime import MemoryCoreHandle, MemoryCoreProviderRuntime, authorize_hits
-from ._writes import PROVIDER_ID, add_memory
-
-if TYPE_CHECKING:
-    from ._plugin import MemoryCoreService
+from ._writes import PROVIDER_ID
 
 SEARCH_PARAMETERS = {
     "type": "object",
@@ -71,29 +71,25 @@ def _int_arg(arguments: Mapping[str, Any], name: str, default: int | None) -> in
     return value
 
 
-def memory_tools(service: MemoryCoreService) -> list[Tool]:
-    """The tools Memory Core registers."""
-    runtime = MemoryCoreProviderRuntime(service)
+def _memory(context: ToolContext) -> ToolMemory:
+    """The tool's memory through the host's guard (Memory Core registered a capability,
+    so the host always gives its tools one)."""
+    if context.memory is None:
+        raise ContractError("Memory Core's tools need the host's memory facet (context.memory)")
+    return context.memory
 
-    async def handle_for(context: ToolContext) -> MemoryCoreHandle:
-        opened = await runtime.open(agent_id=context.agent_id, context=context.caller)
-        handle = opened.provider
-        assert isinstance(handle, MemoryCoreHandle)
-        return handle
+
+def memory_tools() -> list[Tool]:
+    """The tools Memory Core registers."""
 
     async def memory_search(context: ToolContext, arguments: Mapping[str, Any]) -> str:
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
             return "memory_search needs a non-empty 'query' string."
         limit = _int_arg(arguments, "max_results", 6) or 6
-        handle = await handle_for(context)
-        result = await handle.search(MemorySearchRequest(query=query, max_results=min(limit, 20)))
-        hits = authorize_hits(
-            service,
-            AuthorizeSearchHitsRequest.for_caller(
-                agent_id=context.agent_id, authority=context.caller.authority, hits=result.hits
-            ),
-        )
+        request = MemorySearchRequest(query=query, max_results=min(limit, 20))
+        result = await _memory(context).search(request)
+        hits = result.hits
         if not hits:
             note = f" ({result.warning})" if result.warning else ""
             return f"No memory matched {query!r}{note}."
@@ -113,9 +109,8 @@ def memory_tools(service: MemoryCoreService) -> list[Tool]:
             return "memory_get needs a 'path' from a memory_search result."
         start = _int_arg(arguments, "from", None)
         count = _int_arg(arguments, "lines", None)
-        handle = await handle_for(context)
         try:
-            result = await handle.get(
+            result = await _memory(context).get(
                 MemoryGetRequest(
                     reference=MemoryReference(provider_id=PROVIDER_ID, id=path.split("#")[0]),
                     from_line=start,
@@ -143,7 +138,7 @@ def memory_tools(service: MemoryCoreService) -> list[Tool]:
             options[name] = value or None
         try:
             request = MemoryAddRequest(text=text, path=options["path"], section=options["section"])
-            result = await add_memory(service, context.caller, request)
+            result = await _memory(context).add(request)
         except ClawError as exc:
             return f"memory_add refused: {exc}"
         c = result.citation

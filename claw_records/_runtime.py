@@ -258,7 +258,7 @@ class RecordsHandle:
             qvec,
             scope=_scope_filter(scope, sources),
             offset=offset,
-            limit=min(request.max_results, 100),
+            limit=request.max_results,
             min_score=min_score,
             vector_weight=vector_weight,
             text_weight=text_weight,

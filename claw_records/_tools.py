@@ -1,13 +1,16 @@
 """Memory Records' agent tools: search, get, add, update, forget.
 
-Every tool runs with the calling run's :class:`~claw.plugin_sdk.MemoryCallerContext`,
-so the partition it reads or writes is the one the host-minted audience grants: a
-group chat's agent keeps and finds that group's records, never the owner's. In a
-tools-arm flush (``context.memory_flush`` set) the delegated audience decides the
-same way, and ``record_add`` deduplicates by the flush id: a retried flush, on any
-host, writes each memory once. Results are plain text naming each record's
-reference and revision (``rec_...@2``), which ``record_get``, ``record_update`` and
-``record_forget`` take back.
+Every tool goes through the host's memory guard (``context.memory``, a
+:class:`~claw.plugin_sdk.ToolMemory`) as the calling run's caller: reads with the
+guard's capability checks, ``authorize_search_hits`` and release check; writes with the
+release check right before the effect and the currency check after it. The tools never
+open the provider runtime themselves. The partition a tool reads or writes is the one
+the host-minted audience grants: a group chat's agent keeps and finds that group's
+records, never the owner's. In a tools-arm flush (``context.memory_flush`` set) the
+delegated audience decides the same way, and ``record_add`` deduplicates by the flush
+id: a retried flush, on any host, writes each memory once. Results are plain text
+naming each record's reference and revision (``rec_...@2``), which ``record_get``,
+``record_update`` and ``record_forget`` take back.
 """
 
 from __future__ import annotations
@@ -16,17 +19,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from claw.plugin_sdk import (
-    AuthorizeSearchHitsRequest,
     ClawError,
+    ContractError,
+    MemoryCallerContext,
     MemoryGetRequest,
     MemoryReference,
     MemorySearchRequest,
     Tool,
     ToolContext,
+    ToolMemory,
 )
 
-from ._runtime import RecordsHandle, RecordsProviderRuntime, authorize_hits, parse_revision
+from ._runtime import parse_revision
 from ._service import PLUGIN_ID, RecordsService
+from ._store import StoredRecord
 from ._writes import add_record, forget_record, update_record
 
 TOOLS = ("record_search", "record_get", "record_add", "record_update", "record_forget")
@@ -73,15 +79,16 @@ def _label(ref: str, revision: int | str) -> str:
     return f"{ref}@{revision}"
 
 
+def _memory(context: ToolContext) -> ToolMemory:
+    """The tool's memory through the host's guard (Memory Records registered a
+    capability, so the host always gives its tools one)."""
+    if context.memory is None:
+        raise ContractError("Memory Records' tools need the host's memory facet (context.memory)")
+    return context.memory
+
+
 def record_tools(service: RecordsService) -> list[Tool]:
     """The tools Memory Records registers."""
-    runtime = RecordsProviderRuntime(service)
-
-    async def handle_for(context: ToolContext) -> RecordsHandle:
-        opened = await runtime.open(agent_id=context.agent_id, context=context.caller)
-        handle = opened.provider
-        assert isinstance(handle, RecordsHandle)
-        return handle
 
     async def record_search(context: ToolContext, arguments: Mapping[str, Any]) -> str:
         query = arguments.get("query")
@@ -90,14 +97,9 @@ def record_tools(service: RecordsService) -> list[Tool]:
         limit = arguments.get("max_results", 6)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             return "record_search: 'max_results' must be a positive integer."
-        handle = await handle_for(context)
-        result = await handle.search(MemorySearchRequest(query=query, max_results=min(limit, 20)))
-        hits = authorize_hits(
-            service,
-            AuthorizeSearchHitsRequest.for_caller(
-                agent_id=context.agent_id, authority=context.caller.authority, hits=result.hits
-            ),
-        )
+        request = MemorySearchRequest(query=query, max_results=min(limit, 20))
+        result = await _memory(context).search(request)
+        hits = result.hits
         if not hits:
             note = f" ({result.warning})" if result.warning else ""
             return f"No memory record matched {query!r}{note}."
@@ -110,8 +112,7 @@ def record_tools(service: RecordsService) -> list[Tool]:
     async def record_get(context: ToolContext, arguments: Mapping[str, Any]) -> str:
         try:
             ref, revision = _ref_arg(arguments)
-            handle = await handle_for(context)
-            result = await handle.get(
+            result = await _memory(context).get(
                 MemoryGetRequest(
                     reference=MemoryReference(
                         provider_id=PLUGIN_ID,
@@ -128,15 +129,19 @@ def record_tools(service: RecordsService) -> list[Tool]:
 
     async def record_add(context: ToolContext, arguments: Mapping[str, Any]) -> str:
         flush = context.memory_flush
-        try:
-            stored, created = await add_record(
+
+        async def add(caller: MemoryCallerContext) -> tuple[StoredRecord, bool]:
+            return await add_record(
                 service,
-                context.caller,
+                caller,
                 context.agent_id,
                 arguments.get("text"),
                 metadata=arguments.get("metadata"),
                 flush_id=flush.flush_id if flush is not None else None,
             )
+
+        try:
+            stored, created = await _memory(context).write("record_add", add)
         except ClawError as exc:
             return f"record_add refused: {exc}"
         said = "Remembered" if created else "Already remembered by this flush"
@@ -145,14 +150,18 @@ def record_tools(service: RecordsService) -> list[Tool]:
     async def record_update(context: ToolContext, arguments: Mapping[str, Any]) -> str:
         try:
             ref, revision = _ref_arg(arguments)
-            stored = await update_record(
-                service,
-                context.caller,
-                context.agent_id,
-                ref,
-                arguments.get("text"),
-                expected_revision=revision,
-            )
+
+            async def update(caller: MemoryCallerContext) -> StoredRecord | None:
+                return await update_record(
+                    service,
+                    caller,
+                    context.agent_id,
+                    ref,
+                    arguments.get("text"),
+                    expected_revision=revision,
+                )
+
+            stored = await _memory(context).write("record_update", update)
         except (ClawError, ValueError) as exc:
             return f"record_update refused: {exc}"
         if stored is None:
@@ -162,7 +171,11 @@ def record_tools(service: RecordsService) -> list[Tool]:
     async def record_forget(context: ToolContext, arguments: Mapping[str, Any]) -> str:
         try:
             ref, _ = _ref_arg(arguments)
-            found = await forget_record(service, context.caller, context.agent_id, ref)
+
+            async def forget(caller: MemoryCallerContext) -> StoredRecord | None:
+                return await forget_record(service, caller, context.agent_id, ref)
+
+            found = await _memory(context).write("record_forget", forget)
         except (ClawError, ValueError) as exc:
             return f"record_forget refused: {exc}"
         if found is None:

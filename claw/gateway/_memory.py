@@ -2,17 +2,22 @@
 
 The functions :func:`memory_search`, :func:`memory_get` and :func:`memory_status` take
 the host's memory guard, a :class:`~claw.MemoryCallerContext` and the wire ``params``
-and return the wire payload. The gateway calls them with the context it minted for the request;
-in-process agent-tool and agent-runtime callers call them with their admitted run's
-context instead (no new authority is minted for them). Every provider call goes
-through the host's guarded handle, and ``check`` (the gateway's request currency check)
-runs before and after each call; the handle is closed in every case.
+and return the wire payload. The gateway calls them with the context it minted for the
+request; the MCP server and the CLI call them the same way. This module is the
+boundary where a request enters: the wire parameters are validated here, once, into
+the neutral request, and nothing behind it checks them again. Every provider call goes
+through the guard's request routes (``MemoryRuntime.search``, ``get``, ``status``),
+which check currency, with ``check`` (the request's own condition: not aborted, its
+connection open), before and after each provider call and make the release check last;
+claw errors are translated to the wire's codes once, in :func:`translate_error`.
 
 Wire shapes (camelCase) are exactly those of the issue: v2 search answers
 ``{version: 2, agentId, providerId, hits, nextCursor?, coverage?, warning?}``; v1 (no
 version, or ``version: 1``) answers the file-shaped ``{agentId, provider, searchMode,
-results}`` through the legacy runtime, and a provider that only has the neutral runtime
-answers ``INVALID_REQUEST`` naming the plugin and asking for ``version: 2``.
+results}``, converted once from the neutral hits, for a plugin that registers a
+file-shaped runtime (through its ``provider_runtime`` when it has one, else the host's
+legacy adapter); a provider that only has the neutral runtime answers
+``INVALID_REQUEST`` naming the plugin and asking for ``version: 2``.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from .._capabilities import MemoryCallerContext, SessionAuthority
+from .._currency import RequestCheck
 from .._errors import (
     CapabilityDeniedError,
     ClawError,
@@ -35,23 +41,23 @@ from .._errors import (
 )
 from ..memory import (
     MemoryAddResult,
+    MemoryAnswer,
     MemoryForgetResult,
     MemoryGetRequest,
     MemoryReference,
     MemoryRuntime,
     MemorySearchHit,
     MemorySearchRequest,
+    MemorySearchResult,
     MemoryUnavailableError,
 )
 from ._errors import GatewayError
-from ._methods import GatewayRequestContext
+from ._methods import GatewayMethod, GatewayRequestContext
 
-T = TypeVar("T")
 logger = logging.getLogger("claw.gateway")
 
 MAX_RESULTS_DEFAULT = 20
 MAX_RESULTS_LIMIT = 50
-Check = Callable[[], None]
 
 _SEARCH_V2_FIELDS = frozenset(
     {"version", "query", "maxResults", "minScore", "cursor", "sources", "agentId"}
@@ -133,7 +139,7 @@ def _agent(params: Mapping[str, Any], caller: MemoryCallerContext) -> str | None
     return agent
 
 
-def _translate(exc: BaseException) -> BaseException:
+def translate_error(exc: BaseException) -> BaseException:
     """Map claw errors to the wire's error codes (gateway errors pass through)."""
     if isinstance(exc, GatewayError):
         return exc
@@ -158,19 +164,6 @@ def _translate(exc: BaseException) -> BaseException:
     if isinstance(exc, ContractError):
         return GatewayError("INTERNAL", "the memory provider broke its contract")
     return exc
-
-
-async def _guarded(check: Check, fn: Callable[[], Awaitable[T]]) -> T:
-    check()
-    try:
-        result = await fn()
-    except ClawError as exc:
-        translated = _translate(exc)
-        if translated is exc:
-            raise
-        raise translated from exc
-    check()
-    return result
 
 
 def _wire_hit(hit: MemorySearchHit) -> dict[str, Any]:
@@ -215,7 +208,8 @@ def _search_request(params: Mapping[str, Any], *, v2: bool) -> MemorySearchReque
     cursor = _string(params, "cursor", max_chars=MAX_CURSOR_CHARS) if v2 else None
     if cursor is not None and not cursor:
         raise _invalid("cursor must not be empty; pass back a nextCursor, or omit it")
-    return MemorySearchRequest(
+    # Every value was checked above, with the wire's names and bounds: not again.
+    return MemorySearchRequest._trusted(
         query=query,
         max_results=max_results,
         min_score=float(min_score) if min_score is not None else None,
@@ -225,78 +219,87 @@ def _search_request(params: Mapping[str, Any], *, v2: bool) -> MemorySearchReque
 
 
 async def memory_search(
-    memory: MemoryRuntime, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
+    memory: MemoryRuntime,
+    caller: MemoryCallerContext,
+    params: Mapping[str, Any],
+    check: RequestCheck | None = None,
+    *,
+    fresh: bool = False,
 ) -> dict[str, Any]:
-    """The ``memory.search`` payload (v1 or v2) for ``caller``."""
+    """The ``memory.search`` payload (v1 or v2) for ``caller``.
+
+    ``check`` is the request's own condition, checked with every currency check;
+    ``fresh`` says ``caller`` was minted with nothing awaited since (the gateway's).
+    """
     version = params.get("version", 1)
     if isinstance(version, bool) or version not in (1, 2):
         raise _invalid(f"unsupported memory.search version {version!r}; use 1 or 2")
     request = _search_request(params, v2=version == 2)
-    agent = _agent(params, caller)
-    if version == 1:
-        return await _search_v1(memory, caller, request, agent, check)
-    async with memory.open(caller, agent_id=agent) as handle:
-        result = await _guarded(check, lambda: handle.search(request))
-        payload: dict[str, Any] = {
-            "version": 2,
-            "agentId": handle.agent_id,
-            "providerId": handle.provider_id,
-            "hits": [_wire_hit(h) for h in result.hits],
-        }
-        if result.next_cursor is not None:
-            payload["nextCursor"] = result.next_cursor
-        if result.coverage is not None:
-            payload["coverage"] = {
-                "sources": list(result.coverage.sources),
-                "complete": result.coverage.complete,
-            }
-        if result.warning is not None:
-            payload["warning"] = result.warning
-        return payload
+    answer = await memory.search(
+        caller,
+        request,
+        agent_id=_agent(params, caller),
+        file_shaped=version == 1,
+        also=check,
+        fresh=fresh,
+    )
+    return _v1_payload(answer) if version == 1 else _v2_payload(answer)
 
 
-async def _search_v1(
-    memory: MemoryRuntime,
-    caller: MemoryCallerContext,
-    request: MemorySearchRequest,
-    agent: str | None,
-    check: Check,
-) -> dict[str, Any]:
-    plugin_id, capability = memory.selection()
-    if plugin_id is None or capability is None:
-        raise GatewayError("UNAVAILABLE", "no memory plugin is selected")
-    if capability.runtime is None:
-        raise _invalid(
-            f'memory plugin "{plugin_id}" uses the provider runtime; '
-            "retry memory.search with version: 2"
-        )
-    async with memory.open(caller, agent_id=agent, legacy=True) as handle:
-        result = await _guarded(check, lambda: handle.search(request))
-        status = await _guarded(check, handle.health)
-        results = []
-        for hit in result.hits:
-            citation = hit.citation
-            if citation is None:  # pragma: no cover - the legacy adapter always cites
-                continue
-            item: dict[str, Any] = {
-                "path": citation.path,
-                "startLine": citation.start_line,
-                "endLine": citation.end_line,
-                "score": hit.score,
-                "snippet": hit.excerpt,
-                "source": hit.source,
-            }
-            label = hit.metadata.get("citation_label")
-            if isinstance(label, str):
-                item["citation"] = label
-            results.append(item)
-        mode = status.details.get("searchMode")
-        return {
-            "agentId": handle.agent_id,
-            "provider": plugin_id,
-            "searchMode": mode if isinstance(mode, str) else "unknown",
-            "results": results,
+def _v2_payload(answer: MemoryAnswer[MemorySearchResult]) -> dict[str, Any]:
+    result = answer.result
+    payload: dict[str, Any] = {
+        "version": 2,
+        "agentId": answer.agent_id,
+        "providerId": answer.provider_id,
+        "hits": [_wire_hit(h) for h in result.hits],
+    }
+    if result.next_cursor is not None:
+        payload["nextCursor"] = result.next_cursor
+    if result.coverage is not None:
+        payload["coverage"] = {
+            "sources": list(result.coverage.sources),
+            "complete": result.coverage.complete,
         }
+    if result.warning is not None:
+        payload["warning"] = result.warning
+    return payload
+
+
+def _v1_payload(answer: MemoryAnswer[MemorySearchResult]) -> dict[str, Any]:
+    """The file-shaped answer, converted once from the neutral hits."""
+    mode = answer.health.details.get("searchMode") if answer.health is not None else None
+    return {
+        "agentId": answer.agent_id,
+        "provider": answer.provider_id,
+        "searchMode": mode if isinstance(mode, str) else "unknown",
+        "results": [
+            _v1_result(hit, native=answer.native)
+            for hit in answer.result.hits
+            if hit.citation is not None
+        ],
+    }
+
+
+def _v1_result(hit: MemorySearchHit, *, native: bool) -> dict[str, Any]:
+    """One v1 result. Its citation label is the legacy manager's own, or for a native
+    provider the ``path#L<a>-L<b>`` form a file-shaped manager gives."""
+    citation = hit.citation
+    assert citation is not None
+    item: dict[str, Any] = {
+        "path": citation.path,
+        "startLine": citation.start_line,
+        "endLine": citation.end_line,
+        "score": hit.score if hit.score is not None else 0.0,
+        "snippet": hit.excerpt,
+        "source": hit.source,
+    }
+    label = hit.metadata.get("citation_label")
+    if isinstance(label, str):
+        item["citation"] = label
+    elif native:
+        item["citation"] = f"{citation.path}#L{citation.start_line}-L{citation.end_line}"
+    return item
 
 
 def _reference(value: Any) -> MemoryReference:
@@ -355,9 +358,14 @@ def wire_forget(result: MemoryForgetResult) -> dict[str, Any]:
 
 
 async def memory_get(
-    memory: MemoryRuntime, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
+    memory: MemoryRuntime,
+    caller: MemoryCallerContext,
+    params: Mapping[str, Any],
+    check: RequestCheck | None = None,
+    *,
+    fresh: bool = False,
 ) -> dict[str, Any]:
-    """The ``memory.get`` payload for ``caller``."""
+    """The ``memory.get`` payload for ``caller`` (see :func:`memory_search`)."""
     _no_unknown(params, _GET_FIELDS, "memory.get")
     reference = _reference(params.get("reference"))
     request = MemoryGetRequest(
@@ -365,57 +373,62 @@ async def memory_get(
         from_line=_positive_int(params, "from"),
         lines=_positive_int(params, "lines"),
     )
-    agent = _agent(params, caller)
-    async with memory.open(caller, agent_id=agent) as handle:
-        result = await _guarded(check, lambda: handle.get(request))
-        payload: dict[str, Any] = {
-            "version": 2,
-            "agentId": handle.agent_id,
-            "providerId": handle.provider_id,
-            "status": result.status,
-            "reference": wire_reference(result.reference),
-        }
-        if result.status == "ok":
-            payload["text"] = result.text
-            payload["from"] = result.from_line
-            payload["lines"] = result.lines
-            if result.total_lines is not None:
-                payload["totalLines"] = result.total_lines
-            payload["truncated"] = result.truncated
-        return payload
+    answer = await memory.get(
+        caller, request, agent_id=_agent(params, caller), also=check, fresh=fresh
+    )
+    result = answer.result
+    payload: dict[str, Any] = {
+        "version": 2,
+        "agentId": answer.agent_id,
+        "providerId": answer.provider_id,
+        "status": result.status,
+        "reference": wire_reference(result.reference),
+    }
+    if result.status == "ok":
+        payload["text"] = result.text
+        payload["from"] = result.from_line
+        payload["lines"] = result.lines
+        if result.total_lines is not None:
+            payload["totalLines"] = result.total_lines
+        payload["truncated"] = result.truncated
+    return payload
 
 
 async def memory_status(
-    memory: MemoryRuntime, caller: MemoryCallerContext, params: Mapping[str, Any], check: Check
+    memory: MemoryRuntime,
+    caller: MemoryCallerContext,
+    params: Mapping[str, Any],
+    check: RequestCheck | None = None,
+    *,
+    fresh: bool = False,
 ) -> dict[str, Any]:
     """The ``memory.status`` payload for ``caller`` (no host paths in details)."""
     _no_unknown(params, _STATUS_FIELDS, "memory.status")
-    agent = _agent(params, caller)
-    async with memory.open(caller, agent_id=agent) as handle:
-        health = await _guarded(check, handle.health)
-        payload: dict[str, Any] = {
-            "version": 2,
-            "agentId": handle.agent_id,
-            "providerId": handle.provider_id,
-            "status": health.status,
-        }
-        if health.message is not None:
-            payload["message"] = health.message
-        if health.details:
-            payload["details"] = dict(health.details)
-        return payload
+    answer = await memory.status(caller, agent_id=_agent(params, caller), also=check, fresh=fresh)
+    health = answer.result
+    payload: dict[str, Any] = {
+        "version": 2,
+        "agentId": answer.agent_id,
+        "providerId": answer.provider_id,
+        "status": health.status,
+    }
+    if health.message is not None:
+        payload["message"] = health.message
+    if health.details:
+        payload["details"] = dict(health.details)
+    return payload
 
 
-def _handler(
-    fn: Callable[
-        [MemoryRuntime, MemoryCallerContext, Mapping[str, Any], Check], Awaitable[dict[str, Any]]
-    ],
-) -> Callable[[GatewayRequestContext], Awaitable[dict[str, Any]]]:
+MemoryMethod = Callable[..., Awaitable[dict[str, Any]]]
+
+
+def _handler(fn: MemoryMethod) -> Callable[[GatewayRequestContext], Awaitable[dict[str, Any]]]:
     async def handle(ctx: GatewayRequestContext) -> dict[str, Any]:
         try:
-            return await fn(ctx.memory, ctx.caller, ctx.params, ctx.check_current)
+            # The context was minted for this request just before: nothing was awaited.
+            return await fn(ctx.memory, ctx.caller, ctx.params, ctx.check_request, fresh=True)
         except ClawError as exc:
-            translated = _translate(exc)
+            translated = translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
@@ -431,6 +444,13 @@ MEMORY_METHODS: dict[str, Callable[[GatewayRequestContext], Awaitable[dict[str, 
 
 
 def register_memory_methods(gateway: Any) -> None:
-    """Register the three memory methods (each needs ``operator.read``)."""
+    """Register the three memory methods (each needs ``operator.read``).
+
+    Their last step is the guard's release check (or, for status, its check after the
+    provider's handle closed), so the gateway does not check the request again after
+    them (``releases``).
+    """
     for name, handler in MEMORY_METHODS.items():
-        gateway.register_method(name, handler, required_scope="operator.read")
+        gateway.add_method(
+            GatewayMethod(name=name, handler=handler, required_scope="operator.read", releases=True)
+        )

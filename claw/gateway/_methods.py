@@ -52,6 +52,9 @@ class GatewayMethod:
     name: str = attrs.field(validator=_check_name)
     handler: GatewayHandler
     required_scope: str = attrs.field(default=READ_SCOPE, validator=_check_scope)
+    #: The handler's last step is the memory guard's release check, with nothing awaited
+    #: after it: the gateway does not check the request's currency again afterwards.
+    releases: bool = False
 
 
 @final
@@ -98,13 +101,19 @@ class GatewayRequestContext(metaclass=NoPublicConstructor):
         """The request's cancel scope (the caller context's abort signal)."""
         return self.caller.cancel_scope
 
-    def check_current(self) -> None:
-        """Raise ``GatewayError("UNAVAILABLE")`` unless the request may still have effects."""
+    def check_request(self) -> None:
+        """Raise ``GatewayError("UNAVAILABLE")`` once the request was aborted or its
+        connection closed (the request's own condition, without the capability check:
+        the memory guard checks it with every currency check it makes)."""
         if self.caller.cancel_scope.cancel_called:
             raise GatewayError("UNAVAILABLE", f"request {self.request_id!r} was aborted")
         problem = self._connection_problem()
         if problem is not None:
             raise GatewayError("UNAVAILABLE", problem)
+
+    def check_current(self) -> None:
+        """Raise ``GatewayError("UNAVAILABLE")`` unless the request may still have effects."""
+        self.check_request()
         try:
             self._verify(self.caller)
         except (StaleCapabilityError, ForgedCapabilityError):

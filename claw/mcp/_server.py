@@ -38,11 +38,11 @@ from mcp.shared.exceptions import MCPError
 
 from .. import __version__
 from .._config import McpConfig
-from .._errors import ClawError, ForgedCapabilityError, StaleCapabilityError
+from .._errors import ClawError
 from .._util import final
 from ..gateway._auth import READ_SCOPE, TokenTable
 from ..gateway._errors import GatewayError
-from ..gateway._memory import _translate
+from ..gateway._memory import translate_error
 from ._http import serve_http
 from ._tools import READ_TOOLS, WRITE_SCOPE, WRITE_TOOLS, ToolSpec, check_arguments
 
@@ -177,16 +177,7 @@ class MemoryMcpServer:
         async with self.host.open_scope(f"mcp-{transport}-request") as scope:
             authority = scope.mint_operator_authority(granted, connection_id=f"mcp-{transport}")
             caller = scope.mint_caller_context(authority)
-
-            def check() -> None:
-                try:
-                    self.host.verify(caller)
-                except (StaleCapabilityError, ForgedCapabilityError):
-                    raise GatewayError(
-                        "UNAVAILABLE", "the request's authority is no longer current"
-                    ) from None
-
-            return await spec.run(self.host.memory, caller, arguments, check, self.agent)
+            return await spec.run(self.host.memory, caller, arguments, self.agent)
 
     # -- transports --------------------------------------------------------------
 
@@ -235,7 +226,7 @@ def _error_for(exc: Exception) -> BaseException:
     answered ``FORBIDDEN`` with its message (which names only what the caller sent),
     not ``INTERNAL``.
     """
-    translated = _translate(exc)
+    translated = translate_error(exc)
     if translated is exc and isinstance(exc, ClawError) and isinstance(exc, PermissionError):
         return GatewayError("FORBIDDEN", str(exc))
     return translated

@@ -36,7 +36,6 @@ from ..gateway._memory import (
     MAX_REFERENCE_ID_CHARS,
     MAX_RESULTS_DEFAULT,
     MAX_RESULTS_LIMIT,
-    _guarded,
     _reference,
     _string,
     memory_get,
@@ -50,9 +49,8 @@ from ..memory import MemoryRuntime
 WRITE_SCOPE = "operator.write"
 """The scope the write tools need (the host's write route accepts it for operators)."""
 
-Check = Callable[[], None]
 ToolRun = Callable[
-    [MemoryRuntime, MemoryCallerContext, dict[str, Any], Check, str], Awaitable[dict[str, Any]]
+    [MemoryRuntime, MemoryCallerContext, dict[str, Any], str], Awaitable[dict[str, Any]]
 ]
 
 
@@ -60,7 +58,8 @@ ToolRun = Callable[
 class ToolSpec:
     """One tool: what ``tools/list`` shows and what ``tools/call`` runs.
 
-    ``run(memory, caller, arguments, check, agent_id)`` returns the structured result;
+    ``run(memory, caller, arguments, agent_id)`` returns the structured result (the
+    guard checks currency around every provider call);
     ``scope`` is the operator scope the caller's authority must hold.
     """
 
@@ -249,30 +248,28 @@ async def _search(
     memory: MemoryRuntime,
     caller: MemoryCallerContext,
     arguments: dict[str, Any],
-    check: Check,
     agent: str,
 ) -> dict[str, Any]:
-    return await memory_search(memory, caller, {**arguments, "version": 2, "agentId": agent}, check)
+    params = {**arguments, "version": 2, "agentId": agent}
+    return await memory_search(memory, caller, params, fresh=True)
 
 
 async def _get(
     memory: MemoryRuntime,
     caller: MemoryCallerContext,
     arguments: dict[str, Any],
-    check: Check,
     agent: str,
 ) -> dict[str, Any]:
-    return await memory_get(memory, caller, {**arguments, "agentId": agent}, check)
+    return await memory_get(memory, caller, {**arguments, "agentId": agent}, fresh=True)
 
 
 async def _status(
     memory: MemoryRuntime,
     caller: MemoryCallerContext,
     arguments: dict[str, Any],
-    check: Check,
     agent: str,
 ) -> dict[str, Any]:
-    return await gateway_memory_status(memory, caller, {**arguments, "agentId": agent}, check)
+    return await gateway_memory_status(memory, caller, {**arguments, "agentId": agent}, fresh=True)
 
 
 READ_TOOLS: tuple[ToolSpec, ...] = (
@@ -383,7 +380,6 @@ async def _add(
     memory: MemoryRuntime,
     caller: MemoryCallerContext,
     arguments: dict[str, Any],
-    check: Check,
     agent: str,
 ) -> dict[str, Any]:
     text = _string(arguments, "text", required=True, max_chars=MAX_ADD_TEXT_CHARS)
@@ -393,10 +389,7 @@ async def _add(
         if value is not None and not value.strip():
             raise GatewayError("INVALID_REQUEST", f"{name} must not be empty")
     assert text is not None
-    result = await _guarded(
-        check,
-        lambda: memory.add(caller, text, path=path, section=section, agent_id=agent),
-    )
+    result = await memory.add(caller, text, path=path, section=section, agent_id=agent)
     return {
         "version": 2,
         "agentId": agent,
@@ -409,17 +402,13 @@ async def _forget(
     memory: MemoryRuntime,
     caller: MemoryCallerContext,
     arguments: dict[str, Any],
-    check: Check,
     agent: str,
 ) -> dict[str, Any]:
     reference = _reference(arguments.get("reference"))
     dry_run = arguments.get("dryRun", False)
     if not isinstance(dry_run, bool):
         raise GatewayError("INVALID_REQUEST", "dryRun must be true or false")
-    result = await _guarded(
-        check,
-        lambda: memory.forget(caller, reference, dry_run=dry_run, agent_id=agent),
-    )
+    result = await memory.forget(caller, reference, dry_run=dry_run, agent_id=agent)
     return {
         "version": 2,
         "agentId": agent,

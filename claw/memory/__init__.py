@@ -1,4 +1,14 @@
-"""The provider-neutral memory runtime: contracts, values, the legacy adapter, the guard."""
+"""The host's side of memory: the guard every memory route goes through, and the contracts.
+
+This is not Memory Core. ``claw.memory`` is the *host* side, the same whichever memory
+plugin owns the slot: the provider-neutral contracts and values a plugin implements
+(:class:`MemoryPluginCapability`, :class:`MemorySearchRequest`, ...), the guard
+(:class:`MemoryRuntime`, ``host.memory``) through which the gateway, MCP, agent tools
+and the host's consumers reach the selected provider, the host-owned legacy adapter,
+and the consumers themselves. Memory Core, the bundled memory *plugin* (markdown files,
+tantivy, numpy), lives in the top-level package ``claw_memory`` and is one provider
+among others behind this guard.
+"""
 
 from .._util import fixup_module_metadata as _fixup_module_metadata
 from ._consumers import BUILTIN_RECALL_TOOLS as BUILTIN_RECALL_TOOLS
@@ -22,16 +32,18 @@ from ._contracts import MemoryProviderRuntime as MemoryProviderRuntime
 from ._contracts import MemorySearchManager as MemorySearchManager
 from ._contracts import PublicArtifact as PublicArtifact
 from ._contracts import PublicArtifacts as PublicArtifacts
+from ._guard import ForeignReferenceError as ForeignReferenceError
+from ._guard import GuardedMemoryHandle as GuardedMemoryHandle
+from ._guard import MemoryHandleClosedError as MemoryHandleClosedError
+from ._guard import MemoryUnavailableError as MemoryUnavailableError
 from ._legacy import LEGACY_CAPABILITIES as LEGACY_CAPABILITIES
 from ._legacy import LegacyProviderHandle as LegacyProviderHandle
 from ._legacy import line_fragment as line_fragment
 from ._legacy import parse_line_fragment as parse_line_fragment
 from ._legacy import strip_host_paths as strip_host_paths
-from ._runtime import ForeignReferenceError as ForeignReferenceError
-from ._runtime import GuardedMemoryHandle as GuardedMemoryHandle
-from ._runtime import MemoryHandleClosedError as MemoryHandleClosedError
+from ._runtime import MemoryAnswer as MemoryAnswer
 from ._runtime import MemoryRuntime as MemoryRuntime
-from ._runtime import MemoryUnavailableError as MemoryUnavailableError
+from ._runtime import ToolMemory as ToolMemory
 from ._types import AuthorizeSearchHitsRequest as AuthorizeSearchHitsRequest
 from ._types import CandidateKind as CandidateKind
 from ._types import Citation as Citation

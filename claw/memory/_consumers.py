@@ -4,8 +4,11 @@ Each consumer prefers the selected provider's ``provider_runtime`` and uses it o
 when the provider declares what that consumer needs; with a legacy runtime it keeps
 the manager's calls, results and citation labels. A consumer whose needs a native
 provider does not declare injects nothing (and says why in the result), rather than
-calling the provider and handling failure. Gateway ``memory.search``/``get``/``status``
-live in :mod:`claw.gateway._memory`; doctor and CLI status use :func:`provider_status`.
+calling the provider and handling failure. Each consumer takes the host and uses only its
+memory guard (``host.memory``), so every one goes through the same capability checks,
+currency checks and release check as every other route. Gateway
+``memory.search``/``get``/``status`` live in :mod:`claw.gateway._memory`; doctor and CLI
+status use :func:`provider_status`.
 
 Native provider needs, per consumer:
 
@@ -25,12 +28,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import attrs
 
 from .._capabilities import MemoryCallerContext
 from .._errors import UnsupportedRequestError
+from ._runtime import MemoryRuntime
 from ._types import (
     MemoryCandidate,
     MemoryCandidatesRequest,
@@ -41,8 +45,15 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
-    from .._host import Host
     from ..turns._tools import ToolPolicy
+
+
+class MemoryHost(Protocol):
+    """What a consumer uses of the host: its memory guard (``host.memory``), and nothing
+    else. Every consumer reaches the provider through the guard's checks."""
+
+    @property
+    def memory(self) -> MemoryRuntime: ...
 
 logger = logging.getLogger("claw.memory.consumers")
 
@@ -120,14 +131,14 @@ def _skip(reason: str) -> RecallResult:
     return RecallResult(skipped_reason=reason)
 
 
-async def provider_status(host: Host, caller: MemoryCallerContext) -> MemoryHealth:
+async def provider_status(host: MemoryHost, caller: MemoryCallerContext) -> MemoryHealth:
     """Health of the selected provider (doctor and CLI status; any authenticated caller)."""
     async with host.memory.open(caller) as handle:
         return await handle.health()
 
 
 async def project_recall(
-    host: Host,
+    host: MemoryHost,
     caller: MemoryCallerContext,
     *,
     project_keys: Sequence[str],
@@ -165,13 +176,12 @@ async def project_recall(
         return RecallResult(items=_items(result_hits.hits, "project"), native=False)
 
 
-def _owner_recall_tools(host: Host) -> tuple[str, ...]:
-    _, capability = host.memory.selection()
-    return tuple(capability.recall_tool_names) if capability is not None else ()
+def _owner_recall_tools(host: MemoryHost) -> tuple[str, ...]:
+    return host.memory.recall_tool_names()
 
 
 async def trigger_recall(
-    host: Host,
+    host: MemoryHost,
     caller: MemoryCallerContext,
     *,
     message: str,
@@ -224,8 +234,8 @@ async def trigger_recall(
             )
             items = _items(found.hits, "search") + _candidate_items(triggers.candidates, "trigger")
             return RecallResult(items=items)
-    owner, _ = host.memory.selection()
-    if owner is None or not host.plugin_registry.tools_of(owner, LEGACY_TRIGGER_TOOL):
+    owner = host.memory.slots.memory_plugin
+    if owner is None or not host.memory.slots.tools_of(owner, LEGACY_TRIGGER_TOOL):
         return _skip(f'the memory plugin "{owner}" registers no {LEGACY_TRIGGER_TOOL} tool')
     if not tool_policy.allows(LEGACY_TRIGGER_TOOL):
         return _skip(f"the turn's tool policy does not allow {LEGACY_TRIGGER_TOOL}")
@@ -238,14 +248,16 @@ async def trigger_recall(
         return RecallResult(items=_items(found.hits, "search"), native=False)
 
 
-def deep_recall_tools(host: Host, *, tools_allow: Sequence[str] | None = None) -> tuple[str, ...]:
+def deep_recall_tools(
+    host: MemoryHost, *, tools_allow: Sequence[str] | None = None
+) -> tuple[str, ...]:
     """The agent tools Active Memory uses for deep recall.
 
     A valid explicit ``tools_allow`` (every name a registered tool) wins, then the
     selected owner's ``recall_tool_names``, then the built-in fallback. Unselected
     sidecars cannot contribute.
     """
-    registered = {t.name for t in host.plugin_registry.tools}
+    registered = {t.name for t in host.memory.slots.tools}
     if tools_allow:
         unknown = [t for t in tools_allow if t not in registered]
         if not unknown:
@@ -258,7 +270,7 @@ def deep_recall_tools(host: Host, *, tools_allow: Sequence[str] | None = None) -
 
 
 async def voice_fast_context(
-    host: Host, caller: MemoryCallerContext, *, query: str, max_results: int = 3
+    host: MemoryHost, caller: MemoryCallerContext, *, query: str, max_results: int = 3
 ) -> RecallResult:
     """Fast context for voice turns: one search over every configured source."""
     async with host.memory.open(caller) as handle:
@@ -271,7 +283,7 @@ async def voice_fast_context(
 
 
 async def wiki_search(
-    host: Host,
+    host: MemoryHost,
     caller: MemoryCallerContext,
     *,
     query: str,
@@ -300,14 +312,14 @@ async def wiki_search(
         return RecallResult(items=_items(found.hits, "search"), native=handle.native)
 
 
-def dreaming_owner(host: Host) -> str | None:
+def dreaming_owner(host: MemoryHost) -> str | None:
     """The plugin whose dreaming runs: the selected owner if it declares dreaming, else
     Memory Core as a loaded sidecar (unless it is disabled, in which case it is not loaded).
 
     Dreaming is not a provider runtime capability: selecting a provider does not imply it.
     """
-    selected = host.slots.memory_plugin
-    capabilities = host.plugin_registry.memory_capabilities
+    selected = host.memory.slots.memory_plugin
+    capabilities = host.memory.slots.memory_capabilities
     if selected is not None and getattr(capabilities.get(selected), "dreaming", None) is not None:
         return selected
     if "memory-core" in capabilities:

@@ -41,7 +41,7 @@ from ._types import (
 
 if TYPE_CHECKING:
     from .._capabilities import MemoryCallerContext
-    from ..flush import FlushPlanResolver, ProviderFlushPlanResolver
+    from ..flush._plans import FlushPlanResolver, ProviderFlushPlanResolver
 
 
 @runtime_checkable

@@ -1,21 +1,33 @@
-"""The host side of the provider-neutral memory runtime.
+"""The memory guard: the host side of the provider-neutral memory runtime (``host.memory``).
 
-``host.memory.open(context, agent_id=...)`` selects the memory slot owner's runtime
-(its ``provider_runtime`` when present, else the host-owned legacy adapter over its
-``runtime``) and returns a :class:`GuardedMemoryHandle`. The guard is where the
-contract is enforced:
+Not to be confused with Memory Core (``claw_memory``), the bundled memory *plugin*:
+this package is the host's side of every memory plugin, whichever is selected.
 
-* declared capabilities are checked before any provider code runs (undeclared
-  sources, a cursor without pagination, an undeclared candidate kind, project keys
-  without project filtering), with an error naming the provider and the capability;
-* the caller context (and through it the audience), the host and the plugin's
-  selection are rechecked before and after every asynchronous provider call;
-* references of another provider are rejected; results are validated; ``min_score``
-  is enforced again; health details never carry host paths;
-* session-source hits reach the caller only through the runtime's
-  ``authorize_search_hits``; without that hook they are withheld (fail closed);
-* failure, denial or an invalid provider runtime is an error, never a retry against
-  legacy storage and never an empty success. The handle is closed in every case.
+Every route that reads or writes memory goes through :class:`MemoryRuntime`, with the
+same checks (see :mod:`claw.memory._guard` for what a guarded handle enforces):
+
+* the Python API: ``host.memory.open(context)`` yields a
+  :class:`~claw.memory.GuardedMemoryHandle`; ``host.memory.add`` / ``forget`` write;
+* the gateway (``memory.search`` v1 and v2, ``memory.get``, ``memory.status``) and the
+  MCP server, through the request routes :meth:`MemoryRuntime.search`,
+  :meth:`MemoryRuntime.get` and :meth:`MemoryRuntime.status`;
+* agent tools (and the flush's persistence and lookup tools), through the
+  :class:`ToolMemory` facet on their ``ToolContext``: a plugin's tools do not open
+  their own provider runtime;
+* the host's consumers (recall, voice, wiki, project, status, the post-compaction
+  refresh), through ``open``.
+
+The selected memory slot owner's runtime is used (its ``provider_runtime`` when
+present, else the host-owned legacy adapter over its ``runtime``); a tool's facet opens
+its own plugin's. Failure, denial or an invalid provider runtime is an error, never a
+retry against legacy storage and never an empty success; the handle is closed in every
+case.
+
+A request route checks currency exactly where the seed asks, once each: before opening
+(unless the caller minted the context with nothing awaited since: ``fresh``), after
+opening (which is also before the first call), after each call (also before the next),
+and the release check after the handle is closed, so that it is the last thing before
+the answer leaves.
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import attrs
 import trio
@@ -35,304 +47,65 @@ from .._capabilities import (
     OperatorAuthority,
     SessionAuthority,
 )
-from .._currency import Currency
+from .._currency import Currency, RequestCheck
 from .._errors import (
     CapabilityDeniedError,
     ClawError,
     ContractError,
-    HostClosedError,
     ProviderError,
     UnknownAgentError,
     UnsupportedRequestError,
 )
 from .._scopes import Lifecycle
 from .._slots import SlotView
-from ._contracts import (
-    MemoryPluginCapability,
-    MemoryProviderHandle,
-    MemoryProviderOpenResult,
+from .._util import NoPublicConstructor, final
+from .._weak import WeakIdentityMap
+from ._contracts import MemoryPluginCapability, MemoryProviderHandle, MemoryProviderOpenResult
+from ._guard import (
+    ForeignReferenceError,
+    GuardedMemoryHandle,
+    MemoryUnavailableError,
+    provider_call,
+    validate_handle,
 )
-from ._legacy import LegacyProviderHandle, strip_host_paths
+from ._legacy import LegacyProviderHandle
 from ._types import (
-    AuthorizeSearchHitsRequest,
     MemoryAddRequest,
     MemoryAddResult,
-    MemoryCandidatesRequest,
-    MemoryCandidatesResult,
     MemoryForgetResult,
     MemoryGetRequest,
     MemoryGetResult,
     MemoryHealth,
     MemoryReference,
-    MemorySearchHit,
     MemorySearchRequest,
     MemorySearchResult,
-    ProviderCapabilities,
+    Source,
 )
-from ._writes import add_memory, forget_memory
+from ._writes import WriteTarget, add_memory, forget_memory, require_writer
 
 logger = logging.getLogger("claw.memory")
 
 T = TypeVar("T")
 
 
-class MemoryUnavailableError(ProviderError):
-    """No memory provider can serve this request (none selected, or no search runtime)."""
+@attrs.frozen
+class MemoryAnswer(Generic[T]):
+    """What a request route answers: the result, and which provider and agent gave it.
 
-
-class ForeignReferenceError(UnsupportedRequestError):
-    """A reference names another provider than the selected one."""
-
-
-class MemoryHandleClosedError(HostClosedError):
-    """A memory handle was used after the ``async with`` block that opened it closed."""
-
-
-@attrs.define(eq=False)
-class GuardedMemoryHandle:
-    """A provider handle wrapped by the host's checks; see the module docstring.
-
-    ``native`` is true for a ``provider_runtime`` handle and false for the legacy
-    adapter. ``has_refresh`` says whether the provider offers ``refresh()``.
+    ``health`` is the provider's health when the route asked for it too (a v1 search
+    reports the search mode).
     """
 
     provider_id: str
     agent_id: str
     native: bool
-    _handle: MemoryProviderHandle
-    _context: MemoryCallerContext
-    _check_selected: Callable[[], None]
-    _authorize: Callable[[AuthorizeSearchHitsRequest], Awaitable[Any]] | None
-    _currency: Currency
-    _closed: bool = attrs.field(default=False, init=False)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise MemoryHandleClosedError(
-                f'this handle on memory provider "{self.provider_id}" was used after the '
-                "async with block that opened it closed; open a new one"
-            )
-
-    @property
-    def capabilities(self) -> ProviderCapabilities:
-        """What the provider declared (validated at open)."""
-        return self._handle.capabilities
-
-    @property
-    def has_refresh(self) -> bool:
-        return callable(getattr(self._handle, "refresh", None))
-
-    def _check_usable(self) -> None:
-        self._check_open()
-        self._check_selected()
-
-    async def _current(self) -> None:
-        """Check currency by the host's own records (never by state reachable from the
-        context); while a session write is in flight, wait for it and check again."""
-        await self._currency.await_current(self._context, also=self._check_usable)
-
-    async def _released(self) -> None:
-        """The release check, right before a result leaves the guard: currency by the
-        host's records, then the committed lineage read from the session store, so a
-        reset committed by another process refuses the result even if this process has
-        not heard of it yet (see ``Currency.verify_committed``, which verifies the
-        context by the host's records first)."""
-        self._check_open()
-        self._check_selected()
-        await self._currency.await_committed(self._context)
-
-    async def _call(
-        self,
-        what: str,
-        fn: Callable[[], Awaitable[T]],
-        *,
-        release: bool = False,
-        current: bool = False,
-    ) -> T:
-        """Run one provider call between currency checks (the release check after it
-        when ``release``). ``current``: the caller checked currency with nothing awaited
-        since (the check before would repeat that one on the same state)."""
-        if not current:
-            await self._current()
-        try:
-            result = await fn()
-        except ClawError:
-            raise
-        except Exception as exc:
-            raise ProviderError(
-                f'memory provider "{self.provider_id}" failed in {what}: {type(exc).__name__}'
-            ) from exc
-        if release:
-            await self._released()
-        else:
-            await self._current()
-        return result
-
-    def _unsupported(self, capability: str, detail: str) -> UnsupportedRequestError:
-        return UnsupportedRequestError(
-            f'memory provider "{self.provider_id}" does not declare {capability}: {detail}'
-        )
-
-    async def search(self, request: MemorySearchRequest) -> MemorySearchResult:
-        """Search, after enforcing the declared capabilities; session hits are authorized."""
-        self._check_open()
-        caps = self.capabilities
-        sources = request.sources if request.sources is not None else caps.sources
-        undeclared = [s for s in sources if s not in caps.sources]
-        if undeclared:
-            raise self._unsupported(
-                "search source " + ", ".join(repr(s) for s in undeclared),
-                f"declared sources are {', '.join(repr(s) for s in caps.sources)}",
-            )
-        if request.cursor is not None and not caps.pagination:
-            raise self._unsupported("pagination", "a cursor was supplied")
-        if request.active_project_keys and not caps.project_filter:
-            raise self._unsupported("project filtering", "active_project_keys were supplied")
-        request = attrs.evolve(request, sources=sources)
-        result = await self._call("search", lambda: self._handle.search(request))
-        if not isinstance(result, MemorySearchResult):
-            raise ContractError(
-                f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
-                "from search, not a MemorySearchResult"
-            )
-        hits: list[MemorySearchHit] = []
-        for hit in result.hits:
-            if not isinstance(hit, MemorySearchHit):
-                raise ContractError(f'memory provider "{self.provider_id}" returned a non-hit')
-            if hit.reference.provider_id != self.provider_id:
-                raise ContractError(
-                    f'memory provider "{self.provider_id}" returned a reference of provider '
-                    f'"{hit.reference.provider_id}"'
-                )
-            if hit.source not in sources:
-                continue
-            if (
-                request.min_score is not None
-                and hit.score is not None
-                and hit.score < request.min_score
-            ):
-                continue
-            hits.append(hit)
-        # Currency was checked when the search returned; nothing was awaited since.
-        admitted = await self._authorize_hits(tuple(hits[: request.max_results]))
-        return attrs.evolve(result, hits=admitted)
-
-    async def _authorize_hits(
-        self, hits: tuple[MemorySearchHit, ...]
-    ) -> tuple[MemorySearchHit, ...]:
-        """The hits the provider's hook admits, after the release check."""
-        if not hits or self._authorize is None:
-            await self._released()
-            return tuple(h for h in hits if h.source != "sessions")
-        request = AuthorizeSearchHitsRequest.for_caller(
-            agent_id=self.agent_id, authority=self._context.authority, hits=hits
-        )
-        authorize = self._authorize
-        admitted = await self._call(
-            "authorize_search_hits", lambda: authorize(request), release=True, current=True
-        )
-        # Only hits the provider was given may come back: a hook cannot add results.
-        given = {id(h) for h in hits}
-        return tuple(h for h in admitted if id(h) in given)
-
-    async def get(self, request: MemoryGetRequest) -> MemoryGetResult:
-        """Resolve a reference of this provider; another provider's is rejected first."""
-        self._check_open()
-        ref = request.reference
-        if ref.provider_id != self.provider_id:
-            raise ForeignReferenceError(
-                f'reference belongs to provider "{ref.provider_id}", not the selected memory '
-                f'provider "{self.provider_id}"'
-            )
-        result = await self._call("get", lambda: self._handle.get(request), release=True)
-        if not isinstance(result, MemoryGetResult):
-            raise ContractError(
-                f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
-                "from get, not a MemoryGetResult"
-            )
-        if result.reference.provider_id != self.provider_id:
-            raise ContractError(
-                f'memory provider "{self.provider_id}" answered get with another provider\'s '
-                "reference"
-            )
-        if (
-            result.status == "ok"
-            and ref.revision is not None
-            and result.reference.revision not in (None, ref.revision)
-        ):
-            raise ProviderError(
-                f'memory provider "{self.provider_id}" answered revision '
-                f"{result.reference.revision!r} for a request at revision {ref.revision!r}"
-            )
-        return result
-
-    async def health(self) -> MemoryHealth:
-        """Health without partition content; details never carry host paths."""
-        result = await self._call("health", self._handle.health)
-        if not isinstance(result, MemoryHealth):
-            raise ContractError(
-                f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
-                "from health, not a MemoryHealth"
-            )
-        return attrs.evolve(result, details=strip_host_paths(result.details))
-
-    async def candidates(self, request: MemoryCandidatesRequest) -> MemoryCandidatesResult:
-        """Automatic-recall candidates of a declared kind."""
-        self._check_open()
-        caps = self.capabilities
-        if request.kind not in caps.candidates:
-            raise self._unsupported(f"{request.kind!r} candidates", "candidates kind requested")
-        if request.active_project_keys and not caps.project_filter:
-            raise self._unsupported("project filtering", "active_project_keys were supplied")
-        fn = self._handle.candidates  # type: ignore[attr-defined]
-        result = await self._call("candidates", lambda: fn(request), release=True)
-        if not isinstance(result, MemoryCandidatesResult):
-            raise ContractError(
-                f'memory provider "{self.provider_id}" returned a {type(result).__name__} '
-                "from candidates, not a MemoryCandidatesResult"
-            )
-        for candidate in result.candidates:
-            if candidate.reference.provider_id != self.provider_id:
-                raise ContractError(
-                    f'memory provider "{self.provider_id}" returned a candidate of provider '
-                    f'"{candidate.reference.provider_id}"'
-                )
-        return result
-
-    async def refresh(self) -> bool:
-        """Run the provider's optional refresh; ``False`` when it offers none."""
-        self._check_open()
-        fn = getattr(self._handle, "refresh", None)
-        if not callable(fn):
-            return False
-        await self._call("refresh", fn)
-        return True
-
-
-def _validate_handle(provider_id: str, handle: object) -> MemoryProviderHandle:
-    for name in ("search", "get", "health", "close"):
-        if not callable(getattr(handle, name, None)):
-            raise ContractError(
-                f'memory provider "{provider_id}" returned a handle without {name}()'
-            )
-    caps = getattr(handle, "capabilities", None)
-    if not isinstance(caps, ProviderCapabilities):
-        raise ContractError(
-            f'memory provider "{provider_id}" returned a handle whose capabilities are not '
-            "ProviderCapabilities"
-        )
-    has_candidates = callable(getattr(handle, "candidates", None))
-    if bool(caps.candidates) != has_candidates:
-        raise ContractError(
-            f'memory provider "{provider_id}": candidates() must be present exactly when '
-            "capabilities.candidates is non-empty"
-        )
-    return handle  # type: ignore[return-value]
+    result: T
+    health: MemoryHealth | None = None
 
 
 @attrs.define(eq=False)
 class MemoryRuntime:
-    """``host.memory``: opens guarded handles on the selected memory provider.
+    """``host.memory``: the one guard every memory route goes through.
 
     Built by ``open_host`` with what the guard uses: the currency checker, the read-only
     view of the slots, the host's lifecycle (a closed host serves nothing) and its
@@ -349,23 +122,47 @@ class MemoryRuntime:
         """Who owns the memory slot, and what the loaded plugins registered."""
         return self._slots
 
+    # -- selection ---------------------------------------------------------------
+
     def selection(self) -> tuple[str | None, MemoryPluginCapability | None]:
         """The selected memory plugin id and its capability (``None``s when none)."""
         plugin_id = self._slots.memory_plugin
         if plugin_id is None:
             return None, None
+        return plugin_id, self._capability(plugin_id)
+
+    def _capability(self, plugin_id: str) -> MemoryPluginCapability | None:
         cap = self._slots.memory_capabilities.get(plugin_id)
         if cap is not None and not isinstance(cap, MemoryPluginCapability):
             raise ContractError(
                 f'memory plugin "{plugin_id}" registered a {type(cap).__name__}, '
                 "not a MemoryPluginCapability"
             )
+        return cap
+
+    def _target(self, plugin_id: str | None) -> tuple[str, MemoryPluginCapability]:
+        """The plugin a request goes to: the slot owner, or (a tool's facet) its own."""
+        if plugin_id is None:
+            selected, cap = self.selection()
+            if selected is None or cap is None:
+                raise MemoryUnavailableError("no memory plugin is selected (plugins.slots.memory)")
+            return selected, cap
+        cap = self._capability(plugin_id)
+        if cap is None:
+            raise MemoryUnavailableError(f'plugin "{plugin_id}" registered no memory capability')
         return plugin_id, cap
 
     def uses_provider_runtime(self) -> bool:
         """Whether consumers go through a native ``provider_runtime``."""
         _, cap = self.selection()
         return cap is not None and cap.provider_runtime is not None
+
+    def recall_tool_names(self) -> tuple[str, ...]:
+        """The selected owner's ``recall_tool_names`` (unselected sidecars contribute none)."""
+        _, cap = self.selection()
+        return tuple(cap.recall_tool_names) if cap is not None else ()
+
+    # -- the caller --------------------------------------------------------------
 
     def _agent_for(self, context: MemoryCallerContext, agent_id: str | None) -> str:
         authority = context.authority
@@ -383,54 +180,188 @@ class MemoryRuntime:
             raise CapabilityDeniedError("unknown caller authority")
         return agent_id if agent_id is not None else self._agents.default_agent_id
 
-    async def await_current(self, context: MemoryCallerContext) -> None:
-        """Verify ``context`` with the host; while a session write is in flight, wait and retry."""
-        await self._currency.await_current(context)
-
-    async def await_committed(self, context: MemoryCallerContext) -> None:
-        """:meth:`await_current`, then the release check against the committed lineage
-        (``Currency.verify_committed``): what a write checks before its effect."""
-        await self._currency.await_committed(context)
-
-    def check_caller(self, context: MemoryCallerContext, agent_id: str | None) -> str:
-        """Verify ``context`` (current, minted here) and return the agent it addresses."""
-        self._lifecycle.check_open()
-        self._currency.verify(context)
-        agent = self._agent_for(context, agent_id)
-        context.assert_current()
-        return agent
-
-    async def require_known_agent(self, requested: str | None, agent: str) -> None:
+    async def _require_known_agent(self, requested: str | None, agent: str) -> bool:
         """Refuse an explicitly named agent the host does not know (before any provider
-        code runs, so that no provider creates state for a made-up name)."""
-        if requested is not None and not await self._agents.knows(agent):
+        code runs, so that no provider creates state for a made-up name). Whether it
+        read the session store to tell (only for an agent other than the default)."""
+        if requested is None or agent == self._agents.default_agent_id:
+            return False
+        if not await self._agents.knows(agent):
             raise UnknownAgentError(
                 f"agentId {agent[:64]!r} is not an agent of this host (its agents are "
                 "default_agent_id and the agents that have sessions)"
             )
+        return True
 
-    def check_reference(self, reference: MemoryReference) -> None:
-        """Reject a reference that is not the selected provider's."""
-        plugin_id = self._slots.memory_plugin
-        if not isinstance(reference, MemoryReference):
-            raise ContractError(f"expected a MemoryReference, got {type(reference).__name__}")
-        if reference.provider_id != plugin_id:
-            raise ForeignReferenceError(
-                f'reference belongs to provider "{reference.provider_id}", not the selected '
-                f'memory provider "{plugin_id}"'
-            )
+    async def await_current(self, context: MemoryCallerContext) -> None:
+        """Verify ``context`` with the host; while a session write is in flight, wait and retry."""
+        await self._currency.await_current(context)
 
-    def maintenance_for_writes(self, operation: str) -> tuple[str, Any]:
-        """The selected plugin id and its maintenance, which must offer ``operation``."""
-        plugin_id, cap = self.selection()
-        if plugin_id is None or cap is None:
-            raise MemoryUnavailableError("no memory plugin is selected (plugins.slots.memory)")
-        maintenance = cap.maintenance
-        if maintenance is None or not callable(getattr(maintenance, operation, None)):
+    # -- opening -----------------------------------------------------------------
+
+    @asynccontextmanager
+    async def open(
+        self, context: MemoryCallerContext, *, agent_id: str | None = None, legacy: bool = False
+    ) -> AsyncIterator[GuardedMemoryHandle]:
+        """Open the selected provider for ``context``; the handle is closed on exit.
+
+        ``legacy=True`` asks for the file-shaped runtime (the host's legacy adapter over
+        it); it is an error when the provider has none.
+        """
+        async with self._open(context, agent_id=agent_id, legacy=legacy) as handle:
+            await handle._current()
+            yield handle
+
+    @asynccontextmanager
+    async def _open(
+        self,
+        context: MemoryCallerContext,
+        *,
+        agent_id: str | None = None,
+        legacy: bool = False,
+        file_shaped: bool = False,
+        plugin_id: str | None = None,
+        also: RequestCheck | None = None,
+        fresh: bool = False,
+    ) -> AsyncIterator[GuardedMemoryHandle]:
+        """Open a provider, checking currency before (unless ``fresh``) but not after:
+        the caller's first step checks before its call, which is that check."""
+        self._lifecycle.check_open()
+        if not fresh:
+            await self._currency.await_current(context, also=also)
+        agent = self._agent_for(context, agent_id)
+        if await self._require_known_agent(agent_id, agent) and fresh:
+            # The store was read: the context is no longer fresh.
+            await self._currency.await_current(context, also=also)
+        target, cap = self._target(plugin_id)
+        if file_shaped and cap.runtime is None:
             raise UnsupportedRequestError(
-                f'memory plugin "{plugin_id}" offers no way to write memory ({operation})'
+                f'memory plugin "{target}" uses the provider runtime; '
+                "retry memory.search with version: 2"
             )
-        return plugin_id, maintenance
+        if legacy and cap.runtime is None:
+            raise UnsupportedRequestError(
+                f'memory plugin "{target}" has no file-shaped runtime; use the neutral one'
+            )
+        handle: MemoryProviderHandle
+        if cap.provider_runtime is not None and not legacy:
+            runtime: Any = cap.provider_runtime
+            handle = await _open_native(target, runtime, agent, context)
+            native = True
+        elif cap.runtime is not None:
+            runtime = cap.runtime
+            manager = await runtime.get_search_manager(agent_id=agent, context=context)
+            if manager is None:
+                raise MemoryUnavailableError(
+                    f'memory plugin "{target}" has no search manager for agent {agent!r}'
+                )
+            handle = LegacyProviderHandle(
+                provider_id=target, manager=manager, session_key=context.session_key
+            )
+            native = False
+        else:
+            raise MemoryUnavailableError(
+                f'memory plugin "{target}" does not offer host search support'
+            )
+        authorize = getattr(runtime, "authorize_search_hits", None)
+        guarded: GuardedMemoryHandle | None = None
+        try:
+            guarded = GuardedMemoryHandle(
+                provider_id=target,
+                agent_id=agent,
+                native=native,
+                handle=validate_handle(target, handle),
+                context=context,
+                authorize=authorize if callable(authorize) else None,
+                currency=self._currency,
+                lifecycle=self._lifecycle,
+                also=also,
+            )
+            yield guarded
+        finally:
+            if guarded is not None:
+                guarded._closed = True
+            with trio.CancelScope(shield=True):
+                try:
+                    await handle.close()
+                except Exception:
+                    logger.exception('memory provider "%s" failed to close a handle', target)
+
+    # -- request routes (the gateway, MCP, agent tools) --------------------------
+
+    async def search(
+        self,
+        context: MemoryCallerContext,
+        request: MemorySearchRequest,
+        *,
+        agent_id: str | None = None,
+        file_shaped: bool = False,
+        also: RequestCheck | None = None,
+        fresh: bool = False,
+        _plugin_id: str | None = None,
+    ) -> MemoryAnswer[MemorySearchResult]:
+        """One search as a request: open, search, close, release.
+
+        ``file_shaped`` answers a v1 (file-shaped) caller: the plugin must register a
+        file-shaped runtime, its ``provider_runtime`` serves when it has one too, and the
+        answer carries the provider's health (its search mode). ``also`` is the
+        request's own condition, checked with every currency check (the gateway's: not
+        aborted, connection open); ``fresh`` says the caller minted ``context`` with
+        nothing awaited since, so the check before opening would repeat that one.
+        """
+        health: MemoryHealth | None = None
+        async with self._open(
+            context,
+            agent_id=agent_id,
+            file_shaped=file_shaped,
+            plugin_id=_plugin_id,
+            also=also,
+            fresh=fresh,
+        ) as handle:
+            narrowed: MemorySearchRequest | None = request
+            if file_shaped:
+                health = await handle._health(checked=False, after=True)
+                narrowed = _file_shaped_sources(request, handle.capabilities.sources)
+            if narrowed is None:
+                result = MemorySearchResult(hits=())
+            else:
+                result = await handle._search(narrowed, checked=file_shaped, release=False)
+        await handle._released()
+        return MemoryAnswer(handle.provider_id, handle.agent_id, handle.native, result, health)
+
+    async def get(
+        self,
+        context: MemoryCallerContext,
+        request: MemoryGetRequest,
+        *,
+        agent_id: str | None = None,
+        also: RequestCheck | None = None,
+        fresh: bool = False,
+        _plugin_id: str | None = None,
+    ) -> MemoryAnswer[MemoryGetResult]:
+        """One get as a request: open, get, close, release (see :meth:`search`)."""
+        async with self._open(
+            context, agent_id=agent_id, plugin_id=_plugin_id, also=also, fresh=fresh
+        ) as handle:
+            result = await handle._get(request, checked=False, release=False)
+        await handle._released()
+        return MemoryAnswer(handle.provider_id, handle.agent_id, handle.native, result)
+
+    async def status(
+        self,
+        context: MemoryCallerContext,
+        *,
+        agent_id: str | None = None,
+        also: RequestCheck | None = None,
+        fresh: bool = False,
+    ) -> MemoryAnswer[MemoryHealth]:
+        """The provider's health as a request: open, health, close, check."""
+        async with self._open(context, agent_id=agent_id, also=also, fresh=fresh) as handle:
+            health = await handle._health(checked=False, after=False)
+        await self._currency.await_current(context, also=also)
+        return MemoryAnswer(handle.provider_id, handle.agent_id, handle.native, health)
+
+    # -- writes --------------------------------------------------------------------
 
     async def add(
         self,
@@ -468,92 +399,190 @@ class MemoryRuntime:
         """
         return await forget_memory(self, context, reference, agent_id=agent_id, dry_run=dry_run)
 
-    @asynccontextmanager
-    async def open(
-        self, context: MemoryCallerContext, *, agent_id: str | None = None, legacy: bool = False
-    ) -> AsyncIterator[GuardedMemoryHandle]:
-        """Open the selected provider for ``context``; the handle is closed on exit.
-
-        ``legacy=True`` asks for the file-shaped runtime (v1 callers); it is an error
-        when the provider has none.
-        """
-        await self.await_current(context)
+    async def write_target(
+        self,
+        context: MemoryCallerContext,
+        agent_id: str | None,
+        operation: str,
+        *,
+        plugin_id: str | None = None,
+        reference: MemoryReference | None = None,
+    ) -> WriteTarget:
+        """Where a host-route write goes, after the checks made before any provider code:
+        the host is open, the release check (the committed lineage: a write checks it
+        before its effect), the caller may address the agent and is a writer, the agent
+        is known, ``reference`` (if any) is the target provider's, and its maintenance
+        offers ``operation``. Nothing is awaited between the last check and the effect."""
+        self._lifecycle.check_open()
+        await self._currency.await_committed(context)
         agent = self._agent_for(context, agent_id)
-        await self.require_known_agent(agent_id, agent)
-        plugin_id, cap = self.selection()
-        if plugin_id is None or cap is None:
-            raise MemoryUnavailableError("no memory plugin is selected (plugins.slots.memory)")
-
-        # The selection is fixed for the host's life: only the host's closing ends it.
-        check_selected = self._lifecycle.check_open
-        check_selected()
-        handle: MemoryProviderHandle
-        authorize: Any
-        if legacy and cap.runtime is None:
+        require_writer(context)
+        if await self._require_known_agent(agent_id, agent):
+            await self._currency.await_committed(context)
+        target, cap = self._target(plugin_id)
+        if reference is not None:
+            _check_reference(target, reference)
+        maintenance = cap.maintenance
+        if maintenance is None or not callable(getattr(maintenance, operation, None)):
             raise UnsupportedRequestError(
-                f'memory plugin "{plugin_id}" has no file-shaped runtime; use the neutral one'
+                f'memory plugin "{target}" offers no way to write memory ({operation})'
             )
-        if cap.provider_runtime is not None and not legacy:
-            runtime = cap.provider_runtime
-            if not callable(getattr(runtime, "open", None)):
-                raise ContractError(f'memory plugin "{plugin_id}" has an invalid provider_runtime')
-            try:
-                opened = await runtime.open(agent_id=agent, context=context)
-            except ClawError:
-                raise
-            except Exception as exc:
-                raise ProviderError(
-                    f'memory provider "{plugin_id}" failed to open: {type(exc).__name__}'
-                ) from exc
-            if not isinstance(opened, MemoryProviderOpenResult):
-                raise ContractError(
-                    f'memory provider "{plugin_id}" open() returned {type(opened).__name__}, '
-                    "not a MemoryProviderOpenResult"
-                )
-            if opened.provider is None:
-                raise MemoryUnavailableError(
-                    f'memory provider "{plugin_id}" is unavailable'
-                    + (f": {opened.reason}" if opened.reason else "")
-                )
-            handle = opened.provider
-            authorize = getattr(runtime, "authorize_search_hits", None)
-            native = True
-        elif cap.runtime is not None:
-            legacy_runtime = cap.runtime
-            manager = await legacy_runtime.get_search_manager(agent_id=agent, context=context)
-            if manager is None:
-                raise MemoryUnavailableError(
-                    f'memory plugin "{plugin_id}" has no search manager for agent {agent!r}'
-                )
-            handle = LegacyProviderHandle(
-                provider_id=plugin_id, manager=manager, session_key=context.session_key
-            )
-            authorize = getattr(legacy_runtime, "authorize_search_hits", None)
-            native = False
-        else:
-            raise MemoryUnavailableError(
-                f'memory plugin "{plugin_id}" does not offer host search support'
-            )
-        guarded: GuardedMemoryHandle | None = None
-        try:
-            validated = _validate_handle(plugin_id, handle)
-            guarded = GuardedMemoryHandle(
-                provider_id=plugin_id,
-                agent_id=agent,
-                native=native,
-                handle=validated,
-                context=context,
-                check_selected=check_selected,
-                authorize=authorize if callable(authorize) else None,
-                currency=self._currency,
-            )
-            await guarded._current()
-            yield guarded
-        finally:
-            if guarded is not None:
-                guarded._closed = True
-            with trio.CancelScope(shield=True):
-                try:
-                    await handle.close()
-                except Exception:
-                    logger.exception('memory provider "%s" failed to close a handle', plugin_id)
+        return WriteTarget(
+            plugin_id=target,
+            agent_id=agent,
+            maintenance=maintenance,
+            context=context,
+            currency=self._currency,
+        )
+
+    async def guarded_write(
+        self,
+        context: MemoryCallerContext,
+        plugin_id: str,
+        what: str,
+        effect: Callable[[MemoryCallerContext], Awaitable[T]],
+    ) -> T:
+        """A provider-owned write (a tool's): the release check right before the effect,
+        the currency check after it; the provider applies its own write policy."""
+        self._lifecycle.check_open()
+        self._target(plugin_id)
+        await self._currency.await_committed(context)
+        result = await provider_call(plugin_id, what, lambda: effect(context))
+        await self._currency.await_current(context)
+        return result
+
+    # -- tools ---------------------------------------------------------------------
+
+    def for_tool(
+        self, context: MemoryCallerContext, agent_id: str, plugin_id: str
+    ) -> ToolMemory | None:
+        """The memory facet of a tool of ``plugin_id`` in a run (``None`` when that
+        plugin registered no memory capability)."""
+        if plugin_id not in self._slots.memory_capabilities:
+            return None
+        facet = ToolMemory._create(plugin_id, agent_id)
+        _TOOL_BINDINGS[facet] = (self, context)
+        return facet
+
+
+def _file_shaped_sources(
+    request: MemorySearchRequest, declared: tuple[Source, ...]
+) -> MemorySearchRequest | None:
+    """A file-shaped caller may ask for both sources whatever the provider declares
+    (the legacy contract has both): a source the provider does not declare finds
+    nothing, rather than being refused. ``None``: nothing is left to search."""
+    if request.sources is None:
+        return request
+    kept = tuple(s for s in request.sources if s in declared)
+    if not kept:
+        return None
+    return request if kept == request.sources else attrs.evolve(request, sources=kept)
+
+
+def _check_reference(plugin_id: str, reference: MemoryReference) -> None:
+    if not isinstance(reference, MemoryReference):
+        raise ContractError(f"expected a MemoryReference, got {type(reference).__name__}")
+    if reference.provider_id != plugin_id:
+        raise ForeignReferenceError(
+            f'reference belongs to provider "{reference.provider_id}", not the selected '
+            f'memory provider "{plugin_id}"'
+        )
+
+
+async def _open_native(
+    plugin_id: str, runtime: Any, agent: str, context: MemoryCallerContext
+) -> MemoryProviderHandle:
+    if not callable(getattr(runtime, "open", None)):
+        raise ContractError(f'memory plugin "{plugin_id}" has an invalid provider_runtime')
+    try:
+        opened = await runtime.open(agent_id=agent, context=context)
+    except ClawError:
+        raise
+    except Exception as exc:
+        raise ProviderError(
+            f'memory provider "{plugin_id}" failed to open: {type(exc).__name__}'
+        ) from exc
+    if not isinstance(opened, MemoryProviderOpenResult):
+        raise ContractError(
+            f'memory provider "{plugin_id}" open() returned {type(opened).__name__}, '
+            "not a MemoryProviderOpenResult"
+        )
+    if opened.provider is None:
+        raise MemoryUnavailableError(
+            f'memory provider "{plugin_id}" is unavailable'
+            + (f": {opened.reason}" if opened.reason else "")
+        )
+    return opened.provider
+
+
+#: The guard and caller each tool facet speaks for. It lives here, not on the facet, so
+#: that no attribute path from a tool's context leads to the guard (and from it to the
+#: capability registry); a weak identity table, whose weak references lead nowhere (a
+#: ``WeakKeyDictionary``'s would lead from a facet back to this table); see
+#: docs/threat-model.md.
+_TOOL_BINDINGS: WeakIdentityMap[ToolMemory, tuple[MemoryRuntime, MemoryCallerContext]] = (
+    WeakIdentityMap()
+)
+
+
+@final
+class ToolMemory(metaclass=NoPublicConstructor):
+    """A tool's door into memory (``ToolContext.memory``): the host's guard, bound to the
+    run's caller context (and so to its agent) and to the tool's own plugin.
+
+    Everything goes through the same guard as every other route: the declared
+    capabilities, currency around every provider call, ``authorize_search_hits`` and
+    the release check before anything is returned. A plugin's tools use it instead of
+    opening their own provider runtime.
+    """
+
+    __slots__ = ("__weakref__", "agent_id", "plugin_id")
+
+    def __init__(self, plugin_id: str, agent_id: str) -> None:
+        #: The plugin whose memory this facet opens (the tool's owner).
+        self.plugin_id: str = plugin_id
+        #: The run's agent.
+        self.agent_id: str = agent_id
+
+    def _bound(self) -> tuple[MemoryRuntime, MemoryCallerContext]:
+        bound = _TOOL_BINDINGS.get(self)
+        if bound is None:
+            raise ContractError("this tool memory facet was not made by a host")
+        return bound
+
+    async def search(self, request: MemorySearchRequest) -> MemorySearchResult:
+        """Search this plugin's memory as the run's caller (hits authorized, released)."""
+        guard, context = self._bound()
+        answer = await guard.search(context, request, _plugin_id=self.plugin_id)
+        return answer.result
+
+    async def get(self, request: MemoryGetRequest) -> MemoryGetResult:
+        """Resolve a reference of this plugin as the run's caller."""
+        guard, context = self._bound()
+        answer = await guard.get(context, request, _plugin_id=self.plugin_id)
+        return answer.result
+
+    async def add(self, request: MemoryAddRequest) -> MemoryAddResult:
+        """Write one memory through the host's write route (a writer only)."""
+        guard, context = self._bound()
+        return await add_memory(guard, context, request, agent_id=None, plugin_id=self.plugin_id)
+
+    async def forget(
+        self, reference: MemoryReference, *, dry_run: bool = False
+    ) -> MemoryForgetResult:
+        """Forget what ``reference`` names through the host's write route (a writer only)."""
+        guard, context = self._bound()
+        return await forget_memory(
+            guard,
+            context,
+            reference,
+            agent_id=None,
+            dry_run=dry_run,
+            plugin_id=self.plugin_id,
+        )
+
+    async def write(self, what: str, effect: Callable[[MemoryCallerContext], Awaitable[T]]) -> T:
+        """Run a write the plugin owns (its own policy decides who may) under the guard:
+        the release check right before ``effect(caller)``, the currency check after."""
+        guard, context = self._bound()
+        return await guard.guarded_write(context, self.plugin_id, what, effect)

@@ -125,6 +125,10 @@ class MemorySearchHit:
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
 
 
+#: The most hits one search may ask for (a page; more come through the cursor).
+MAX_SEARCH_RESULTS = 100
+
+
 @attrs.frozen
 class MemorySearchRequest:
     """A neutral search. ``sources=None`` means every declared source.
@@ -132,6 +136,10 @@ class MemorySearchRequest:
     ``min_score`` must be honoured by every provider; ``lexical_only`` is a hint a
     provider may ignore; ``cursor`` needs ``pagination``; non-empty
     ``active_project_keys`` needs ``project_filter``.
+
+    Constructing one is the Python API's boundary: the values are checked here, once
+    (``max_results`` from 1 to :data:`MAX_SEARCH_RESULTS`, ``min_score`` from 0 to 1),
+    and nothing behind it (the guard, the provider) checks them again.
     """
 
     query: str
@@ -147,12 +155,42 @@ class MemorySearchRequest:
             raise ContractError("search query must be a string")
         if isinstance(self.max_results, bool) or not isinstance(self.max_results, int):
             raise ContractError("max_results must be an integer")
-        if self.max_results < 1:
-            raise ContractError(f"max_results must be positive, got {self.max_results}")
+        if not 1 <= self.max_results <= MAX_SEARCH_RESULTS:
+            raise ContractError(
+                f"max_results must be from 1 to {MAX_SEARCH_RESULTS}, got {self.max_results}"
+            )
         if self.min_score is not None and (
-            not isinstance(self.min_score, int | float) or not math.isfinite(self.min_score)
+            isinstance(self.min_score, bool)
+            or not isinstance(self.min_score, int | float)
+            or not math.isfinite(self.min_score)
+            or not 0 <= self.min_score <= 1
         ):
-            raise ContractError(f"min_score must be a finite number, got {self.min_score!r}")
+            raise ContractError(f"min_score must be a number from 0 to 1, got {self.min_score!r}")
+
+    @classmethod
+    def _trusted(
+        cls,
+        *,
+        query: str,
+        max_results: int,
+        min_score: float | None,
+        cursor: str | None,
+        sources: tuple[Source, ...] | None,
+    ) -> MemorySearchRequest:
+        """A request from a boundary that has checked every value already (the gateway's
+        parser, whose own bounds are narrower): the same value, not checked twice."""
+        request: MemorySearchRequest = object.__new__(cls)
+        for name, value in (
+            ("query", query),
+            ("max_results", max_results),
+            ("min_score", min_score),
+            ("cursor", cursor),
+            ("sources", sources),
+            ("lexical_only", False),
+            ("active_project_keys", ()),
+        ):
+            object.__setattr__(request, name, value)
+        return request
 
 
 def _hits_tuple(value: Iterable[MemorySearchHit]) -> tuple[MemorySearchHit, ...]:

@@ -19,27 +19,53 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import attrs
+
 from .._capabilities import MemoryCallerContext, OperatorAuthority, SessionAuthority
-from .._errors import CapabilityDeniedError, ClawError, ContractError, ProviderError
+from .._currency import Currency
+from .._errors import CapabilityDeniedError, ContractError
+from ._guard import provider_call
 from ._types import MemoryAddRequest, MemoryAddResult, MemoryForgetResult, MemoryReference
 
+WRITE_SCOPES = ("operator.write", "operator.admin")
 
-class MemoryRuntime(Protocol):
+
+class WriteRoute(Protocol):
     """What the write route uses of the memory guard (:class:`claw.memory.MemoryRuntime`)."""
 
-    async def await_current(self, context: MemoryCallerContext) -> None: ...
+    async def write_target(
+        self,
+        context: MemoryCallerContext,
+        agent_id: str | None,
+        operation: str,
+        *,
+        plugin_id: str | None = None,
+        reference: MemoryReference | None = None,
+    ) -> WriteTarget: ...
 
-    async def await_committed(self, context: MemoryCallerContext) -> None: ...
 
-    def check_caller(self, context: MemoryCallerContext, agent_id: str | None) -> str: ...
+@attrs.frozen
+class WriteTarget:
+    """A write the guard has admitted, its release check made with nothing awaited since:
+    the provider, the agent, its maintenance, and the currency check after the effect."""
 
-    async def require_known_agent(self, requested: str | None, agent: str) -> None: ...
+    plugin_id: str
+    agent_id: str
+    maintenance: Any
+    context: MemoryCallerContext
+    currency: Currency
 
-    def check_reference(self, reference: MemoryReference) -> None: ...
-
-    def maintenance_for_writes(self, operation: str) -> tuple[str, Any]: ...
-
-WRITE_SCOPES = ("operator.write", "operator.admin")
+    async def run(self, operation: str, **kw: Any) -> Any:
+        """The provider's ``operation`` (the guard made the release check right before
+        it), then the currency check; a provider's own failure is a
+        :class:`~claw.ProviderError`."""
+        context = self.context
+        call = getattr(self.maintenance, operation)
+        result = await provider_call(
+            self.plugin_id, operation, lambda: call(agent_id=self.agent_id, context=context, **kw)
+        )
+        await self.currency.await_current(context)
+        return result
 
 
 def writer_refusal(context: MemoryCallerContext) -> str | None:
@@ -66,66 +92,42 @@ def require_writer(context: MemoryCallerContext) -> None:
         raise CapabilityDeniedError(refusal)
 
 
-async def _call(runtime: MemoryRuntime, name: str, context: MemoryCallerContext, **kw: Any) -> Any:
-    plugin_id, maintenance = runtime.maintenance_for_writes(name)
-    try:
-        result = await getattr(maintenance, name)(context=context, **kw)
-    except ClawError:
-        raise
-    except Exception as exc:
-        raise ProviderError(
-            f'memory provider "{plugin_id}" failed in {name}: {type(exc).__name__}'
-        ) from exc
-    await runtime.await_current(context)
-    return plugin_id, result
-
-
 async def add_memory(
-    runtime: MemoryRuntime,
+    route: WriteRoute,
     context: MemoryCallerContext,
     request: MemoryAddRequest,
     *,
     agent_id: str | None,
+    plugin_id: str | None = None,
 ) -> MemoryAddResult:
-    """See :meth:`MemoryRuntime.add`."""
-    await runtime.await_committed(context)
-    agent = runtime.check_caller(context, agent_id)
-    require_writer(context)
-    await runtime.require_known_agent(agent_id, agent)
-    plugin_id, result = await _call(runtime, "add", context, agent_id=agent, request=request)
-    if not isinstance(result, MemoryAddResult) or result.reference.provider_id != plugin_id:
+    """See :meth:`MemoryRuntime.add`; ``plugin_id`` is a tool facet's own plugin."""
+    target = await route.write_target(context, agent_id, "add", plugin_id=plugin_id)
+    result = await target.run("add", request=request)
+    if not isinstance(result, MemoryAddResult) or result.reference.provider_id != target.plugin_id:
         raise ContractError(
-            f'memory provider "{plugin_id}" answered add with {type(result).__name__}, '
+            f'memory provider "{target.plugin_id}" answered add with {type(result).__name__}, '
             "not a MemoryAddResult with its own reference"
         )
     return result
 
 
 async def forget_memory(
-    runtime: MemoryRuntime,
+    route: WriteRoute,
     context: MemoryCallerContext,
     reference: MemoryReference,
     *,
     agent_id: str | None,
     dry_run: bool,
+    plugin_id: str | None = None,
 ) -> MemoryForgetResult:
-    """See :meth:`MemoryRuntime.forget`."""
-    await runtime.await_committed(context)
-    agent = runtime.check_caller(context, agent_id)
-    require_writer(context)
-    await runtime.require_known_agent(agent_id, agent)
-    runtime.check_reference(reference)
-    plugin_id, result = await _call(
-        runtime,
-        "forget_reference",
-        context,
-        agent_id=agent,
-        reference=reference,
-        dry_run=dry_run,
+    """See :meth:`MemoryRuntime.forget`; ``plugin_id`` is a tool facet's own plugin."""
+    target = await route.write_target(
+        context, agent_id, "forget_reference", plugin_id=plugin_id, reference=reference
     )
+    result = await target.run("forget_reference", reference=reference, dry_run=dry_run)
     if not isinstance(result, MemoryForgetResult):
         raise ContractError(
-            f'memory provider "{plugin_id}" answered forget with {type(result).__name__}, '
-            "not a MemoryForgetResult"
+            f'memory provider "{target.plugin_id}" answered forget with '
+            f"{type(result).__name__}, not a MemoryForgetResult"
         )
     return result

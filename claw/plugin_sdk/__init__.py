@@ -93,6 +93,7 @@ from ..memory import MemorySearchResult as MemorySearchResult
 from ..memory import ProviderCapabilities as ProviderCapabilities
 from ..memory import PublicArtifact as PublicArtifact
 from ..memory import SearchCoverage as SearchCoverage
+from ..memory import ToolMemory as ToolMemory
 from ..memory import line_fragment as line_fragment
 from ..memory import parse_line_fragment as parse_line_fragment
 from ..memory import writer_refusal as writer_refusal

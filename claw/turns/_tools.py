@@ -2,8 +2,10 @@
 
 Tools are registered by plugins and carry their owning plugin id. A run sees the tools
 its turn's :class:`ToolPolicy` allows. A handler receives a :class:`ToolContext` with
-the run's caller context (its authority, audience and currency check); tools never get
-the host, and a tool-arm flush context additionally carries the flush identity.
+the run's caller context (its authority, audience and currency check) and, for a tool
+of a plugin that registered a memory capability, its memory through the host's guard
+(``context.memory``); tools never get the host, and a tool-arm flush context
+additionally carries the flush identity.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .._capabilities import FlushIdentity, MemoryAudience, MemoryCallerContext
 from .._currency import Currency
 from .._errors import ClawError
 from .._plugins import RegisteredTool
+from ..memory._runtime import MemoryRuntime, ToolMemory
 from ..models import ToolCall, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
@@ -69,7 +72,10 @@ class ToolContext:
     ``caller`` is the run's :class:`~claw.MemoryCallerContext`: call
     ``caller.assert_current()`` before each effect. ``audience`` is the run's (or, in a
     flush, the delegated) memory audience. ``memory_flush`` is set only in tool-arm
-    flush runs. ``owner_plugin_id`` is the plugin that registered the tool.
+    flush runs. ``owner_plugin_id`` is the plugin that registered the tool. ``memory``
+    is that plugin's memory through the host's guard (:class:`~claw.memory.ToolMemory`:
+    search, get, and writes, all with the guard's capability, currency and release
+    checks), or ``None`` when the plugin registered no memory capability.
     """
 
     owner_plugin_id: str
@@ -80,6 +86,7 @@ class ToolContext:
     sandboxed: bool
     workspace_dir: Path
     memory_flush: FlushToolContext | None = None
+    memory: ToolMemory | None = None
 
     @property
     def audience(self) -> MemoryAudience | None:
@@ -189,14 +196,19 @@ async def run_tool_call(
 class ToolDispatch:
     """How a run calls tools; built by ``open_host`` and shared by turns and the flush.
 
-    It makes each tool's :class:`ToolContext` from the run, and dispatches a tool of
-    the memory slot owner only while the run's caller passes the host's currency check
-    (:func:`run_tool_call`).
+    It makes each tool's :class:`ToolContext` from the run (with the tool's plugin's
+    memory through the guard), and dispatches a tool of the memory slot owner only
+    while the run's caller passes the host's currency check (:func:`run_tool_call`).
     """
 
     workspace_dir: Path
-    memory_owner: str | None
     currency: Currency
+    memory: MemoryRuntime
+
+    @property
+    def memory_owner(self) -> str | None:
+        """The memory slot owner's plugin id."""
+        return self.memory.slots.memory_plugin
 
     def context_for(
         self, tool: RegisteredTool, run: Run, *, memory_flush: FlushToolContext | None = None
@@ -211,6 +223,7 @@ class ToolDispatch:
             sandboxed=run.authority.sandboxed,
             workspace_dir=self.workspace_dir,
             memory_flush=memory_flush,
+            memory=self.memory.for_tool(run.caller, run.agent_id, tool.plugin_id),
         )
 
     async def call(

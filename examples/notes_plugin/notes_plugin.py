@@ -164,13 +164,22 @@ class NoteBook:
         flush = context.memory_flush
         if flush is not None and text in self.applied_flushes.get(flush.flush_id, []):
             return "already saved in this flush"
-        context.caller.assert_current()  # immediately before the effect
-        self.notes.append(
-            Note(id=f"n{len(self.notes) + 1}", text=text, private=True, agent_id=context.agent_id)
-        )
-        if flush is not None:
-            self.applied_flushes.setdefault(flush.flush_id, []).append(text)
-        return "saved"
+
+        async def append(caller: MemoryCallerContext) -> str:
+            caller.assert_current()  # immediately before the effect
+            self.notes.append(
+                Note(
+                    id=f"n{len(self.notes) + 1}", text=text, private=True, agent_id=context.agent_id
+                )
+            )
+            if flush is not None:
+                self.applied_flushes.setdefault(flush.flush_id, []).append(text)
+            await trio.lowlevel.checkpoint()
+            return "saved"
+
+        # Through the host's guard: its release check right before the effect.
+        assert context.memory is not None  # this plugin registered a memory capability
+        return await context.memory.write(SAVE_TOOL, append)
 
     def flush_plan(self, request: MemoryFlushPlanRequest) -> MemoryFlushToolsPlan:
         """Before compaction: one silent turn that may call ``notes_save``."""

@@ -155,7 +155,10 @@ async def test_tool_dispatch_refuses_the_memory_owners_tools_for_a_stale_caller(
         name: RegisteredTool(plugin_id=owner, tool=claw.Tool(name, "t", handler=handler))
         for name, owner in (("owned", "rec"), ("other", "elsewhere"))
     }
-    dispatch = ToolDispatch(workspace_dir=tmp_path, memory_owner="rec", currency=kernel.currency)
+    provider = RecordingMemoryProvider(provider_id="rec")
+    dispatch = ToolDispatch(
+        workspace_dir=tmp_path, currency=kernel.currency, memory=_memory(kernel, provider)
+    )
     sessions = kernel.stores.sessions
     await sessions.create("dm:alice", agent_id="main", chat_type="direct")
     async with kernel.runs.open("dm:alice", sender_is_owner=True) as run:
@@ -176,8 +179,10 @@ async def test_a_turn_runner_runs_a_turn_without_a_host(kernel: Kernel, tmp_path
     models.register_provider("scripted", lambda name: model)
     defaults = claw.AgentDefaultsConfig(model="scripted/main")
     slots = _slots(PluginRegistry(), None)
-    provider = RecordingMemoryProvider(provider_id="rec")
-    dispatch = ToolDispatch(workspace_dir=tmp_path, memory_owner=None, currency=kernel.currency)
+    memory = MemoryRuntime(
+        kernel.currency, slots, kernel.lifecycle, Agents("main", kernel.stores.sessions)
+    )
+    dispatch = ToolDispatch(workspace_dir=tmp_path, currency=kernel.currency, memory=memory)
     refreshed: list[SessionRow] = []
 
     async def refresh(row: SessionRow) -> None:
@@ -192,7 +197,7 @@ async def test_a_turn_runner_runs_a_turn_without_a_host(kernel: Kernel, tmp_path
         sessions=kernel.stores.sessions,
         runs=kernel.runs,
         slots=slots,
-        memory=_memory(kernel, provider),
+        memory=memory,
         tools=dispatch,
         events=events,
         defaults=defaults,

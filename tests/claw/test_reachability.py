@@ -43,6 +43,7 @@ from claw.memory import (
     MemoryReference,
     MemorySearchHit,
     MemorySearchRequest,
+    ToolMemory,
     voice_fast_context,
 )
 from claw.models import UserMessage
@@ -323,3 +324,14 @@ class _Key:
 
 async def _unused(context: Any, arguments: Mapping[str, Any]) -> str:
     raise AssertionError("never dispatched")  # pragma: no cover
+
+
+async def test_a_tools_memory_facet_does_not_hold_the_guard(snooped: Snooped) -> None:
+    """A tool gets its memory through the host's guard, yet no attribute path from the
+    facet leads to the guard (and through it to the currency checker and registry)."""
+    context = snooped.objects["tool[0]"]
+    assert isinstance(context, claw.ToolContext)
+    assert isinstance(context.memory, ToolMemory)
+    assert context.memory.plugin_id == "snoop"
+    assert not reaches(context, snooped.host.memory)
+    assert find_minting_power({"tool memory": context.memory}) == []

@@ -18,7 +18,7 @@ import pytest
 
 import claw
 import claw_records
-from claw.plugin_sdk import MemoryCallerContext, ToolContext
+from claw.plugin_sdk import MemoryCallerContext
 from claw_records._service import RecordsService
 from claw_testing import harness_config, open_harness_host
 
@@ -81,16 +81,10 @@ async def operator(
 async def call_tool(
     host: claw.Host, run: Any, session_key: str, name: str, **arguments: Any
 ) -> str:
-    """Call Memory Records' tool ``name`` as the model would, in ``run``'s context."""
+    """Call Memory Records' tool ``name`` as the model would, in ``run``'s context (the
+    context the host's tool dispatch makes, with the tool's memory through the guard)."""
     (registered,) = host.plugin_registry.tools_of(PLUGIN, name)
-    context = ToolContext(
-        owner_plugin_id=PLUGIN,
-        tool_name=name,
-        session_key=session_key,
-        agent_id="main",
-        caller=run.caller,
-        sandboxed=False,
-        workspace_dir=host.config.workspace_dir,
-    )
+    assert run.session_key == session_key
+    context = host.turns.tools.context_for(registered, run)
     result: str = await registered.tool.handler(context, arguments)
     return result

@@ -6,11 +6,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 import claw
 import claw_memory
+from claw._currency import Currency
 from claw.gateway import (
     Gateway,
     GatewayRequestError,
@@ -18,6 +20,7 @@ from claw.gateway import (
     open_in_memory_gateway_client,
 )
 from claw.gateway._memory import memory_search
+from claw.memory import MemorySearchRequest
 from claw_testing import MemoryRecord, RecordingMemoryProvider
 
 TOKEN = "memory-token-0001"
@@ -344,3 +347,70 @@ async def test_real_socket_client_gets_v2_search(core_host: claw.Host) -> None:
             )
         assert payload["hits"]
         nursery.cancel_scope.cancel()
+
+
+@attrs.define
+class _Counts:
+    """The currency checks and committed-state reads one request makes."""
+
+    verified: list[object] = attrs.field(factory=list)
+    committed_reads: int = 0
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> _Counts:
+    seen = _Counts()
+    verify, read = Currency.verify, Currency.verify_committed
+
+    def counting_verify(self: Currency, capability: object, **kw: Any) -> None:
+        seen.verified.append(capability)
+        verify(self, capability, **kw)
+
+    async def counting_read(self: Currency, context: claw.MemoryCallerContext) -> None:
+        authority = context.authority
+        if isinstance(authority, claw.SessionAuthority) and authority.audience is not None:
+            seen.committed_reads += 1
+        await read(self, context)
+
+    monkeypatch.setattr(Currency, "verify", counting_verify)
+    monkeypatch.setattr(Currency, "verify_committed", counting_read)
+    return seen
+
+
+async def test_a_v2_search_checks_currency_once_at_each_point_the_seed_names(
+    native_host: claw.Host, provider: RecordingMemoryProvider, counts: _Counts
+) -> None:
+    """The request's caller was just minted (no check before opening repeats that one);
+    then after opening (before the search), after the search (before the authorize
+    hook), and the release check after the hook and the handle's close. The gateway
+    does not check again after the guard's release check."""
+    async with open_in_memory_gateway_client(Gateway(native_host), TOKEN) as client:
+        payload = await client.request("memory.search", {"version": 2, "query": "quarterly"})
+    assert payload["hits"]
+    assert "authorize_search_hits" in provider.call_names()
+    assert len(counts.verified) == 3
+    assert all(isinstance(c, claw.MemoryCallerContext) for c in counts.verified)
+
+
+async def test_a_tool_search_checks_currency_once_at_each_point_and_reads_once(
+    native_host: claw.Host, provider: RecordingMemoryProvider, counts: _Counts
+) -> None:
+    """A tool's search (an owner run: an audience, so a committed-state read): before
+    opening, after opening, after the search, then the release check (its read between
+    two checks)."""
+    tool = claw.RegisteredTool(
+        plugin_id="recording-memory",
+        tool=claw.Tool("recall", "recall", handler=_unused_handler),
+    )
+    async with native_host.open_run("dm:alice", sender_is_owner=True) as run:
+        facet = native_host.turns.tools.context_for(tool, run).memory
+        assert facet is not None
+        counts.verified.clear()
+        result = await facet.search(MemorySearchRequest(query="quarterly report"))
+    assert result.hits
+    assert len(counts.verified) == 5
+    assert counts.committed_reads == 1
+
+
+async def _unused_handler(context: claw.ToolContext, arguments: Any) -> str:
+    raise AssertionError("not called")  # pragma: no cover

@@ -12,6 +12,11 @@ in one ``write`` (a reader never sees half of one). Modes:
   stdin: ``search`` prints ``HITS n`` or ``STALE ...``. Every session change the mirror
   sees prints ``CHANGED key``. ``deaf`` disables the watcher that brings other
   processes' commits into the mirror, so only the release check can refuse.
+* ``tool-turn [deaf]``: open a host whose memory slot holds Memory Core over a
+  workspace whose ``MEMORY.md`` says alice likes tea; then, per stdin line ``turn``,
+  run a turn of ``dm:alice`` whose model prints ``IN_MODEL``, waits for the stdin line
+  ``go`` and asks for the ``memory_search`` tool; the tool's answer is printed as
+  ``TOOL <json text>``. ``deaf`` disables the watcher as for ``holder``.
 * ``hang-turn``: admit a turn of ``dm:alice`` whose model never answers; print
   ``ADMITTED turn_id`` and wait to be killed.
 * ``admit GO TURN KEY``: wait for ``GO``, then admit turn ``TURN`` with advancement key
@@ -39,8 +44,9 @@ from pathlib import Path
 import trio
 
 import claw
+import claw_memory
 from claw.memory import MemorySearchRequest
-from claw.models import AssistantMessage, Message, ToolSpec
+from claw.models import AssistantMessage, Message, ToolCall, ToolResult, ToolSpec
 from claw.state.sqlite._sessions import SessionStore
 from claw_testing import (
     MemoryRecord,
@@ -106,6 +112,38 @@ async def holder(state: Path, deaf: bool, recall: bool) -> None:
                     say(f"STALE {exc}")
                 else:
                     say(f"HITS {len(result.hits)}")
+
+
+class _ToolModel:
+    """Asks for ``memory_search`` once it is told to go; reports the tool's answer."""
+
+    context_window = 32_768
+
+    async def complete(
+        self, *, messages: Sequence[Message], system_prompt: str, tools: Sequence[ToolSpec]
+    ) -> AssistantMessage:
+        last = messages[-1]
+        if isinstance(last, ToolResult):
+            say("TOOL " + json.dumps(last.content))
+            return AssistantMessage(text="done")
+        say("IN_MODEL")
+        line = (await trio.to_thread.run_sync(sys.stdin.readline)).strip()
+        assert line == "go", line
+        call = ToolCall(id="call-1", name="memory_search", arguments={"query": "tea"})
+        return AssistantMessage(text="", tool_calls=(call,))
+
+
+async def tool_turn(state: Path, deaf: bool) -> None:
+    if deaf:
+        SessionStore.watch = _deaf_watch  # type: ignore[method-assign]
+    (state.parent / "MEMORY.md").write_text("# Memory\n\nalice likes tea\n")
+    async with claw.open_host(_config(state), plugins=[claw_memory.plugin]) as host:
+        model = _ToolModel()
+        host.models.register_provider("scripted", lambda name: model)
+        say("READY")
+        while line := (await trio.to_thread.run_sync(sys.stdin.readline)).strip():
+            assert line == "turn", line
+            await host.run_turn("dm:alice", claw.UserMessage("tea?"), sender_is_owner=True)
 
 
 class _SilentModel:
@@ -178,6 +216,8 @@ def main(argv: list[str]) -> None:
         trio.run(open_race, path, args[0], Path(args[1]))
     elif mode == "holder":
         trio.run(holder, path, "deaf" in args, "recall" in args)
+    elif mode == "tool-turn":
+        trio.run(tool_turn, path, "deaf" in args)
     elif mode == "hang-turn":
         trio.run(hang_turn, path)
     elif mode == "admit":

@@ -121,6 +121,28 @@ def test_a_reset_elsewhere_is_refused_at_release_even_when_the_watcher_is_off(
         expect(b, "STALE")
 
 
+def test_a_reset_elsewhere_stops_an_agent_tools_search_at_release(tmp_path: Path) -> None:
+    """The tool path gets the guard's release check too: B's turn is in its model call
+    when A resets the session; the memory_search tool B then runs releases nothing,
+    although B's mirror (watcher off) still shows the old incarnation."""
+    state = tmp_path / "state"
+    trio.run(_create, state)
+    with child("tool-turn", state, "deaf") as b:
+        expect(b, "READY")
+        send(b, "turn")
+        expect(b, "IN_MODEL")
+        send(b, "go")
+        found = json.loads(expect(b, "TOOL").removeprefix("TOOL "))
+        assert "alice likes tea" in found
+        send(b, "turn")
+        expect(b, "IN_MODEL")
+        trio.run(_reset, state)  # process A: this test process
+        send(b, "go")
+        refused = json.loads(expect(b, "TOOL").removeprefix("TOOL "))
+        assert "tea" not in refused
+        assert "memory audience is no longer current" in refused
+
+
 def test_a_reset_elsewhere_of_a_recalled_conversation_is_refused_at_release(
     tmp_path: Path,
 ) -> None:
