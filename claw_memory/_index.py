@@ -370,6 +370,31 @@ class MemoryIndex:
             now=now,
         )
 
+    async def rank_page(
+        self,
+        query: str,
+        *,
+        mode: SearchMode | None,
+        limit: int,
+        offset: int,
+        min_score: float | None,
+        filter: SearchFilter | None = None,
+        now: float | None = None,
+    ) -> SearchPage:
+        """:meth:`search_page` for arguments already checked where the request entered
+        (Memory Core's provider handle: the host's boundary validated the request), so
+        they are not checked again. ``mode`` ``None`` is the default mode, ``min_score``
+        ``None`` the settings'."""
+        return await self._searcher.rank_page(
+            query,
+            mode=mode,
+            limit=limit,
+            offset=offset,
+            min_score=min_score,
+            filter=filter,
+            now=now,
+        )
+
     # -- read ---------------------------------------------------------------------
     async def read(self, path: str, *, from_line: int = 1, lines: int | None = None) -> ReadResult:
         """Lines ``from_line..from_line+lines-1`` of a source (turns, for a transcript).

@@ -245,10 +245,12 @@ class MemoryCoreHandle:
         offset = _parse_cursor(request.cursor)
         async with self.service.use(self.agent_id) as index:
             self.context.assert_current()
-            result = await index.search_page(
+            # The request was validated where it entered (the gateway, a tool, the
+            # Python API's MemorySearchRequest): the index does not check it again.
+            result = await index.rank_page(
                 request.query,
                 mode="lexical" if request.lexical_only else None,
-                max_results=request.max_results,
+                limit=request.max_results,
                 offset=offset,
                 min_score=request.min_score,
                 filter=SearchFilter(

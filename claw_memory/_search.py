@@ -141,9 +141,9 @@ class Searcher:
         filter: SearchFilter | None = None,
         now: float | None = None,
     ) -> SearchPage:
-        """Rank a page of chunks for ``query`` (see :meth:`MemoryIndex.search_page`)."""
-        view = self.view
-        view.check_open()
+        """Rank a page of chunks for ``query`` (see :meth:`MemoryIndex.search_page`),
+        after checking the arguments: this is the index's own public API."""
+        self.view.check_open()
         settings = self.settings
         limit = settings.max_results if max_results is None else max_results
         if not 1 <= limit <= _MAX_PAGE:
@@ -155,15 +155,38 @@ class Searcher:
             raise InvalidSearchError(
                 f"unknown search mode {chosen!r}; use hybrid, lexical or vector"
             )
-        if self.embedder is None:
-            if chosen == "vector":
-                raise InvalidSearchError(
-                    "vector search needs an embedding provider; configure one or use lexical"
-                )
-            chosen = "lexical"
+        if self.embedder is None and chosen == "vector":
+            raise InvalidSearchError(
+                "vector search needs an embedding provider; configure one or use lexical"
+            )
         cut = settings.min_score if min_score is None else min_score
         if not 0.0 <= cut <= 1.0 or math.isnan(cut):
             raise InvalidSearchError(f"min_score must be between 0 and 1, got {cut}")
+        return await self.rank_page(
+            query, mode=chosen, limit=limit, offset=offset, min_score=cut, filter=filter, now=now
+        )
+
+    async def rank_page(
+        self,
+        query: str,
+        *,
+        mode: SearchMode | None,
+        limit: int,
+        offset: int,
+        min_score: float | None,
+        filter: SearchFilter | None = None,
+        now: float | None = None,
+    ) -> SearchPage:
+        """:meth:`search_page` for arguments checked where the request entered (a
+        provider handle's caller validated them): nothing is checked again. ``mode``
+        ``None`` is the default mode; ``min_score`` ``None`` the settings'."""
+        view = self.view
+        view.check_open()
+        chosen: SearchMode = mode or self.default_mode
+        if self.embedder is None:
+            chosen = "lexical"
+        cut = self.settings.min_score if min_score is None else min_score
+        settings = self.settings
 
         freshness = self.freshness
         await self.follower.follow()

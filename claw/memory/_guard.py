@@ -163,7 +163,7 @@ class GuardedMemoryHandle:
             raise self._unsupported("pagination", "a cursor was supplied")
         if request.active_project_keys and not caps.project_filter:
             raise self._unsupported("project filtering", "active_project_keys were supplied")
-        return request if request.sources is sources else attrs.evolve(request, sources=sources)
+        return request if request.sources is sources else request._replace(sources=sources)
 
     async def _search(
         self, request: MemorySearchRequest, *, checked: bool, release: bool

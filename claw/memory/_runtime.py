@@ -476,7 +476,7 @@ def _file_shaped_sources(
     kept = tuple(s for s in request.sources if s in declared)
     if not kept:
         return None
-    return request if kept == request.sources else attrs.evolve(request, sources=kept)
+    return request if kept == request.sources else request._replace(sources=kept)
 
 
 def _check_reference(plugin_id: str, reference: MemoryReference) -> None:

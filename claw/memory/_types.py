@@ -192,6 +192,16 @@ class MemorySearchRequest:
             object.__setattr__(request, name, value)
         return request
 
+    def _replace(self, **changes: Any) -> MemorySearchRequest:
+        """A copy with ``changes``, values the caller has checked (the guard narrowing
+        ``sources`` to the declared ones): not checked again."""
+        request: MemorySearchRequest = object.__new__(type(self))
+        for field in attrs.fields(MemorySearchRequest):
+            object.__setattr__(
+                request, field.name, changes.get(field.name, getattr(self, field.name))
+            )
+        return request
+
 
 def _hits_tuple(value: Iterable[MemorySearchHit]) -> tuple[MemorySearchHit, ...]:
     return tuple(value)

@@ -21,6 +21,7 @@ from claw.gateway import (
 )
 from claw.gateway._memory import memory_search
 from claw.memory import MemorySearchRequest
+from claw_memory._search import Searcher
 from claw_testing import MemoryRecord, RecordingMemoryProvider
 
 TOKEN = "memory-token-0001"
@@ -414,3 +415,24 @@ async def test_a_tool_search_checks_currency_once_at_each_point_and_reads_once(
 
 async def _unused_handler(context: claw.ToolContext, arguments: Any) -> str:
     raise AssertionError("not called")  # pragma: no cover
+
+
+async def test_a_search_is_validated_once_where_it_enters(
+    core_host: claw.Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's parser checks the wire parameters; neither the neutral request's
+    constructor nor Memory Core's index checks them again on the way in."""
+
+    def checked_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a search's values were checked a second time")
+
+    monkeypatch.setattr(MemorySearchRequest, "__attrs_post_init__", checked_again)
+    monkeypatch.setattr(Searcher, "search_page", checked_again)
+    async with open_in_memory_gateway_client(Gateway(core_host), TOKEN) as client:
+        v2 = await client.request(
+            "memory.search", {"version": 2, "query": "staging password", "maxResults": 3}
+        )
+        v1 = await client.request("memory.search", {"query": "staging password"})
+        with pytest.raises(GatewayRequestError, match="maxResults"):
+            await client.request("memory.search", {"version": 2, "query": "x", "maxResults": 0})
+    assert v2["hits"] and v1["results"]
