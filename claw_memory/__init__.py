@@ -3,6 +3,11 @@
 ``claw_memory.plugin`` is what the host loads (entry point ``claw.plugins``); the index
 engine (:func:`open_memory_index`) can also be used on its own, for example from a
 notebook, with an embedder of your choice.
+
+This is a memory *provider*, one plugin behind the host's memory guard, written
+against ``claw.plugin_sdk`` only. It is not ``claw.memory``: that package is the host's
+side of memory (the guard every route goes through, and the contracts every provider
+implements), the same whichever provider owns the memory slot.
 """
 
 from claw.plugin_sdk import EmbeddingError as EmbeddingError

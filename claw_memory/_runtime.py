@@ -45,20 +45,25 @@ from claw.plugin_sdk import (
     MemoryGetResult,
     MemoryHealth,
     MemoryPluginCapability,
-    MemoryProviderOpenResult,
     MemoryReference,
     MemorySearchHit,
     MemorySearchRequest,
     MemorySearchResult,
     OperatorAuthority,
     ProviderCapabilities,
+    ProviderHandle,
+    ProviderMaintenance,
+    ProviderRuntime,
     PublicArtifact,
     SearchCoverage,
     SessionAuthority,
     UnsupportedRequestError,
     line_fragment,
+    offset_cursor,
     parse_line_fragment,
+    parse_offset_cursor,
 )
+from claw.plugin_sdk import build_capability as sdk_build_capability
 
 from ._errors import MemoryCoreError, SourcePathError
 from ._ranking import RankedRow
@@ -203,31 +208,9 @@ def _in_active_project(rec: ChunkRecord, active: set[str]) -> bool:
     return project is None or project in active
 
 
-_CURSOR_RE = re.compile(r"\A[0-9]{1,9}\Z")
-
-
-def _parse_cursor(cursor: str | None) -> int:
-    """The offset a cursor encodes: one to nine ASCII digits (``str.isdigit`` also
-    accepts superscripts and other scripts' digits, which ``int`` then refuses)."""
-    if cursor is None:
-        return 0
-    if not _CURSOR_RE.match(cursor):
-        raise UnsupportedRequestError(
-            f'memory provider "{PROVIDER_ID}" cannot read cursor {cursor[:32]!r}; '
-            "pass back the nextCursor of a previous search"
-        )
-    return int(cursor)
-
-
 @attrs.define(eq=False)
-class MemoryCoreHandle:
+class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
     """A caller-bound reader over one agent's Memory Core index."""
-
-    service: MemoryCoreService
-    agent_id: str
-    context: MemoryCallerContext
-    capabilities: ProviderCapabilities
-    _closed: bool = attrs.field(default=False, init=False)
 
     async def search(self, request: MemorySearchRequest) -> MemorySearchResult:
         requested = request.sources or self.capabilities.sources
@@ -242,23 +225,22 @@ class MemoryCoreHandle:
                 coverage=SearchCoverage(sources=(), complete=False),
                 warning=warning,
             )
-        offset = _parse_cursor(request.cursor)
+        offset = parse_offset_cursor(request.cursor, PROVIDER_ID)
         async with self.service.use(self.agent_id) as index:
-            self.context.assert_current()
             # The request was validated where it entered (the gateway, a tool, the
             # Python API's MemorySearchRequest): the index does not check it again.
-            result = await index.rank_page(
-                request.query,
-                mode="lexical" if request.lexical_only else None,
-                limit=request.max_results,
-                offset=offset,
-                min_score=request.min_score,
-                filter=SearchFilter(
-                    sources=frozenset(effective), agent_ids=frozenset({self.agent_id})
-                ),
+            result = await self.effect(
+                lambda: index.rank_page(
+                    request.query,
+                    mode="lexical" if request.lexical_only else None,
+                    limit=request.max_results,
+                    offset=offset,
+                    min_score=request.min_score,
+                    filter=SearchFilter(
+                        sources=frozenset(effective), agent_ids=frozenset({self.agent_id})
+                    ),
+                )
             )
-            # Our own awaits are done: recheck before any data leaves the provider.
-            self.context.assert_current()
             active = set(request.active_project_keys)
             hits = [
                 neutral_hit(rec, ranked)
@@ -270,7 +252,7 @@ class MemoryCoreHandle:
                 warning = result.warning if warning is None else f"{warning}; {result.warning}"
             return MemorySearchResult(
                 hits=tuple(hits),
-                next_cursor=None if result.next_offset is None else str(result.next_offset),
+                next_cursor=offset_cursor(result.next_offset),
                 coverage=SearchCoverage(sources=effective, complete=complete),
                 warning=warning,
             )
@@ -325,12 +307,12 @@ class MemoryCoreHandle:
         if revision is not None and ref.revision is not None and ref.revision != revision:
             return MemoryGetResult(status="not_found", reference=ref)
         async with self.service.use(self.agent_id) as index:
-            self.context.assert_current()
             try:
-                read = await index.read(path, from_line=from_line or 1, lines=lines)
+                read = await self.effect(
+                    lambda: index.read(path, from_line=from_line or 1, lines=lines)
+                )
             except SourcePathError:
                 return MemoryGetResult(status="not_found", reference=ref)
-            self.context.assert_current()
             if revision is None:
                 revision = read.revision
                 if ref.revision is not None and ref.revision != revision:
@@ -376,15 +358,12 @@ class MemoryCoreHandle:
             self.context.assert_current()
             await index.sync()
 
-    async def close(self) -> None:
-        self._closed = True
-
 
 @attrs.define(eq=False)
-class MemoryCoreProviderRuntime:
+class MemoryCoreProviderRuntime(ProviderRuntime["MemoryCoreService", MemoryCoreHandle]):
     """Memory Core's provider-neutral runtime."""
 
-    service: MemoryCoreService
+    handle_class = MemoryCoreHandle
 
     def capabilities(self) -> ProviderCapabilities:
         return ProviderCapabilities(
@@ -392,19 +371,6 @@ class MemoryCoreProviderRuntime:
             pagination=True,
             candidates=(),
             project_filter=True,
-        )
-
-    async def open(
-        self, *, agent_id: str, context: MemoryCallerContext
-    ) -> MemoryProviderOpenResult:
-        context.assert_current_for(agent_id)
-        return MemoryProviderOpenResult(
-            provider=MemoryCoreHandle(
-                service=self.service,
-                agent_id=agent_id,
-                context=context,
-                capabilities=self.capabilities(),
-            )
         )
 
     async def authorize_search_hits(
@@ -530,17 +496,11 @@ class MemoryCoreArtifacts:
             return artifacts
 
 
-def _require_operator(context: MemoryCallerContext) -> None:
-    context.assert_current()
-    if not isinstance(context.authority, OperatorAuthority):
-        raise CapabilityDeniedError("Memory Core maintenance needs an operator's authority")
-
-
 @attrs.define(eq=False)
-class MemoryCoreMaintenance:
+class MemoryCoreMaintenance(ProviderMaintenance["MemoryCoreService"]):
     """Reindex, forget and describe for local operators (the ``claw memory`` CLI)."""
 
-    service: MemoryCoreService
+    provider_name = "Memory Core"
 
     async def reindex(
         self,
@@ -550,7 +510,7 @@ class MemoryCoreMaintenance:
         force: bool = False,
         progress: Callable[[str, int, int], None] | None = None,
     ) -> dict[str, Any]:
-        _require_operator(context)
+        self.operator(context)
         async with self.service.use(agent_id, sync_on_open=False) as index:
             report = await index.sync(force=force, progress=progress)
             return {
@@ -587,7 +547,7 @@ class MemoryCoreMaintenance:
         source: str | None = None,
         dry_run: bool = False,
     ) -> dict[str, Any]:
-        _require_operator(context)
+        self.operator(context)
         async with self.service.use(agent_id) as index:
             result = await index.forget(
                 path=path, session_id=session_id, source=source, dry_run=dry_run
@@ -616,7 +576,7 @@ class MemoryCoreMaintenance:
         return await forget_reference(self.service, agent_id, context, reference, dry_run=dry_run)
 
     async def describe(self, *, agent_id: str, context: MemoryCallerContext) -> dict[str, Any]:
-        _require_operator(context)
+        self.operator(context)
         async with self.service.use(agent_id) as index:
             status = index.status()
             return {
@@ -667,23 +627,23 @@ def flush_plan(request: MemoryFlushPlanRequest) -> MemoryFlushPlan:
 def build_capability(service: MemoryCoreService) -> MemoryPluginCapability:
     """Memory Core's memory capability."""
 
-    async def prepare(*, agent_id: str, session_key: str, caller: MemoryCallerContext) -> list[str]:
+    def guidance(agent_id: str, caller: MemoryCallerContext) -> str:
         if may_read_memory_files(service, caller):
-            return [
+            return (
                 "Your long-term memory (MEMORY.md and memory/*.md) and past conversations "
                 "are searchable."
-            ]
-        return [
+            )
+        return (
             "Only this conversation's own history is searchable here; the owner's private "
             "memory files are not available in this chat."
-        ]
+        )
 
-    return MemoryPluginCapability(
+    return sdk_build_capability(
         provider_runtime=MemoryCoreProviderRuntime(service),
+        guidance=guidance,
         runtime=MemoryCoreLegacyRuntime(service),
         public_artifacts=MemoryCoreArtifacts(service),
         recall_tool_names=RECALL_TOOLS,
-        prompt_preparation=prepare,
         maintenance=MemoryCoreMaintenance(service),
         flush_plan_resolver=flush_plan,
     )

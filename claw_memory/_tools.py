@@ -17,27 +17,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from claw.plugin_sdk import (
+    SEARCH_TOOL_PARAMETERS,
     ClawError,
     ContractError,
     MemoryAddRequest,
     MemoryGetRequest,
     MemoryReference,
-    MemorySearchRequest,
     Tool,
     ToolContext,
     ToolMemory,
+    UnsupportedRequestError,
+    search_tool_request,
 )
 
 from ._writes import PROVIDER_ID
 
-SEARCH_PARAMETERS = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "description": "What to look for in memory."},
-        "max_results": {"type": "integer", "minimum": 1, "maximum": 20},
-    },
-    "required": ["query"],
-}
 GET_PARAMETERS = {
     "type": "object",
     "properties": {
@@ -83,11 +77,11 @@ def memory_tools() -> list[Tool]:
     """The tools Memory Core registers."""
 
     async def memory_search(context: ToolContext, arguments: Mapping[str, Any]) -> str:
-        query = arguments.get("query")
-        if not isinstance(query, str) or not query.strip():
-            return "memory_search needs a non-empty 'query' string."
-        limit = _int_arg(arguments, "max_results", 6) or 6
-        request = MemorySearchRequest(query=query, max_results=min(limit, 20))
+        try:
+            request = search_tool_request("memory_search", arguments)
+        except UnsupportedRequestError as exc:
+            return str(exc)
+        query = request.query
         result = await _memory(context).search(request)
         hits = result.hits
         if not hits:
@@ -152,7 +146,7 @@ def memory_tools() -> list[Tool]:
                 "Returns excerpts with Source citations."
             ),
             handler=memory_search,
-            parameters=SEARCH_PARAMETERS,
+            parameters=SEARCH_TOOL_PARAMETERS,
             read_only=True,
         ),
         Tool(

@@ -36,19 +36,22 @@ from claw.plugin_sdk import (
     MemoryGetResult,
     MemoryHealth,
     MemoryPluginCapability,
-    MemoryProviderOpenResult,
     MemoryReference,
     MemorySearchHit,
     MemorySearchRequest,
     MemorySearchResult,
-    OperatorAuthority,
     ProviderCapabilities,
+    ProviderHandle,
+    ProviderMaintenance,
+    ProviderRuntime,
     SearchCoverage,
-    UnsupportedRequestError,
     WorkerPool,
     line_fragment,
+    offset_cursor,
     parse_line_fragment,
+    parse_offset_cursor,
 )
+from claw.plugin_sdk import build_capability as sdk_build_capability
 from claw.plugin_sdk.search import product_slice
 
 from . import _store
@@ -62,7 +65,6 @@ RECALL_TOOLS = ("record_search", "record_get")
 PERSISTENCE_TOOLS = ("record_add", "record_update")
 LOOKUP_TOOLS = RECALL_TOOLS
 EXCERPT_CHARS = 700
-_CURSOR_RE = re.compile(r"\A[0-9]{1,9}\Z")
 _REVISION_RE = re.compile(r"\A[1-9][0-9]{0,8}\Z")
 
 
@@ -94,17 +96,6 @@ def parse_revision(revision: str | None) -> int | None:
             f"reference revision {revision[:32]!r} is not a record revision (1, 2, ...)"
         )
     return int(revision)
-
-
-def _parse_cursor(cursor: str | None) -> int:
-    if cursor is None:
-        return 0
-    if not _CURSOR_RE.match(cursor):
-        raise UnsupportedRequestError(
-            f'memory provider "{PLUGIN_ID}" cannot read cursor {cursor[:32]!r}; '
-            "pass back the nextCursor of a previous search"
-        )
-    return int(cursor)
 
 
 def to_hit(ranked: RankedRecord, agent_id: str) -> MemorySearchHit:
@@ -221,13 +212,8 @@ def _scope_filter(scope: ReadScope, sources: Sequence[str]) -> PartitionFilter:
 
 
 @attrs.define(eq=False)
-class RecordsHandle:
+class RecordsHandle(ProviderHandle[RecordsService]):
     """A caller-bound reader over one agent's records."""
-
-    service: RecordsService
-    agent_id: str
-    context: MemoryCallerContext
-    capabilities: ProviderCapabilities
 
     def _scope(self) -> ReadScope:
         return read_scope(
@@ -243,33 +229,32 @@ class RecordsHandle:
                 coverage=SearchCoverage(sources=(), complete=False),
                 warning="this caller may read no memory records of this agent",
             )
-        offset = _parse_cursor(request.cursor)
+        offset = parse_offset_cursor(request.cursor, PLUGIN_ID)
         index = await self.service.index_for(self.agent_id)
         qvec = None if request.lexical_only else await self.service.query_vector(request.query)
         vector_weight, text_weight = self.service.fusion_weights()
         min_score = request.min_score
         if min_score is None:
             min_score = self.service.config.min_score
-        self.context.assert_current()
-        ranked, more = await rank(
-            self.service.api.workers,
-            index,
-            request.query,
-            qvec,
-            scope=_scope_filter(scope, sources),
-            offset=offset,
-            limit=request.max_results,
-            min_score=min_score,
-            vector_weight=vector_weight,
-            text_weight=text_weight,
+        ranked, more = await self.effect(
+            lambda: rank(
+                self.service.api.workers,
+                index,
+                request.query,
+                qvec,
+                scope=_scope_filter(scope, sources),
+                offset=offset,
+                limit=request.max_results,
+                min_score=min_score,
+                vector_weight=vector_weight,
+                text_weight=text_weight,
+            )
         )
-        # Our own awaits are done: recheck before any data leaves the provider.
-        self.context.assert_current()
         hits = tuple(to_hit(r, self.agent_id) for r in ranked)
         complete = scope.everything or OWNER in scope.partitions or "memory" not in sources
         return MemorySearchResult(
             hits=hits,
-            next_cursor=str(offset + len(hits)) if more else None,
+            next_cursor=offset_cursor(offset + len(hits) if more else None),
             coverage=SearchCoverage(sources=sources, complete=complete),
             warning=None if complete else "the owner's private records were not searched",
         )
@@ -285,11 +270,10 @@ class RecordsHandle:
         scope = self._scope()
         if not is_reference(ref.id):
             return MemoryGetResult(status="not_found", reference=ref)
-        self.context.assert_current()
-        record = await self.service.database().run(
-            _store.get_record, self.agent_id, ref.id, revision
+        database = self.service.database()
+        record = await self.effect(
+            lambda: database.run(_store.get_record, self.agent_id, ref.id, revision)
         )
-        self.context.assert_current()
         if record is None:
             return MemoryGetResult(status="not_found", reference=ref)
         if not scope.admits(record.partition):
@@ -343,32 +327,16 @@ class RecordsHandle:
         await self.service.index_for(self.agent_id)
         await self.service.catch_up(self.agent_id)
 
-    async def close(self) -> None:
-        return None
-
 
 @attrs.define(eq=False)
-class RecordsProviderRuntime:
+class RecordsProviderRuntime(ProviderRuntime[RecordsService, RecordsHandle]):
     """Memory Records' provider-neutral runtime."""
 
-    service: RecordsService
+    handle_class = RecordsHandle
 
     def capabilities(self) -> ProviderCapabilities:
         return ProviderCapabilities(
             sources=("memory", "sessions"), pagination=True, candidates=(), project_filter=False
-        )
-
-    async def open(
-        self, *, agent_id: str, context: MemoryCallerContext
-    ) -> MemoryProviderOpenResult:
-        context.assert_current_for(agent_id)
-        return MemoryProviderOpenResult(
-            provider=RecordsHandle(
-                service=self.service,
-                agent_id=agent_id,
-                context=context,
-                capabilities=self.capabilities(),
-            )
         )
 
     async def authorize_search_hits(
@@ -377,17 +345,11 @@ class RecordsProviderRuntime:
         return authorize_hits(self.service, request)
 
 
-def _require_operator(context: MemoryCallerContext) -> None:
-    context.assert_current()
-    if not isinstance(context.authority, OperatorAuthority):
-        raise CapabilityDeniedError("Memory Records maintenance needs an operator's authority")
-
-
 @attrs.define(eq=False)
-class RecordsMaintenance:
+class RecordsMaintenance(ProviderMaintenance[RecordsService]):
     """The operator route: ``host.memory.add/forget`` and ``claw memory ...``."""
 
-    service: RecordsService
+    provider_name = "Memory Records"
 
     async def add(
         self, *, agent_id: str, context: MemoryCallerContext, request: MemoryAddRequest
@@ -447,7 +409,7 @@ class RecordsMaintenance:
         progress: Callable[[str, int, int], None] | None = None,
     ) -> dict[str, Any]:
         """Rebuild this host's derived index of the agent from the database."""
-        _require_operator(context)
+        self.operator(context)
         live = await self.service.rebuild(agent_id)
         index = await self.service.index_for(agent_id)
         if progress is not None:
@@ -473,7 +435,7 @@ class RecordsMaintenance:
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """``claw memory forget --path <reference>``: forget one record."""
-        _require_operator(context)
+        self.operator(context)
         if path is None or session_id is not None or source is not None:
             raise InvalidRecordError(
                 "Memory Records forgets one record at a time: pass its reference"
@@ -486,7 +448,7 @@ class RecordsMaintenance:
         }
 
     async def describe(self, *, agent_id: str, context: MemoryCallerContext) -> dict[str, Any]:
-        _require_operator(context)
+        self.operator(context)
         db = self.service.database()
         live, forgotten = await db.run(_store.counts, agent_id)
         index = await self.service.index_for(agent_id)
@@ -531,21 +493,21 @@ def flush_plan(request: MemoryFlushPlanRequest) -> MemoryFlushToolsPlan:
 def build_capability(service: RecordsService) -> MemoryPluginCapability:
     """Memory Records' memory capability."""
 
-    async def prepare(*, agent_id: str, session_key: str, caller: MemoryCallerContext) -> list[str]:
+    def guidance(agent_id: str, caller: MemoryCallerContext) -> str:
         scope = read_scope(caller, agent_id, deny_sandboxed=service.config.deny_sandboxed)
         if scope.everything:
-            return ["Your long-term memory records are searchable (record_search)."]
+            return "Your long-term memory records are searchable (record_search)."
         if scope.empty:
-            return ["No memory records are available in this session."]
-        return [
+            return "No memory records are available in this session."
+        return (
             "Only this conversation's own memory records are searchable here; the owner's "
             "private memory is not available in this chat."
-        ]
+        )
 
-    return MemoryPluginCapability(
+    return sdk_build_capability(
         provider_runtime=RecordsProviderRuntime(service),
+        guidance=guidance,
         recall_tool_names=RECALL_TOOLS,
-        prompt_preparation=prepare,
         maintenance=RecordsMaintenance(service),
         provider_flush_plan_resolver=flush_plan,
     )

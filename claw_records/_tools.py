@@ -19,15 +19,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from claw.plugin_sdk import (
+    SEARCH_TOOL_PARAMETERS,
     ClawError,
     ContractError,
     MemoryCallerContext,
     MemoryGetRequest,
     MemoryReference,
-    MemorySearchRequest,
     Tool,
     ToolContext,
     ToolMemory,
+    UnsupportedRequestError,
+    search_tool_request,
 )
 
 from ._runtime import parse_revision
@@ -38,14 +40,6 @@ from ._writes import add_record, forget_record, update_record
 TOOLS = ("record_search", "record_get", "record_add", "record_update", "record_forget")
 
 _REF = {"type": "string", "description": "A record reference, e.g. rec_...@2 from a search."}
-SEARCH_PARAMETERS = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "description": "What to look for in memory."},
-        "max_results": {"type": "integer", "minimum": 1, "maximum": 20},
-    },
-    "required": ["query"],
-}
 GET_PARAMETERS = {"type": "object", "properties": {"ref": _REF}, "required": ["ref"]}
 ADD_PARAMETERS = {
     "type": "object",
@@ -91,13 +85,11 @@ def record_tools(service: RecordsService) -> list[Tool]:
     """The tools Memory Records registers."""
 
     async def record_search(context: ToolContext, arguments: Mapping[str, Any]) -> str:
-        query = arguments.get("query")
-        if not isinstance(query, str) or not query.strip():
-            return "record_search needs a non-empty 'query' string."
-        limit = arguments.get("max_results", 6)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            return "record_search: 'max_results' must be a positive integer."
-        request = MemorySearchRequest(query=query, max_results=min(limit, 20))
+        try:
+            request = search_tool_request("record_search", arguments)
+        except UnsupportedRequestError as exc:
+            return str(exc)
+        query = request.query
         result = await _memory(context).search(request)
         hits = result.hits
         if not hits:
@@ -187,7 +179,7 @@ def record_tools(service: RecordsService) -> list[Tool]:
             name="record_search",
             description="Search long-term memory records you may see; returns refs.",
             handler=record_search,
-            parameters=SEARCH_PARAMETERS,
+            parameters=SEARCH_TOOL_PARAMETERS,
             read_only=True,
         ),
         Tool(

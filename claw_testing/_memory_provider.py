@@ -42,6 +42,7 @@ from claw.memory import (
     ProviderCapabilities,
     SearchCoverage,
 )
+from claw.plugin_sdk import ProviderHandle, offset_cursor, parse_offset_cursor
 
 Visibility = Literal["shared", "owner-private", "conversation"]
 
@@ -72,16 +73,13 @@ class MemoryRecord:
 
 
 @attrs.define(eq=False)
-class _Handle:
-    provider: RecordingMemoryProvider
-    agent_id: str
-    context: MemoryCallerContext
-    capabilities: ProviderCapabilities
+class _Handle(ProviderHandle["RecordingMemoryProvider"]):
+    """A caller-bound handle over the recording provider (its ``service``)."""
 
     def _effect(self, name: str, detail: Any = None) -> None:
         # The provider's own currency check right before it acts.
         self.context.assert_current()
-        self.provider.calls.append((name, detail))
+        self.service.calls.append((name, detail))
 
     def _visible(self, record: MemoryRecord) -> bool:
         if record.agent_id != self.agent_id:
@@ -108,7 +106,7 @@ class _Handle:
     def _hit(self, record: MemoryRecord, score: float) -> MemorySearchHit:
         return MemorySearchHit(
             reference=MemoryReference(
-                provider_id=self.provider.provider_id, id=record.id, revision=record.revision
+                provider_id=self.service.provider_id, id=record.id, revision=record.revision
             ),
             excerpt=record.text[:200],
             score=score,
@@ -120,15 +118,15 @@ class _Handle:
         )
 
     async def search(self, request: MemorySearchRequest) -> MemorySearchResult:
-        self.provider.calls.append(("search.enter", request))
-        if self.provider.gate is not None:
-            await self.provider.gate.wait()
+        self.service.calls.append(("search.enter", request))
+        if self.service.gate is not None:
+            await self.service.gate.wait()
         await trio.lowlevel.checkpoint()
         self._effect("search", request)
         terms = {w.lower() for w in _WORD.findall(request.query)}
         scored: list[tuple[float, MemoryRecord]] = []
         sources = request.sources or self.capabilities.sources
-        for record in self.provider.records:
+        for record in self.service.records:
             if record.source not in sources or not self._visible(record):
                 continue
             if (
@@ -144,13 +142,10 @@ class _Handle:
                 continue
             scored.append((score, record))
         scored.sort(key=lambda item: (-item[0], item[1].id))
-        start = int(request.cursor) if request.cursor else 0
+        start = parse_offset_cursor(request.cursor, self.service.provider_id)
         page = scored[start : start + request.max_results]
-        next_cursor = (
-            str(start + request.max_results)
-            if self.capabilities.pagination and start + request.max_results < len(scored)
-            else None
-        )
+        more = self.capabilities.pagination and start + request.max_results < len(scored)
+        next_cursor = offset_cursor(start + request.max_results if more else None)
         return MemorySearchResult(
             hits=tuple(self._hit(r, s) for s, r in page),
             next_cursor=next_cursor,
@@ -161,7 +156,7 @@ class _Handle:
         await trio.lowlevel.checkpoint()
         self._effect("get", request)
         ref = request.reference
-        for record in self.provider.records:
+        for record in self.service.records:
             if record.id == ref.id and self._visible(record):
                 if ref.revision is not None and ref.revision != record.revision:
                     return MemoryGetResult(status="not_found", reference=ref)
@@ -182,12 +177,12 @@ class _Handle:
         await trio.lowlevel.checkpoint()
         self._effect("health")
         return MemoryHealth(
-            status=self.provider.health_status, details={"records": len(self.provider.records)}
+            status=self.service.health_status, details={"records": len(self.service.records)}
         )
 
     async def close(self) -> None:
-        self.provider.calls.append(("close", None))
-        self.provider.open_handles -= 1
+        self.service.calls.append(("close", None))
+        self.service.open_handles -= 1
 
 
 @attrs.define(eq=False)
@@ -196,7 +191,7 @@ class _CandidateHandle(_Handle):
         await trio.lowlevel.checkpoint()
         self._effect("candidates", request)
         out: list[MemoryCandidate] = []
-        for record in self.provider.records:
+        for record in self.service.records:
             if not self._visible(record) or record.source != "memory":
                 continue
             if request.kind == "project":
@@ -214,7 +209,7 @@ class _CandidateHandle(_Handle):
             out.append(
                 MemoryCandidate(
                     reference=MemoryReference(
-                        provider_id=self.provider.provider_id,
+                        provider_id=self.service.provider_id,
                         id=record.id,
                         revision=record.revision,
                     ),
@@ -278,7 +273,7 @@ class RecordingMemoryProvider:
         self.open_handles += 1
         return MemoryProviderOpenResult(
             provider=cls(
-                provider=self, agent_id=agent_id, context=context, capabilities=self.capabilities
+                service=self, agent_id=agent_id, context=context, capabilities=self.capabilities
             )
         )
 

@@ -99,3 +99,14 @@ from ..memory import parse_line_fragment as parse_line_fragment
 from ..memory import writer_refusal as writer_refusal
 from ..turns._tools import FlushToolContext as FlushToolContext
 from ..turns._tools import ToolContext as ToolContext
+from ._provider import SEARCH_TOOL_MAX_RESULTS as SEARCH_TOOL_MAX_RESULTS
+from ._provider import SEARCH_TOOL_PARAMETERS as SEARCH_TOOL_PARAMETERS
+from ._provider import Guidance as Guidance
+from ._provider import ProviderHandle as ProviderHandle
+from ._provider import ProviderMaintenance as ProviderMaintenance
+from ._provider import ProviderRuntime as ProviderRuntime
+from ._provider import build_capability as build_capability
+from ._provider import offset_cursor as offset_cursor
+from ._provider import parse_offset_cursor as parse_offset_cursor
+from ._provider import require_operator as require_operator
+from ._provider import search_tool_request as search_tool_request

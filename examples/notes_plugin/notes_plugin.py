@@ -5,9 +5,10 @@ use its own database). A note is either *shared* (anyone talking to the agent ma
 it) or *private* (only the owner, in an owner-private run, or an authenticated operator).
 The plugin registers:
 
-* a native memory provider (``provider_runtime``) the host opens for each caller with a
-  minted caller context: it decides visibility from the authority and audience it is
-  given, and calls ``context.assert_current()`` right before every effect;
+* a native memory provider (``provider_runtime``, on the SDK's provider skeleton) the
+  host opens for each caller with a minted caller context: it decides visibility from
+  the authority and audience it is given, and calls ``context.assert_current()`` right
+  before every effect;
 * the agent tool ``notes_save``, which only an owner-private run may use;
 * a pre-compaction flush plan: before the host compacts a session, the model gets one
   silent turn with ``notes_save`` to keep what matters; a retried flush carries the same
@@ -36,8 +37,6 @@ from claw.plugin_sdk import (
     MemoryGetRequest,
     MemoryGetResult,
     MemoryHealth,
-    MemoryPluginCapability,
-    MemoryProviderOpenResult,
     MemoryReference,
     MemorySearchHit,
     MemorySearchRequest,
@@ -47,9 +46,12 @@ from claw.plugin_sdk import (
     PluginApi,
     PluginContracts,
     ProviderCapabilities,
+    ProviderHandle,
+    ProviderRuntime,
     SessionAuthority,
     Tool,
     ToolContext,
+    build_capability,
 )
 
 PLUGIN_ID = "notes"
@@ -84,15 +86,9 @@ def _may_see_private(context: MemoryCallerContext) -> bool:
 
 
 @attrs.define(eq=False)
-class _Reader:
-    """A caller-bound handle: everything it returns is what this caller may see."""
-
-    book: NoteBook
-    agent_id: str
-    context: MemoryCallerContext
-    capabilities: ProviderCapabilities = attrs.field(
-        factory=lambda: ProviderCapabilities(sources=("memory",))
-    )
+class _Reader(ProviderHandle["NoteBook"]):
+    """A caller-bound handle over the note book (``service``): everything it returns is
+    what this caller may see."""
 
     def _visible(self, note: Note) -> bool:
         return note.agent_id == self.agent_id and (
@@ -104,7 +100,7 @@ class _Reader:
         self.context.assert_current()
         wanted = _words(request.query)
         scored: list[tuple[float, MemorySearchHit]] = []
-        for note in self.book.notes:
+        for note in self.service.notes:
             if not wanted or not self._visible(note):
                 continue
             score = len(wanted & _words(note.text)) / len(wanted)
@@ -122,7 +118,7 @@ class _Reader:
     async def get(self, request: MemoryGetRequest) -> MemoryGetResult:
         await trio.lowlevel.checkpoint()
         self.context.assert_current()
-        for note in self.book.notes:
+        for note in self.service.notes:
             if note.id == request.reference.id and self._visible(note):
                 return MemoryGetResult(status="ok", reference=request.reference, text=note.text)
         return MemoryGetResult(status="not_found", reference=request.reference)
@@ -132,8 +128,16 @@ class _Reader:
         self.context.assert_current()
         return MemoryHealth(status="ready")
 
-    async def close(self) -> None:
-        await trio.lowlevel.checkpoint()
+
+@attrs.define(eq=False)
+class _Runtime(ProviderRuntime["NoteBook", _Reader]):
+    """The provider runtime: ``open`` (the SDK's) checks the caller for the agent and
+    hands out a :class:`_Reader`."""
+
+    handle_class = _Reader
+
+    def capabilities(self) -> ProviderCapabilities:
+        return ProviderCapabilities(sources=("memory",))
 
 
 @attrs.define(eq=False)
@@ -142,16 +146,6 @@ class NoteBook:
 
     notes: list[Note] = attrs.field(factory=list)
     applied_flushes: dict[str, list[str]] = attrs.field(factory=dict)
-
-    async def open(
-        self, *, agent_id: str, context: MemoryCallerContext
-    ) -> MemoryProviderOpenResult:
-        """The provider runtime's entry point: a reader bound to ``context``."""
-        await trio.lowlevel.checkpoint()
-        context.assert_current()
-        return MemoryProviderOpenResult(
-            provider=_Reader(book=self, agent_id=agent_id, context=context)
-        )
 
     async def save(self, context: ToolContext, arguments: Mapping[str, Any]) -> str:
         """The ``notes_save`` tool: a private note, in an owner-private run only."""
@@ -206,8 +200,8 @@ class NoteBook:
                 )
             )
             api.register_memory_capability(
-                MemoryPluginCapability(
-                    provider_runtime=self, provider_flush_plan_resolver=self.flush_plan
+                build_capability(
+                    provider_runtime=_Runtime(self), provider_flush_plan_resolver=self.flush_plan
                 )
             )
 
