@@ -82,10 +82,16 @@ def check_text(text: str, field: str) -> None:
 
 
 def _child(field: str, key: object) -> str:
+    """The path of ``field``'s item ``key``; a key that is not plain text is shown escaped
+    (``ascii``), so that a message naming it can itself be stored and sent."""
     if isinstance(key, int):
         return f"{field}[{key}]"
     text = str(key)
-    return f"{field}.{text}" if text.isidentifier() else f"{field}[{text!r}]"
+    if len(text) > 64:
+        return f"{field}[{text[:64]!a}...]"
+    if text.isidentifier() and text.isascii():
+        return f"{field}.{text}"
+    return f"{field}[{text!r}]" if text_problem(text) is None else f"{field}[{text!a}]"
 
 
 def check_json(value: Any, field: str, limits: JsonLimits = DEFAULT_LIMITS) -> None:
@@ -120,7 +126,9 @@ def check_json(value: Any, field: str, limits: JsonLimits = DEFAULT_LIMITS) -> N
                 for key, item in current.items():
                     if not isinstance(key, str):
                         raise InvalidInputError(where, "has a key that is not a string")
-                    check_text(key, f"{where} (a key)")
+                    problem = text_problem(key)
+                    if problem is not None:
+                        raise InvalidInputError(f"{_child(where, key)} (a key)", problem)
                     stack.append((item, _child(where, key), depth + 1))
             else:
                 stack.extend((item, _child(where, i), depth + 1) for i, item in enumerate(current))

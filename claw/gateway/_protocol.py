@@ -9,6 +9,14 @@ Every frame is one JSON object in one WebSocket text message. A client sends
 Decoding is total: any input either yields a frame or raises :class:`FrameError`
 carrying the request id when one could be read, so that the connection can answer
 and keep going.
+
+Every string in a frame is checked here, once, by :mod:`claw._input`: a lone surrogate
+(``"\ud800"`` is valid JSON, and Python keeps it, but it is not Unicode) or NUL
+anywhere in ``params`` (values and keys, at any depth), nesting beyond 32 levels, or an
+integer beyond 64 bits is answered ``INVALID_REQUEST`` naming the field
+(``params.reference.id: contains a lone surrogate ...``), so no handler, provider,
+database or log ever receives one. An ``id`` or ``method`` that is not text is refused
+the same way (an id that is not text is not echoed: the answer's id is ``null``).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any, NoReturn
 
 import attrs
 
+from .._input import InvalidInputError, check_json, text_problem
 from ._errors import ErrorCode
 
 RequestId = str | int
@@ -122,6 +131,8 @@ def decode_frame(message: str | bytes, *, max_bytes: int) -> Frame:
             f'"id" must be a non-empty string of at most {MAX_ID_CHARS} characters or an '
             f"integer, got {json_type_name(raw_id)}",
         )
+    if isinstance(raw_id, str) and (problem := text_problem(raw_id)) is not None:
+        raise FrameError(None, f'"id" {problem}')
     request_id: RequestId = raw_id
     frame_type = data.get("type")
     if frame_type == "cancel":
@@ -135,9 +146,15 @@ def decode_frame(message: str | bytes, *, max_bytes: int) -> Frame:
             request_id,
             f'"method" must be a non-empty string of at most {MAX_METHOD_CHARS} characters',
         )
+    if (problem := text_problem(method)) is not None:
+        raise FrameError(request_id, f'"method" {problem}')
     params = data.get("params", {})
     if not isinstance(params, dict):
         raise FrameError(request_id, f'"params" must be an object, got {json_type_name(params)}')
+    try:
+        check_json(params, "params")
+    except InvalidInputError as exc:
+        raise FrameError(request_id, str(exc)) from None
     return RequestFrame(id=request_id, method=method, params=params)
 
 

@@ -38,8 +38,13 @@ def test_json_is_walked_to_the_field_that_is_wrong() -> None:
         check_json({"metadata": {"a b": [1, float("nan")]}}, "params")
     with pytest.raises(InvalidInputError, match="is inf"):
         check_json(float("inf"), "x")
-    with pytest.raises(InvalidInputError, match=r"x \(a key\): contains NUL"):
+    with pytest.raises(InvalidInputError, match=r"x\['\\x00'\] \(a key\): contains NUL"):
         check_json({"\x00": 1}, "x")
+    with pytest.raises(InvalidInputError) as info:
+        check_json({"m": {"\ud800": 1}}, "arguments")
+    # The message names the key escaped, so it can itself be stored and sent.
+    assert str(info.value).startswith("arguments.m['\\ud800'] (a key): contains a lone")
+    str(info.value).encode("utf-8")
     with pytest.raises(InvalidInputError, match="beyond 64 bits"):
         check_json({"big": 2**64}, "x")
     with pytest.raises(InvalidInputError, match="is a set, not a JSON value"):

@@ -120,3 +120,27 @@ def test_token_table_unions_the_shorthand_and_the_table() -> None:
     assert table.allowed_scopes(v) is None
     assert table.allowed_scopes("") is None
     assert table.grant(u, ["operator.admin"]) == frozenset()
+
+
+_REQ = '{"type":"req","method":"m",'
+
+
+@pytest.mark.parametrize(
+    ("frame", "request_id", "says"),
+    [
+        (_REQ + '"id":"\\ud800"}', None, '"id" contains a lone surrogate'),
+        ('{"type":"req","id":1,"method":"m\\udc00"}', 1, '"method" contains a lone surrogate'),
+        (_REQ + '"id":2,"params":{"q":"\\ud800"}}', 2, "params.q: contains a lone surrogate"),
+        (_REQ + '"id":3,"params":{"q":["a\\u0000"]}}', 3, "params.q[0]: contains NUL"),
+        (_REQ + '"id":4,"params":{"n":1e400}}', 4, "params.n: is inf, not a finite number"),
+        (_REQ + '"id":5,"params":{"n":18446744073709551616}}', 5, "beyond 64 bits"),
+    ],
+)
+def test_text_that_is_not_text_is_refused_where_the_frame_is_decoded(
+    frame: str, request_id: object, says: str
+) -> None:
+    with pytest.raises(FrameError) as info:
+        decode_frame(frame, max_bytes=4096)
+    assert info.value.request_id == request_id
+    assert says in info.value.message
+    info.value.message.encode("utf-8")  # the answer itself can be sent
