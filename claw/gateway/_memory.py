@@ -39,6 +39,7 @@ from .._errors import (
     UnknownAgentError,
     UnsupportedRequestError,
 )
+from .._input import InvalidInputError
 from ..memory import (
     MemoryAddResult,
     MemoryAnswer,
@@ -143,7 +144,7 @@ def translate_error(exc: BaseException) -> BaseException:
     """Map claw errors to the wire's error codes (gateway errors pass through)."""
     if isinstance(exc, GatewayError):
         return exc
-    if isinstance(exc, UnsupportedRequestError | UnknownAgentError):
+    if isinstance(exc, UnsupportedRequestError | UnknownAgentError | InvalidInputError):
         return GatewayError("INVALID_REQUEST", str(exc))
     if isinstance(exc, CapabilityDeniedError):
         return GatewayError("FORBIDDEN", str(exc))

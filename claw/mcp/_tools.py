@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 
 from .._capabilities import MemoryCallerContext
+from .._input import InvalidInputError, check_json
 from ..gateway._auth import READ_SCOPE
 from ..gateway._errors import GatewayError
 from ..gateway._memory import (
@@ -80,7 +81,13 @@ class ToolSpec:
 
 
 def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> None:
-    """Refuse an argument the tool does not take, naming it and the ones it does."""
+    """Refuse arguments that are not text, finite numbers and bounded JSON (the checks of
+    :mod:`claw._input`, as the gateway applies them to ``params``), or that the tool does
+    not take, naming the field and the ones it does take."""
+    try:
+        check_json(arguments, "arguments")
+    except InvalidInputError as exc:
+        raise GatewayError("INVALID_REQUEST", str(exc)) from None
     unknown = sorted(set(arguments) - spec.arguments)
     if not unknown:
         return

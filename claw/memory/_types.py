@@ -18,6 +18,7 @@ import attrs
 
 from .._capabilities import CallerAuthority, SessionAuthority
 from .._errors import ContractError
+from .._input import check_text
 
 Source = Literal["memory", "sessions"]
 CandidateKind = Literal["trigger", "project"]
@@ -373,6 +374,12 @@ class MemoryAddRequest:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ContractError(f"{name} must be non-empty text when given")
+        # Text that is not text (a lone surrogate, NUL) is the caller's mistake, refused
+        # here rather than by a provider's file or database write.
+        for name in ("text", "path", "section"):
+            value = getattr(self, name)
+            if value is not None:
+                check_text(value, name)
         if self.now is not None and (
             isinstance(self.now, bool)
             or not isinstance(self.now, int | float)

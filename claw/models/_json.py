@@ -9,6 +9,12 @@ Equality and hashing go through the canonical JSON text (sorted keys, no
 spaces), which keeps them consistent with each other: ``1``, ``1.0`` and
 ``True`` are different JSON values and compare unequal here, although Python
 considers them equal.
+
+A value is checked once, before it is frozen, by the rules every entry point applies
+(:mod:`claw._input`): text that is text (no lone surrogate, no NUL), finite numbers,
+64-bit integers, at most 32 levels of nesting. So a frozen value can always be stored,
+encoded and sent, and a model's tool call that breaks a rule is refused where it
+arrives, naming the field, rather than failing a transcript write later.
 """
 
 from __future__ import annotations
@@ -18,19 +24,35 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeAlias, final
 
+from .._input import InvalidInputError, check_json
 from ._errors import MessageFormatError
 
 JSON: TypeAlias = "bool | int | float | str | tuple[JSON, ...] | JsonObject | None"
 """A frozen JSON value: arrays are tuples, objects are :class:`JsonObject`."""
 
 
+def check_json_value(value: object, path: str = "$") -> None:
+    """Raise :class:`MessageFormatError` naming the field unless ``value`` is acceptable
+    JSON (see :func:`claw._input.check_json`)."""
+    try:
+        check_json(value, path)
+    except InvalidInputError as exc:
+        raise MessageFormatError(exc.field, exc.problem) from None
+
+
 def freeze_json(value: object, path: str = "$") -> JSON:
     """Validate a JSON-shaped Python value and return its frozen form.
 
-    Accepts ``None``, ``bool``, ``int``, finite ``float``, ``str``, lists and
-    tuples, and mappings with ``str`` keys. Raises :class:`MessageFormatError`
-    naming the path of the first bad value.
+    Accepts ``None``, ``bool``, ``int`` (64-bit), finite ``float``, ``str`` (valid
+    Unicode without NUL), lists and tuples, and mappings with ``str`` keys, at most 32
+    levels deep. Raises :class:`MessageFormatError` naming the path of the first bad
+    value.
     """
+    check_json_value(value, path)
+    return _freeze(value, path)
+
+
+def _freeze(value: object, path: str) -> JSON:
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
@@ -40,9 +62,9 @@ def freeze_json(value: object, path: str = "$") -> JSON:
     if isinstance(value, JsonObject):
         return value
     if isinstance(value, Mapping):
-        return JsonObject._from_mapping(value, path)
+        return JsonObject._build(value, path)
     if isinstance(value, list | tuple):
-        return tuple(freeze_json(item, f"{path}[{i}]") for i, item in enumerate(value))
+        return tuple(_freeze(item, f"{path}[{i}]") for i, item in enumerate(value))
     raise MessageFormatError(path, f"{type(value).__name__} is not a JSON value")
 
 
@@ -71,11 +93,16 @@ class JsonObject(Mapping[str, JSON]):
 
     @classmethod
     def _from_mapping(cls, value: Mapping[Any, object], path: str) -> JsonObject:
+        check_json_value(value, path)
+        return cls._build(value, path)
+
+    @classmethod
+    def _build(cls, value: Mapping[Any, object], path: str) -> JsonObject:
         items: dict[str, JSON] = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise MessageFormatError(path, f"object key {key!r} is not a string")
-            items[key] = freeze_json(item, f"{path}.{key}")
+            items[key] = _freeze(item, f"{path}.{key}")
         self = object.__new__(cls)
         self._items = items
         self._canonical = json.dumps(

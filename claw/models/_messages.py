@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeAlias
 
 import attrs
 
+from .._input import text_problem
 from ._errors import MessageFormatError
 from ._json import JsonObject, freeze_json
 
@@ -83,21 +84,67 @@ class ToolCall:
 
     ``arguments`` is deep-frozen (see :class:`JsonObject`): arrays read back as
     tuples. Use ``arguments.thaw()`` for a mutable ``dict``.
+
+    ``invalid_arguments`` is set (and ``arguments`` empty) when the model sent arguments
+    claw does not accept (not JSON, NaN, a lone surrogate, nesting beyond 32 levels; see
+    :meth:`from_model`): it says what was wrong, the turn goes on, and the tool is not
+    run; the model is told why in the tool's result.
     """
 
     id: str = attrs.field(validator=_non_empty_str)
     name: str = attrs.field(validator=_non_empty_str)
     arguments: JsonObject = attrs.field(factory=JsonObject, converter=_arguments)
+    invalid_arguments: str | None = attrs.field(default=None, kw_only=True)
+
+    @classmethod
+    def from_model(
+        cls, *, id: str, name: str, arguments: object, invalid: str | None = None
+    ) -> ToolCall:
+        """A tool call as a model sent it, whatever its arguments: arguments that are not
+        acceptable JSON (or ``invalid``, a reason the caller found already) are not kept
+        (they could not be stored or sent again) but named in ``invalid_arguments``.
+        A name or id that is not text is kept with its bad characters escaped."""
+        id, name = _as_text(id) or "call", _as_text(name) or "?"
+        if invalid is None:
+            try:
+                return cls(id=id, name=name, arguments=arguments)  # type: ignore[arg-type]
+            except MessageFormatError as exc:
+                invalid = str(exc)
+        return cls(id=id, name=name, arguments=JsonObject(), invalid_arguments=invalid)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``{"id", "name", "arguments"}``."""
-        return {"id": self.id, "name": self.name, "arguments": self.arguments.thaw()}
+        """The JSON form: ``{"id", "name", "arguments"}`` (and ``"invalidArguments"``)."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "arguments": self.arguments.thaw(),
+        }
+        if self.invalid_arguments is not None:
+            data["invalidArguments"] = self.invalid_arguments
+        return data
 
     @classmethod
     def from_dict(cls, data: object, *, path: str = "") -> ToolCall:
         """Parse the JSON form; raises :class:`MessageFormatError` naming the bad field."""
-        r = _Reader(data, path, ("id", "name", "arguments"))
-        return cls(id=r.text("id"), name=r.text("name"), arguments=r.json_object("arguments"))
+        r = _Reader(data, path, ("id", "name", "arguments", "invalidArguments"))
+        invalid = r.optional("invalidArguments")
+        if invalid is not None and not isinstance(invalid, str):
+            raise MessageFormatError(r.path("invalidArguments"), "expected a string")
+        return cls(
+            id=r.text("id"),
+            name=r.text("name"),
+            arguments=r.json_object("arguments"),
+            invalid_arguments=invalid,
+        )
+
+
+def _as_text(value: object) -> str:
+    """``value`` as storable text: a lone surrogate or NUL escaped as ``\\udXXX``."""
+    text = value if isinstance(value, str) else str(value)
+    if text_problem(text) is None:
+        return text
+    escaped = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escaped.replace("\x00", "\\x00")
 
 
 @attrs.frozen

@@ -39,7 +39,6 @@ from ._errors import (
     ModelResponseError,
     RetryableModelError,
 )
-from ._json import JsonObject
 from ._messages import (
     AssistantMessage,
     CompactionSummary,
@@ -323,20 +322,34 @@ def parse_response(payload: bytes, *, model: str) -> AssistantMessage:
         call_id = raw.get("id")
         if not isinstance(call_id, str) or not call_id:
             call_id = f"call_{index}"
-        arguments = function.get("arguments")
-        try:
-            if arguments is None or arguments == "":
-                parsed = JsonObject()
-            elif isinstance(arguments, str):
-                parsed = JsonObject.from_json_text(arguments)
-            elif isinstance(arguments, Mapping):
-                parsed = JsonObject(arguments)
-            else:
-                raise bad(f"{where}.function.arguments is not JSON text")
-        except ValueError as exc:
-            raise bad(f"{where}.function.arguments: {exc}") from None
-        calls.append(ToolCall(id=call_id, name=function["name"], arguments=parsed))
+        calls.append(_tool_call(call_id, function["name"], function.get("arguments")))
     return AssistantMessage(text=text, tool_calls=tuple(calls), usage=_usage(data.get("usage")))
+
+
+def _tool_call(call_id: str, name: str, arguments: object) -> ToolCall:
+    """One tool call of the reply. Arguments that are not an acceptable JSON object (not
+    JSON, NaN, a lone surrogate, too deep) do not fail the turn: the call carries why
+    (``invalid_arguments``), and the tool is answered with that error instead of run."""
+    if arguments is None or arguments == "":
+        return ToolCall.from_model(id=call_id, name=name, arguments={})
+    if isinstance(arguments, Mapping):
+        return ToolCall.from_model(id=call_id, name=name, arguments=arguments)
+    if not isinstance(arguments, str):
+        return ToolCall.from_model(
+            id=call_id, name=name, arguments={}, invalid="arguments: expected JSON text"
+        )
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        invalid = f"arguments: not valid JSON ({exc.msg} at character {exc.pos})"
+        return ToolCall.from_model(id=call_id, name=name, arguments={}, invalid=invalid)
+    except (ValueError, RecursionError):
+        invalid = "arguments: not valid JSON (a number out of range, or nested too deeply)"
+        return ToolCall.from_model(id=call_id, name=name, arguments={}, invalid=invalid)
+    if not isinstance(parsed, dict):
+        invalid = f"arguments: expected a JSON object, got {type(parsed).__name__}"
+        return ToolCall.from_model(id=call_id, name=name, arguments={}, invalid=invalid)
+    return ToolCall.from_model(id=call_id, name=name, arguments=parsed)
 
 
 def _content_text(content: object) -> str | None:

@@ -20,7 +20,15 @@ import attrs
 
 from .._capabilities import FlushIdentity, MemoryAudience, MemoryCallerContext
 from .._currency import Currency
-from .._errors import ClawError
+from .._errors import (
+    ClawError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    ProviderError,
+    SchemaVersionError,
+    StorageError,
+)
+from .._input import text_problem
 from .._plugins import RegisteredTool
 from ..memory._runtime import MemoryRuntime, ToolMemory
 from ..models import ToolCall, ToolResult, ToolSpec
@@ -155,6 +163,16 @@ async def run_tool_call(
         return ToolResult(
             call_id=call.id, name=call.name, content=f"unknown tool {call.name!r}", is_error=True
         )
+    if call.invalid_arguments is not None:
+        # The model's arguments broke claw's input rules (claw._input): the tool never
+        # sees them; the model is told which field, and may call again.
+        return ToolResult(
+            call_id=call.id,
+            name=call.name,
+            content=f"invalid arguments: {call.invalid_arguments} (the tool was not run; "
+            "call it again with valid JSON arguments)",
+            is_error=True,
+        )
     context: ToolContext = context_for(tool)
     if verify is not None and memory_owner is not None and tool.plugin_id == memory_owner:
         try:
@@ -175,9 +193,33 @@ async def run_tool_call(
     try:
         arguments = call.arguments.thaw()
         content: object = await tool.tool.handler(context, arguments)
+    except _INFRASTRUCTURE as exc:
+        if type(exc) is ProviderError:
+            # The guard's own (and a plugin's plain) ProviderError names the provider
+            # and what to do, not host paths: the model may read it, as a gateway
+            # client does.
+            return ToolResult(
+                call_id=call.id,
+                name=call.name,
+                content=_storable(f"{type(exc).__name__}: {exc}"),
+                is_error=True,
+            )
+        # Storage and provider failures name host paths and database addresses, which
+        # are the operator's to read (in the log), not the model's.
+        logger.warning('tool "%s" of plugin "%s" failed', call.name, tool.plugin_id, exc_info=exc)
+        return ToolResult(
+            call_id=call.id,
+            name=call.name,
+            content=f"{type(exc).__name__}: the tool's storage or provider failed (the host's "
+            "log has the details); it may work if tried again later",
+            is_error=True,
+        )
     except ClawError as exc:
         return ToolResult(
-            call_id=call.id, name=call.name, content=f"{type(exc).__name__}: {exc}", is_error=True
+            call_id=call.id,
+            name=call.name,
+            content=_storable(f"{type(exc).__name__}: {exc}"),
+            is_error=True,
         )
     except Exception as exc:
         logger.warning('tool "%s" of plugin "%s" failed', call.name, tool.plugin_id, exc_info=exc)
@@ -189,7 +231,7 @@ async def run_tool_call(
         )
     if not isinstance(content, str):
         content = json.dumps(content, default=str)
-    return ToolResult(call_id=call.id, name=call.name, content=content)
+    return ToolResult(call_id=call.id, name=call.name, content=_storable(content))
 
 
 @attrs.frozen
@@ -246,3 +288,23 @@ class ToolDispatch:
             memory_owner=self.memory_owner,
             verify=self.currency.verify,
         )
+
+
+#: Failures of what a tool stands on, not of the call (reported to the model by type,
+#: except a plain ProviderError); any other exception that is not a claw error is too,
+#: by the handler's last branch.
+_INFRASTRUCTURE = (
+    ProviderError,
+    StorageError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    SchemaVersionError,
+)
+
+
+def _storable(text: str) -> str:
+    """``text`` with anything that is not storable text (a lone surrogate, NUL) escaped, so
+    that a tool's output can always join the transcript."""
+    if text_problem(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")

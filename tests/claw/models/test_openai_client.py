@@ -309,10 +309,6 @@ async def test_other_client_errors_are_not_retried(
         (b"not json", "body is not JSON"),
         ({"choices": []}, "no choices[0]"),
         ({"choices": [{"message": {"content": 3}}]}, "neither text"),
-        (
-            completion("", tool_calls=[{"function": {"name": "t", "arguments": "{bad"}}]),
-            "tool_calls[0].function.arguments",
-        ),
         (completion("", tool_calls=[{"function": {"arguments": "{}"}}]), "function.name"),
     ],
 )
@@ -383,3 +379,27 @@ def test_client_options_are_validated_and_the_key_is_not_in_repr() -> None:
     assert OpenAICompatibleModel(base_url="http://x/v1/", model="m").url == (
         "http://x/v1/chat/completions"
     )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ("{bad", "arguments: not valid JSON (Expecting property name"),
+        ('{"when": NaN}', "arguments.when: is nan, not a finite number"),
+        ('{"text": "tea \\ud800"}', "arguments.text: contains a lone surrogate (U+D800"),
+        ('{"m": ' * 40 + "1" + "}" * 40, "is nested more than 32 levels deep"),
+        ("[1, 2]", "arguments: expected a JSON object, got list"),
+    ],
+)
+async def test_tool_call_arguments_claw_does_not_accept_make_an_invalid_call_not_an_error(
+    server: FakeServer, arguments: str, said: str
+) -> None:
+    """The reply is kept (the turn goes on); the call carries why its arguments were
+    refused, and nothing unstorable is kept from them."""
+    call = {"id": "c1", "function": {"name": "t", "arguments": arguments}}
+    server.replies.append(Reply(200, completion("", tool_calls=[call])))
+    reply = await client(server).complete(messages=[], system_prompt="", tools=[])
+    [call] = reply.tool_calls
+    assert (call.id, call.name, dict(call.arguments)) == ("c1", "t", {})
+    assert call.invalid_arguments is not None and said in call.invalid_arguments
+    call.invalid_arguments.encode("utf-8")
