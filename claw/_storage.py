@@ -12,12 +12,14 @@ into a :class:`~claw.StorageReadOnlyError` or :class:`~claw.StorageFullError`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
-from ._errors import StorageError, StorageFullError, StorageReadOnlyError
+from ._errors import ClawError, StorageError, StorageFullError, StorageReadOnlyError
 
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
@@ -101,3 +103,22 @@ def storage_error(
     if kind is None:
         return None
     return kind(f"{what} {path}: {_phrase(kind, directory)} ({exc})", path=str(path))
+
+
+@contextlib.contextmanager
+def naming_storage_failures(path: str | os.PathLike[str], *, what: str) -> Iterator[None]:
+    """Raise a read-only or full-disk failure inside the block (a ``sqlite3`` error or an
+    ``OSError``, raw or as the cause of a claw error) as :func:`storage_error`'s
+    :class:`~claw.StorageError` naming ``what`` at ``path``; other errors pass unchanged."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except (sqlite3.Error, OSError) as exc:
+        cause: BaseException = exc
+        if isinstance(exc, ClawError) and isinstance(exc.__cause__, sqlite3.Error | OSError):
+            cause = exc.__cause__
+        error = storage_error(path, cause, what=what)
+        if error is None:
+            raise
+        raise error from cause

@@ -79,6 +79,11 @@ def small_disk(path: Path, size: str) -> Iterator[Path]:
         _unmount(path)
 
 
+def grow(path: Path, size: str) -> None:
+    """Give the ``tmpfs`` mounted at ``path`` (by :func:`small_disk`) more room."""
+    _run("mount", "-o", f"remount,size={size}", str(path))
+
+
 def fill(path: Path) -> Path:
     """Fill the file system holding ``path`` with one file; returns it (delete to free)."""
     filler = path / "filler"

@@ -18,6 +18,7 @@ from typing import Final
 import attrs
 import trio
 
+from ..._storage import naming_storage_failures
 from ..._workers import WorkerPool
 from .._seam import SessionLister, StateStores
 from ._owners import OwnerLease
@@ -52,7 +53,8 @@ class SQLiteStateBackend:
     async def _open(
         self, workers: WorkerPool, clock: Callable[[], float]
     ) -> AsyncIterator[StateStores]:
-        owner = await workers.run_sync(OwnerLease.acquire, self.state_dir)
+        with naming_storage_failures(self.state_dir / "owners", what="the owner lock directory"):
+            owner = await workers.run_sync(OwnerLease.acquire, self.state_dir)
         try:
             sessions = await SessionStore.open(
                 self.state_dir / SESSIONS_FILE, workers=workers, clock=clock

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import attrs
 
+from ..._storage import naming_storage_failures
 from ..._workers import WorkerPool
 from .._session_locks import PolledSessionLocks
 
@@ -43,11 +44,12 @@ class SessionLockFiles:
     def try_acquire(self, session_key: str) -> int | None:
         """The locked file's descriptor, or ``None`` when another process holds it."""
         path = lock_file(self.state_dir, session_key)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        with naming_storage_failures(path.parent, what="the session lock directory"):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except FileNotFoundError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -30,6 +30,8 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 import trio
 
+from ..._errors import StorageError
+from ..._storage import naming_storage_failures
 from ..._workers import WorkerPool
 from ...sessions._changes import notify_listeners
 from ...sessions._errors import SessionSchemaError, SessionStorageError
@@ -42,6 +44,7 @@ from ._session_schema import SQLITE, ensure_schema
 logger = logging.getLogger("claw.sessions")
 
 T = TypeVar("T")
+_WHAT = "the session database"
 
 def _data_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA data_version").fetchone()[0])
@@ -194,12 +197,15 @@ class SessionStore(MirroredSessionStore):
         migrated faithfully.
         """
         where = os.fspath(path)
-        conn = await workers.run_sync(_connect, where)
-        try:
-            return await cls._from_connection(conn, workers=workers, where=where, clock=clock)
-        except BaseException:
-            conn.close()
-            raise
+        with naming_storage_failures(where, what=_WHAT):
+            conn = await workers.run_sync(_connect, where)
+            try:
+                return await cls._from_connection(
+                    conn, workers=workers, where=where, clock=clock
+                )
+            except BaseException:
+                conn.close()
+                raise
 
     @classmethod
     async def _from_connection(
@@ -236,7 +242,8 @@ class SessionStore(MirroredSessionStore):
         self._check_open()
         async with self._lock:
             self._check_open()
-            return await self._workers.run_sync(_read_committed, self._conn, wanted)
+            with naming_storage_failures(self._where, what=_WHAT):
+                return await self._workers.run_sync(_read_committed, self._conn, wanted)
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the mirror current with other processes' commits until cancelled.
@@ -252,7 +259,7 @@ class SessionStore(MirroredSessionStore):
     async def _refresh_quietly(self) -> None:
         try:
             await self.refresh()
-        except SessionStorageError:
+        except (SessionStorageError, StorageError):
             # The next commit (or the next check) tries again; the release check, not
             # the watcher, is what keeps stale capabilities from releasing data.
             logger.warning("could not refresh the session mirror of %s", self._where, exc_info=True)
@@ -267,7 +274,10 @@ class SessionStore(MirroredSessionStore):
         self._check_open()
         async with self._lock:
             self._check_open()
-            found = await self._workers.run_sync(_op_refresh, self._conn, self._data_version)
+            with naming_storage_failures(self._where, what=_WHAT):
+                found = await self._workers.run_sync(
+                    _op_refresh, self._conn, self._data_version
+                )
             if found is None:
                 return 0
             self._data_version, rows, marks = found
@@ -302,10 +312,13 @@ class SessionStore(MirroredSessionStore):
         self._check_open()
         async with self._lock:
             self._check_open()
-            return await self._workers.run_sync(_read, self._conn, fn, *args)
+            with naming_storage_failures(self._where, what=_WHAT):
+                return await self._workers.run_sync(_read, self._conn, fn, *args)
 
     async def _commit(self, op: ChangeOp, box: builtins.list[SessionChange]) -> None:
-        await self._workers.run_sync(_run_transaction, self._conn, box, op)
+        # A full disk or a read-only directory is a StorageError naming the database.
+        with naming_storage_failures(self._where, what=_WHAT):
+            await self._workers.run_sync(_run_transaction, self._conn, box, op)
 
     def _notify(self, keys: Iterable[str]) -> None:
         notify_listeners(self._listeners, keys)

@@ -44,6 +44,7 @@ summary, with ``rebuilt=True`` telling the engine to replace what it holds.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 import uuid
@@ -57,6 +58,7 @@ import attrs
 import trio
 
 from claw._errors import HostClosedError
+from claw._storage import naming_storage_failures
 from claw._workers import WorkerPool
 from claw.models import (
     UserMessage,
@@ -101,6 +103,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_WHAT = "the transcript database"
 
 SQLITE = core.TranscriptSql(
     entries="transcript_entries",
@@ -251,12 +254,14 @@ class TranscriptStore(TranscriptStoreBase):
         return await self._run(fn, *args, **kwargs)
 
     async def _run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
-        """Run ``fn(conn, *args, **kwargs)`` on a worker, one call at a time."""
+        """Run ``fn(conn, *args, **kwargs)`` on a worker, one call at a time; a full disk
+        or a read-only directory is a :class:`~claw.StorageError` naming the database."""
         async with self._lock:
             conn = self._conn
             if conn is None:
                 raise HostClosedError("the transcript store is closed")
-            return await self._workers.run_sync(partial(fn, conn, *args, **kwargs))
+            with naming_storage_failures(self._path or ":memory:", what=_WHAT):
+                return await self._workers.run_sync(partial(fn, conn, *args, **kwargs))
 
     async def aclose(self) -> None:
         """Close the database; later calls raise :class:`~claw.HostClosedError`."""
@@ -423,7 +428,8 @@ async def open_transcript_store(
     if omitted); ``is_alive(owner_id)`` tells whether another owner's process lives
     (see :mod:`claw.state.sqlite._owners`); without it, every other owner counts as dead.
     """
-    conn = await workers.run_sync(_connect, str(path))
+    with naming_storage_failures(path, what=_WHAT):
+        conn = await workers.run_sync(_connect, str(path))
     store = TranscriptStore(
         conn=conn,
         workers=workers,
@@ -526,7 +532,11 @@ def _transaction(conn: sqlite3.Connection, *, write: bool = True) -> Iterator[No
     try:
         yield
     except BaseException:
-        conn.execute("ROLLBACK")
+        # SQLite may have rolled back already (a full disk, an I/O error): a second
+        # ROLLBACK would fail and hide the error that says what happened.
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
 
