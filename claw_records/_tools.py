@@ -20,11 +20,12 @@ from typing import Any
 
 from claw.plugin_sdk import (
     SEARCH_TOOL_PARAMETERS,
-    ClawError,
+    CapabilityDeniedError,
     ContractError,
     MemoryCallerContext,
     MemoryGetRequest,
     MemoryReference,
+    StaleCapabilityError,
     Tool,
     ToolContext,
     ToolMemory,
@@ -38,6 +39,12 @@ from ._store import StoredRecord
 from ._writes import add_record, forget_record, update_record
 
 TOOLS = ("record_search", "record_get", "record_add", "record_update", "record_forget")
+
+#: What a tool answers as a refusal, in words the model can act on: the call's own
+#: mistakes and its authority. A database or provider failure is not caught here: the
+#: host reports it to the model by type only, since its text names the database's
+#: socket, port and name.
+_REFUSALS = (UnsupportedRequestError, CapabilityDeniedError, StaleCapabilityError, ValueError)
 
 _REF = {"type": "string", "description": "A record reference, e.g. rec_...@2 from a search."}
 GET_PARAMETERS = {"type": "object", "properties": {"ref": _REF}, "required": ["ref"]}
@@ -113,7 +120,7 @@ def record_tools(service: RecordsService) -> list[Tool]:
                     )
                 )
             )
-        except (ClawError, ValueError) as exc:
+        except _REFUSALS as exc:
             return f"record_get refused: {exc}"
         if result.status != "ok" or result.text is None:
             return f"{ref} was not found in memory."
@@ -134,7 +141,7 @@ def record_tools(service: RecordsService) -> list[Tool]:
 
         try:
             stored, created = await _memory(context).write("record_add", add)
-        except ClawError as exc:
+        except _REFUSALS as exc:
             return f"record_add refused: {exc}"
         said = "Remembered" if created else "Already remembered by this flush"
         return f"{said}. Ref: {_label(stored.ref, stored.revision)}"
@@ -154,7 +161,7 @@ def record_tools(service: RecordsService) -> list[Tool]:
                 )
 
             stored = await _memory(context).write("record_update", update)
-        except (ClawError, ValueError) as exc:
+        except _REFUSALS as exc:
             return f"record_update refused: {exc}"
         if stored is None:
             return f"{ref} is not a memory record this conversation may change."
@@ -168,7 +175,7 @@ def record_tools(service: RecordsService) -> list[Tool]:
                 return await forget_record(service, caller, context.agent_id, ref)
 
             found = await _memory(context).write("record_forget", forget)
-        except (ClawError, ValueError) as exc:
+        except _REFUSALS as exc:
             return f"record_forget refused: {exc}"
         if found is None:
             return f"{ref} is not a memory record this conversation may change."

@@ -259,3 +259,32 @@ async def test_a_records_tool_call_with_hostile_arguments_never_reaches_postgres
         assert result.is_error and field in result.content and "not run" in result.content
         for leak in ("PGSQL", "postgres", "port", "dbname", "/tmp", "/run"):
             assert leak not in result.content
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+async def test_a_records_tool_whose_database_is_gone_shows_the_model_no_address(
+    open_records_host: OpenRecordsHost,  # noqa: F811 - the fixture imported above
+    postgres_server: Any,
+    postgres_dsn: str,
+) -> None:
+    """The database refuses connections mid-session: the tool fails, the turn goes on,
+    and the model hears the failure's type, not the server's socket, port or name."""
+    dbname = postgres_dsn.rsplit("dbname=", 1)[1]
+    model = ScriptedModel([ScriptedReply(tool_calls=[("record_add", {"text": "tea"})]), "done"])
+    async with open_records_host(model=model, plugin_config={"pool_timeout": 1.0}) as host:
+        postgres_server.psql(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+        postgres_server.psql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{dbname}' AND pid <> pg_backend_pid()"
+        )
+        try:
+            failure, seen = await _turn_with_tool_call(host, model, "dm:alice")
+        finally:
+            postgres_server.psql(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+    assert failure is None, failure
+    [result] = seen
+    assert result.is_error, result.content
+    assert "the host's log has the details" in result.content
+    for leak in (dbname, str(postgres_server.socket_dir), str(postgres_server.port)):
+        assert leak not in result.content
