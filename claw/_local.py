@@ -172,7 +172,23 @@ async def open_memory(
     host_config = (
         workspace if isinstance(workspace, HostConfig) else load_workspace_config(workspace, config)
     )
-    async with open_host(host_config) as host, host.open_scope("local-memory") as scope:
+    async with (
+        open_host(host_config) as host,
+        operator_memory(host, scopes=scopes, agent_id=agent_id) as memory,
+    ):
+        yield memory
+
+
+@asynccontextmanager
+async def operator_memory(
+    host: Host, *, scopes: Iterable[str] = LOCAL_SCOPES, agent_id: str | None = None
+) -> AsyncIterator[LocalMemory]:
+    """A local operator's memory on an open ``host``, for the life of the block.
+
+    The operator's capabilities are minted in a scope of their own and revoked when the
+    block exits; the host stays open.
+    """
+    async with host.open_scope("local-memory") as scope:
         caller = scope.mint_caller_context(
             scope.mint_operator_authority(scopes, connection_id="local")
         )

@@ -7,10 +7,12 @@ import types
 import pytest
 
 import claw
+import claw.aio
+import claw.blocking
 import claw.jupyter
 import claw.plugin_sdk
 
-PUBLIC_MODULES = [claw, claw.plugin_sdk, claw.jupyter]
+PUBLIC_MODULES = [claw, claw.plugin_sdk, claw.jupyter, claw.aio, claw.blocking]
 
 
 def _public(module: types.ModuleType) -> dict[str, object]:
@@ -50,8 +52,14 @@ def test_public_classes_report_the_public_module() -> None:
         claw.Host,
         claw.HostScope,
         claw.PluginApi,
+        claw.aio.Memory,
+        claw.aio.Host,
+        claw.aio.Sessions,
+        claw.blocking.Memory,
+        claw.blocking.Host,
+        claw.blocking.Sessions,
     ],
-    ids=lambda c: c.__name__,
+    ids=lambda c: f"{c.__module__}.{c.__name__}",
 )
 def test_public_concrete_classes_are_final(cls: type) -> None:
     with pytest.raises(TypeError):
@@ -67,3 +75,14 @@ def test_errors_are_rooted_in_claw_error() -> None:
 def test_plugin_sdk_exposes_no_minting_power() -> None:
     for name in _public(claw.plugin_sdk):
         assert name not in {"Host", "HostScope", "open_host", "CapabilityRegistry"}, name
+
+
+@pytest.mark.parametrize("module", [claw.aio, claw.blocking], ids=lambda m: m.__name__)
+def test_the_facades_report_their_public_module_and_have_no_public_constructor(
+    module: types.ModuleType,
+) -> None:
+    for name in ("Memory", "Host", "Sessions"):
+        cls = getattr(module, name)
+        assert cls.__module__ == module.__name__
+        with pytest.raises(TypeError, match="no public constructor"):
+            cls()
