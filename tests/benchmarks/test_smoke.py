@@ -390,3 +390,18 @@ def test_search_latency_reuses_a_kept_corpus_only_when_it_matches(tmp_path: Path
     assert _shared._prepared(tmp_path, 50, 5)
     assert not _shared._prepared(tmp_path, 51, 5)
     assert not _shared._prepared(tmp_path, 50, 6)
+
+
+@pytest.mark.slow
+def test_bridge_measures_both_candidates_and_every_cancel_unwinds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import bridge
+
+    bridge.main(["--calls", "30", "--searches", "6", "--json"])
+    runs = _last_json(capsys)["runs"]
+    assert set(runs) == {"trio", "thread", "guest", "blocking"}  # type: ignore[arg-type]
+    for name in ("thread", "guest"):
+        run = runs[name]  # type: ignore[index]
+        assert run["cancel_unwound"] == "30/30"
+        assert run["checkpoint"]["p50_us"] > 0 and run["close_ms"] > 0
