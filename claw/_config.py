@@ -46,7 +46,8 @@ POOL_MAX_LIMIT = 1000
 def _pool_max(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if not 1 <= value <= POOL_MAX_LIMIT:
         raise ConfigError(
-            attribute.name, f"must be 1 to {POOL_MAX_LIMIT} connections, got {value!r}",
+            attribute.name,
+            f"must be 1 to {POOL_MAX_LIMIT} connections, got {value!r}",
             value=value,
         )
 
@@ -166,6 +167,28 @@ class ModelProviderConfig:
     api_key_env: str | None = None
     context_window: int = attrs.field(default=32768, validator=_positive)
     timeout: float = attrs.field(default=120.0, validator=_positive)
+
+
+def provider_api_key(name: str, provider: ModelProviderConfig) -> str | None:
+    """The API key of ``[models.providers.<name>]``, read from its ``api_key_env`` now.
+
+    No ``api_key_env``: the server takes no key (Ollama, llama.cpp, a vLLM started
+    without ``--api-key``), and none is sent. An ``api_key_env`` naming a variable that
+    is unset or empty is a :class:`ConfigError` when the host opens, not a request sent
+    without ``Authorization`` that fails later with a 401.
+    """
+    if provider.api_key_env is None:
+        return None
+    key = os.environ.get(provider.api_key_env, "")
+    if not key.strip():
+        raise ConfigError(
+            f"models.providers.{name}.api_key_env",
+            f"the environment variable {provider.api_key_env} is not set (or is empty); "
+            f"export {provider.api_key_env}=<key>, or remove api_key_env if {name!r} "
+            "takes no key (Ollama, llama.cpp, vLLM without --api-key)",
+            value=provider.api_key_env,
+        )
+    return key.strip()
 
 
 @attrs.frozen

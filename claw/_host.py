@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import (
@@ -31,7 +30,7 @@ import trio
 
 from ._agents import Agents
 from ._capabilities import CapabilityRegistry, MemoryCallerContext
-from ._config import HostConfig
+from ._config import HostConfig, provider_api_key
 from ._currency import Currency
 from ._errors import ClawError, ConfigError
 from ._events import EventLog
@@ -394,7 +393,12 @@ def _build(
 
     sessions.add_listener(on_session_change)
     scopes = Scopes(capabilities, lifecycle)
-    runs = RunOpener(scopes=scopes, sessions=sessions, currency=currency)
+    runs = RunOpener(
+        scopes=scopes,
+        sessions=sessions,
+        currency=currency,
+        default_agent_id=config.default_agent_id,
+    )
     agents = Agents(config.default_agent_id, sessions)
     memory = MemoryRuntime(currency, slots, lifecycle, agents)
     defaults = config.agents.defaults
@@ -464,7 +468,7 @@ def _model_registry(config: HostConfig) -> ModelRegistry:
                 f"unsupported provider kind {provider.kind!r} (supported: openai-compatible)",
                 value=provider.kind,
             )
-        api_key = os.environ.get(provider.api_key_env) if provider.api_key_env else None
+        api_key = provider_api_key(name, provider)
         models.register_provider(
             name,
             openai_compatible_provider(
@@ -472,6 +476,7 @@ def _model_registry(config: HostConfig) -> ModelRegistry:
                 api_key=api_key,
                 context_window=provider.context_window,
                 timeout=provider.timeout,
+                provider=name,
             ),
         )
     return models

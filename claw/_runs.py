@@ -50,6 +50,7 @@ from .sessions import (
     is_lineage_current,
     resolve_audience,
 )
+from .sessions._errors import unknown_session
 from .state import SessionStorage
 
 logger = logging.getLogger("claw.runs")
@@ -194,13 +195,16 @@ class RunOpener:
     """Opens runs and mints their capabilities; built by ``open_host``.
 
     It receives what a run needs and nothing else: the scopes to mint in, the session
-    store (lineage resolution reads its mirror) and the currency checker (which keeps
-    each audience's lineage for the release check).
+    store (lineage resolution reads its mirror), the currency checker (which keeps
+    each audience's lineage for the release check) and the default agent's id (for the
+    advice an unknown session's error gives).
     """
 
     scopes: Scopes
     sessions: SessionStorage
     currency: Currency
+    #: The agent named in the advice an unknown session's error gives.
+    default_agent_id: str
 
     def open(
         self,
@@ -350,7 +354,7 @@ class RunOpener:
             )
         else:
             if row is None:
-                raise SessionNotFoundError(session_key)
+                raise unknown_session(session_key, agent_id=self.default_agent_id)
             agent_id = row.agent_id
             found = explain_audience(store, session_key, sender_is_owner=sender_is_owner)
         parent_audience = _parent.audience if _parent is not None else None

@@ -101,6 +101,8 @@ class OpenAICompatibleModel:
     max_response_bytes: int = attrs.field(default=8 * 1024 * 1024, validator=_positive)
     max_output_tokens: int | None = None
     temperature: float | None = None
+    #: The ``[models.providers.<name>]`` this model came from, named in every error.
+    provider: str | None = None
     http_client: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
     sleep: Callable[[float], Awaitable[None]] = attrs.field(default=trio.sleep, repr=False)
 
@@ -108,6 +110,12 @@ class OpenAICompatibleModel:
     def url(self) -> str:
         """The chat-completions endpoint."""
         return self.base_url.rstrip("/") + "/chat/completions"
+
+    @property
+    def where(self) -> str:
+        """How errors name this model: provider, model and endpoint."""
+        ref = f"{self.provider}/{self.model}" if self.provider else self.model
+        return f"model {ref!r} at {self.url}"
 
     async def complete(
         self,
@@ -134,9 +142,13 @@ class OpenAICompatibleModel:
                 error: ModelError = exc
             else:
                 if 200 <= status < 300:
-                    return parse_response(payload, model=self.model)
+                    return parse_response(payload, model=self.model, where=self.where)
                 error = map_error_response(
-                    status, payload, model=self.model, context_window=self.context_window
+                    status,
+                    payload,
+                    model=self.model,
+                    context_window=self.context_window,
+                    where=self.where,
                 )
                 retry_after = _retry_after(headers)
             if not error.retryable or attempt >= self.max_retries:
@@ -162,16 +174,19 @@ class OpenAICompatibleModel:
                     return await self._send(client, body, headers)
         except (trio.TooSlowError, httpx.TimeoutException):
             raise RetryableModelError(
-                f"model {self.model!r} at {self.url} did not answer within {self.timeout}s"
+                f"{self.where} did not answer within {self.timeout}s"
             ) from None
         except httpx.TransportError as exc:
             raise RetryableModelError(
-                f"model {self.model!r} at {self.url}: connection failed: {exc!r}"
+                f"{self.where}: connection failed ({_transport_reason(exc)}); is the server "
+                "running and base_url right?"
             ) from exc
+        except httpx.HTTPError as exc:  # a malformed URL, a protocol violation
+            raise ModelResponseError(f"{self.where}: HTTP failed: {exc!r}") from exc
 
     def _too_large(self) -> ModelResponseError:
         return ModelResponseError(
-            f"model {self.model!r} at {self.url} sent more than "
+            f"{self.where} sent more than "
             f"{self.max_response_bytes} bytes; raise max_response_bytes if expected"
         )
 
@@ -206,6 +221,7 @@ def openai_compatible_provider(
     timeout: float = 120.0,
     max_retries: int = 2,
     http_client: httpx.AsyncClient | None = None,
+    provider: str | None = None,
 ) -> ProviderFactory:
     """A provider factory for :meth:`ModelRegistry.register_provider` serving any model name.
 
@@ -223,6 +239,7 @@ def openai_compatible_provider(
             timeout=timeout,
             max_retries=max_retries,
             http_client=http_client,
+            provider=provider,
         )
 
     return build
@@ -286,14 +303,19 @@ def _message_to_wire(message: Message) -> dict[str, Any]:
     return wire
 
 
-def parse_response(payload: bytes, *, model: str) -> AssistantMessage:
+def parse_response(payload: bytes, *, model: str, where: str | None = None) -> AssistantMessage:
     """Map a chat-completions response body to an :class:`AssistantMessage`.
 
-    Raises :class:`ModelResponseError` naming what is missing or malformed.
+    Raises :class:`ModelResponseError` naming what is missing or malformed, and the
+    model (``where``: provider, model and endpoint, when known).
     """
+    who = where or f"model {model!r}"
 
     def bad(what: str) -> ModelResponseError:
-        return ModelResponseError(f"model {model!r} returned an unusable response: {what}")
+        return ModelResponseError(
+            f"{who} returned an unusable response: {what}; is base_url an OpenAI-compatible "
+            "API root (it usually ends in /v1)?"
+        )
 
     try:
         data = json.loads(payload)
@@ -381,11 +403,16 @@ def _usage(raw: object) -> Usage | None:
 
 
 def map_error_response(
-    status: int, payload: bytes, *, model: str, context_window: int | None = None
+    status: int,
+    payload: bytes,
+    *,
+    model: str,
+    context_window: int | None = None,
+    where: str | None = None,
 ) -> ModelError:
     """The :class:`ModelError` for a non-2xx response (exposed for tests)."""
     detail = _error_detail(payload)
-    message = f"model {model!r} answered HTTP {status}: {detail}"
+    message = f"{where or f'model {model!r}'} answered HTTP {status}: {detail}"
     if status in _OVERFLOW_STATUS and (
         status == 413 or any(hint in detail.lower() for hint in _OVERFLOW_HINTS)
     ):
@@ -412,6 +439,19 @@ def _error_detail(payload: bytes) -> str:
     if isinstance(error, str):
         return error[:500]
     return text[:500]
+
+
+def _transport_reason(exc: httpx.TransportError) -> str:
+    """The root cause of a transport error in a few words (``Connection refused``)."""
+    cause: BaseException = exc
+    for _ in range(20):  # a cause chain, or exception groups (anyio's connect attempts)
+        if isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+            cause = cause.exceptions[0]
+        elif cause.__cause__ is not None or cause.__context__ is not None:
+            cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+        else:
+            break
+    return str(cause) or type(cause).__name__
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:

@@ -23,6 +23,15 @@ class SessionNotFoundError(SessionError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+def unknown_session(key: str, *, agent_id: str) -> SessionNotFoundError:
+    """The error for a turn or run on ``key`` when it has no row: it says how to create it."""
+    return SessionNotFoundError(
+        f"no session {key!r}: create it before its first turn, e.g. "
+        f"await host.sessions.create({key!r}, agent_id={agent_id!r}, chat_type='direct') "
+        "(chat_type: direct, group, channel or thread; see docs/models.md)"
+    )
+
+
 class SessionExistsError(SessionError, ValueError):
     """A create or spawn named a session key that already has a row."""
 

@@ -76,7 +76,8 @@ from ..models import (
     ToolResult,
     UserMessage,
 )
-from ..sessions import SessionNotFoundError, SessionRow
+from ..sessions import SessionRow
+from ..sessions._errors import unknown_session
 from ..state import SessionLocks, SessionStorage, TranscriptLedger
 from ..state.sqlite._transcripts import parse_entry_id
 from ._compaction import runtime_compaction
@@ -478,7 +479,7 @@ class TurnRunner:
     def _row(self, session_key: str) -> SessionRow:
         row = self.sessions.get_nowait(session_key)
         if row is None:
-            raise SessionNotFoundError(session_key)
+            raise unknown_session(session_key, agent_id=self.runs.default_agent_id)
         return row
 
     def _engine_id(self, engine: Any) -> str:

@@ -165,3 +165,35 @@ def test_the_mcp_section_loads_and_names_a_bad_value() -> None:
     ]:
         with pytest.raises(claw.ConfigError, match=key.replace(".", r"\.")):
             claw.HostConfig.from_mapping({"mcp": bad})
+
+
+@pytest.mark.parametrize("value", [None, "", "   "])
+async def test_an_api_key_env_naming_an_unset_variable_fails_when_the_host_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str | None
+) -> None:
+    if value is None:
+        monkeypatch.delenv("CLAW_TEST_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("CLAW_TEST_API_KEY", value)
+    config = claw.HostConfig.from_mapping(
+        {
+            "workspace_dir": str(tmp_path),
+            "plugins": {"discover": False},
+            "models": {
+                "providers": {
+                    "hosted": {
+                        "base_url": "http://127.0.0.1:9/v1",
+                        "api_key_env": "CLAW_TEST_API_KEY",
+                    }
+                }
+            },
+        }
+    )
+    with pytest.raises(claw.ConfigError) as info:
+        async with claw.open_host(config):
+            pass  # pragma: no cover
+    assert info.value.key_path == "models.providers.hosted.api_key_env"
+    assert "CLAW_TEST_API_KEY is not set" in str(info.value)
+    monkeypatch.setenv("CLAW_TEST_API_KEY", "sk-x")
+    async with claw.open_host(config) as host:
+        assert host.models.resolve("hosted/m").api_key == "sk-x"  # type: ignore[attr-defined]

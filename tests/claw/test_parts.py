@@ -63,7 +63,12 @@ async def kernel(tmp_path: Path) -> AsyncIterator[Kernel]:
             lifecycle=lifecycle,
             currency=currency,
             scopes=scopes,
-            runs=RunOpener(scopes=scopes, sessions=stores.sessions, currency=currency),
+            runs=RunOpener(
+                scopes=scopes,
+                sessions=stores.sessions,
+                currency=currency,
+                default_agent_id="main",
+            ),
         )
         lifecycle.close()
 

@@ -403,3 +403,36 @@ async def test_tool_call_arguments_claw_does_not_accept_make_an_invalid_call_not
     assert (call.id, call.name, dict(call.arguments)) == ("c1", "t", {})
     assert call.invalid_arguments is not None and said in call.invalid_arguments
     call.invalid_arguments.encode("utf-8")
+
+
+async def test_errors_name_the_provider_the_model_and_the_endpoint(server: FakeServer) -> None:
+    server.replies += [Reply(200, b"<html>It works!</html>"), Reply(404, {"error": "no model"})]
+    model = client(server, provider="local")
+    where = f"model 'local/{model.model}' at {model.url}"
+    with pytest.raises(ModelResponseError, match="unusable response") as info:
+        await model.complete(messages=[], system_prompt="", tools=[])
+    assert str(info.value).startswith(where)
+    assert "ends in /v1" in str(info.value)
+    with pytest.raises(ModelRequestError) as refused:
+        await model.complete(messages=[], system_prompt="", tools=[])
+    assert str(refused.value).startswith(f"{where} answered HTTP 404")
+
+
+async def test_connection_refused_says_why_and_what_to_check() -> None:
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()
+    model = OpenAICompatibleModel(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        model="m",
+        provider="local",
+        max_retries=0,
+        sleep=SleepRecorder(),
+    )
+    with pytest.raises(RetryableModelError) as info:
+        await model.complete(messages=[], system_prompt="", tools=[])
+    message = str(info.value)
+    assert message.startswith(f"model 'local/m' at http://127.0.0.1:{port}/v1/chat/completions")
+    assert "Connection refused" in message and "sub-exception" not in message
+    assert "base_url" in message

@@ -549,3 +549,14 @@ async def test_a_turn_whose_model_call_fails_is_closed_as_failed_on_the_spot(
     await legacy_env.host.run_turn("dm:alice", UserMessage("two"), sender_is_owner=True)
     with pytest.raises(claw.turns.TurnLedgerError, match="was admitted after it"):
         await legacy_env.host.retry_turn(turn.turn_id, sender_is_owner=True)
+
+
+async def test_a_turn_on_an_unknown_session_says_how_to_create_it(claw_host: claw.Host) -> None:
+    with pytest.raises(claw.sessions.SessionNotFoundError) as info:
+        await claw_host.run_turn("dm:bob", UserMessage("hi"), sender_is_owner=True)
+    message = str(info.value)
+    assert message.startswith("no session 'dm:bob': create it before its first turn")
+    assert "host.sessions.create('dm:bob', agent_id='main', chat_type='direct')" in message
+    with pytest.raises(claw.sessions.SessionNotFoundError, match=r"host\.sessions\.create"):
+        async with claw_host.open_run("dm:bob", sender_is_owner=True):
+            pass  # pragma: no cover
