@@ -5,6 +5,11 @@ Installing trio-claw registers its pytest plugin (fixtures ``claw_host``,
 here are the building blocks those fixtures use, for tests and notebooks alike.
 """
 
+from ._chat_server import StubChatServer as StubChatServer
+from ._chat_server import StubReply as StubReply
+from ._chat_server import StubRequest as StubRequest
+from ._chat_server import chat_completion as chat_completion
+from ._chat_server import remembering_responder as remembering_responder
 from ._events import EventRecorder as EventRecorder
 from ._events import record_events as record_events
 from ._harness import HARNESS_GATEWAY_TOKEN as HARNESS_GATEWAY_TOKEN
