@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,43 @@ def test_make_demo_installs_only_the_runtime_and_make_test_adds_the_dev_tools(
     tmp_path: Path,
 ) -> None:
     demo = _plan("demo", tmp_path)
-    assert "pip install --quiet -e ." in demo
+    assert "pip install --quiet --config-settings editable_mode=compat -e ." in demo
     assert "[dev]" not in demo
     assert demo.strip().endswith("claw demo")
     test = _plan("test", tmp_path)
-    assert "pip install --quiet -e '.[dev]'" in test
+    assert "pip install --quiet --config-settings editable_mode=compat -e '.[dev]'" in test
     assert "ruff check" in test and "mypy" in test and "pytest" in test
+
+
+@pytest.mark.slow
+def test_mypy_outside_the_checkout_finds_claw_and_its_types(tmp_path: Path) -> None:
+    """The editable install `make` creates is one static tools can follow (see Makefile)."""
+    (tmp_path / "app.py").write_text(
+        "import claw\n\n\n"
+        "async def main() -> None:\n"
+        "    async with claw.open_memory('.') as mem:\n"
+        "        reveal_type(await mem.search('x'))\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "app.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"{done.stdout}\n(an older lenient editable install? run `make .venv/bin/.dev-installed`)"
+    )
+    assert 'Revealed type is "claw.memory._types.MemorySearchResult"' in done.stdout
