@@ -122,7 +122,11 @@ class MemoryMcpServer:
         async def list_tools(
             ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
         ) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=[_sdk_tool(s) for s in self._tools.values()])
+            # Only what this client may call: a read-only token sees no write tool.
+            held = granted(ctx)
+            return types.ListToolsResult(
+                tools=[_sdk_tool(s) for s in self._tools.values() if s.scope in held]
+            )
 
         async def call_tool(
             ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

@@ -193,3 +193,22 @@ async def test_over_http_only_a_token_with_the_write_scope_may_add(core_host: cl
     assert text_of(results["read"]).startswith("FORBIDDEN: ")
     assert structured(results["write"])["citation"]["path"].startswith("memory/")
     assert _memory_files(core_host.config.workspace_dir).count(NOTE) == 1
+
+
+async def test_over_http_tools_list_shows_each_token_only_the_tools_it_may_call(
+    core_host: claw.Host,
+) -> None:
+    server = MemoryMcpServer(core_host, allow_writes=True)
+    tokens = TokenTable.from_config(core_host.config.gateway)
+    listed: dict[str, list[str]] = {}
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(server.serve_http, tokens=tokens)
+        url = await nursery.start(serve, "127.0.0.1", 0)
+        for name, token in (("read", READ_TOKEN), ("write", WRITE_TOKEN)):
+            headers = {"Authorization": f"Bearer {token}"}
+            async with httpx2.AsyncClient(headers=headers) as http:
+                async with Client(streamable_http_client(url, http_client=http)) as client:
+                    listed[name] = [tool.name for tool in (await client.list_tools()).tools]
+        nursery.cancel_scope.cancel()
+    assert listed["read"] == ["memory_search", "memory_get", "memory_status"]
+    assert listed["write"] == [*listed["read"], "memory_add", "memory_forget"]
