@@ -25,6 +25,7 @@ from ._config import AgentDefaultsConfig, AgentsConfig, HostConfig, WorkersConfi
 from ._host import Host, open_host
 from .gateway._memory import memory_search
 from .models import AssistantMessage, Message, ToolCall, ToolResult, ToolSpec, Usage, UserMessage
+from .sessions import ChatType
 
 SAMPLE_QUERIES = (
     "When is the production deploy window?",
@@ -109,6 +110,27 @@ def best_line(text: str, question: str) -> str:
     return max(lines, key=lambda line: _shared(wanted, line))
 
 
+_HIT = re.compile(r"^\d+\. \[[^\]]*\] (.*?)\n\s+Source: (\S+)", re.DOTALL | re.MULTILINE)
+
+
+def _useful_hit(results: str, question: str) -> tuple[str, str] | None:
+    """The hit of a ``memory_search`` result worth answering from, as (excerpt, source).
+
+    A memory file's hit first; a past conversation's only when it is not the question
+    asked again, nor an earlier answer of this model (a demo run twice finds both).
+    """
+    hits = _HIT.findall(results)
+    asked = question.strip().lower()
+    useful = [
+        (excerpt, source)
+        for excerpt, source in hits
+        if asked not in excerpt.lower() and not excerpt.lstrip().startswith("assistant:")
+    ]
+    notes = [hit for hit in useful if not hit[1].startswith("sessions/")]
+    ranked = notes or useful
+    return ranked[0] if ranked else None
+
+
 @attrs.define
 class RecallModel:
     """A deterministic model: search memory for the question, answer with the top excerpt.
@@ -132,18 +154,17 @@ class RecallModel:
             call = ToolCall(
                 id=f"recall-{self.calls}",
                 name="memory_search",
-                arguments={"query": last.text, "max_results": 3},
+                arguments={"query": last.text, "max_results": 6},
             )
             return AssistantMessage(text="", tool_calls=(call,), usage=usage)
         if isinstance(last, ToolResult):
             question = next((m.text for m in reversed(messages) if isinstance(m, UserMessage)), "")
-            first = last.content.split("\n   Source:")[0]
-            source = ""
-            if "Source:" in last.content:
-                source = " (" + last.content.split("Source:")[1].split("\n")[0].strip() + ")"
-            if first.startswith("1. "):
-                excerpt = best_line(first.split("] ", 1)[-1], question)
-                return AssistantMessage(text=f"From memory: {excerpt}{source}", usage=usage)
+            found = _useful_hit(last.content, question)
+            if found is not None:
+                excerpt, source = found
+                return AssistantMessage(
+                    text=f"From memory: {best_line(excerpt, question)} ({source})", usage=usage
+                )
             return AssistantMessage(
                 text="I found nothing in memory that I may share in this conversation.",
                 usage=usage,
@@ -189,22 +210,57 @@ async def _operator_search(host: Host, query: str) -> dict[str, Any]:
         )
 
 
-async def run_demo(out: Callable[[str], None], workspace: Path | None = None) -> int:
-    """Run the demo, writing human-readable lines with ``out``; returns an exit code."""
+async def _fresh_session(host: Host, key: str, chat_type: ChatType) -> str:
+    """Create ``key``; or, when an earlier demo run left it, forget that run's
+    conversation from the index (as ``claw memory forget --session`` does) and reset the
+    session to an empty transcript, so the rerun sees what the first run saw."""
+    row = await host.sessions.get(key)
+    if row is None:
+        await host.sessions.create(key, agent_id="main", chat_type=chat_type)
+        return "created"
+    _, capability = host.memory.selection()
+    maintenance = capability.maintenance if capability is not None else None
+    if maintenance is not None:
+        async with host.open_scope("demo-operator") as scope:
+            caller = scope.mint_caller_context(scope.mint_operator_authority({"operator.admin"}))
+            await maintenance.forget(
+                agent_id=row.agent_id, context=caller, session_id=row.session_id
+            )
+    await host.sessions.reset(key, keep_session_id=False)
+    return "reset"
+
+
+async def run_demo(
+    out: Callable[[str], None],
+    workspace: Path | None = None,
+    report: dict[str, Any] | None = None,
+) -> int:
+    """Run the demo, writing human-readable lines with ``out``; returns an exit code.
+
+    ``report``, when given, is filled with what the demo did (its ``--json`` output).
+    Run again on the same workspace, the demo resets its two sessions to fresh
+    conversations instead of failing on them.
+    """
+    report = report if report is not None else {}
     with tempfile.TemporaryDirectory(prefix="claw-demo-") as tmp:
         root = workspace if workspace is not None else copy_sample_workspace(Path(tmp) / "ws")
+        report["workspace"] = str(root) if workspace is not None else None
         out(f"claw demo: workspace {root}")
         async with open_host(demo_config(root)) as host:
             if host.slots.memory_plugin is None:
                 out("no memory plugin is installed (expected memory-core); reinstall trio-claw")
+                report["error"] = "no memory plugin is installed (expected memory-core)"
                 return 1
             host.models.register_provider("demo", lambda name: RecallModel())
             slots = host.slots
+            report["slots"] = {"memory": slots.memory_plugin, "contextEngine": slots.context_engine}
             out(f"memory slot: {slots.memory_plugin}; context engine: {slots.context_engine}")
             out("")
             out("== searches (operator, memory.search v2) ==")
+            report["searches"] = []
             for query in SAMPLE_QUERIES:
                 payload = await _operator_search(host, query)
+                report["searches"].append({"query": query, "hits": payload["hits"]})
                 out(f"? {query}")
                 for hit in payload["hits"]:
                     c = hit["citation"]
@@ -213,8 +269,16 @@ async def run_demo(out: Callable[[str], None], workspace: Path | None = None) ->
                     out(f"  {hit['score']:.3f}  {where}  {line[:90]}")
             out("")
             out("== turns ==")
-            await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
-            await host.sessions.create("grp:team", agent_id="main", chat_type="group")
+            sessions = {
+                "dm:alice": await _fresh_session(host, "dm:alice", "direct"),
+                "grp:team": await _fresh_session(host, "grp:team", "group"),
+            }
+            for key, what in sessions.items():
+                if what == "reset":
+                    out(
+                        f"({key} was left by an earlier demo run: its conversation is "
+                        "forgotten from the index and the session reset)"
+                    )
             question = "What tea does Alice prefer?"
             owner = await host.run_turn(
                 "dm:alice", UserMessage(question, sender="alice"), sender_is_owner=True
@@ -227,8 +291,17 @@ async def run_demo(out: Callable[[str], None], workspace: Path | None = None) ->
             out(f"[grp:team, group chat] {question}")
             out(f"  -> {group.reply.text}")
             out("")
-            out(
-                f"turns committed: {owner.commit}/{group.commit}; "
-                f"events: {', '.join(sorted(set(host.events.kinds())))}"
-            )
+            kinds = sorted(set(host.events.kinds()))
+            out(f"turns committed: {owner.commit}/{group.commit}; events: {', '.join(kinds)}")
+            report["turns"] = [
+                {
+                    "session": result.session_key,
+                    "sessionWas": sessions[result.session_key],
+                    "question": question,
+                    "reply": result.reply.text,
+                    "commit": result.commit,
+                }
+                for result in (owner, group)
+            ]
+            report["events"] = kinds
     return 0

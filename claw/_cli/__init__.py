@@ -1,8 +1,8 @@
 """The ``claw`` command (also ``python -m claw``).
 
 Every command accepts ``--workspace DIR`` (default: ``$CLAW_WORKSPACE``, else the
-current directory) and ``--config FILE`` (default: ``$CLAW_CONFIG``, else ``claw.toml``
-in the workspace when present), before or after the subcommand; state lives in
+current directory), ``--config FILE`` (default: ``$CLAW_CONFIG``, else ``claw.toml``
+in the workspace when present) and ``--json``, before or after the subcommand; state lives in
 ``<workspace>/.claw`` unless the config says otherwise, so the embedded defaults need
 no setup.
 
@@ -12,8 +12,8 @@ traceback unless ``--debug`` is given; with ``--json`` it is also a JSON object 
 stdout, ``{"error": {"code": ..., "message": ...}}``. Warnings start with
 ``claw: warning:``. A closed pipe (``claw demo | head``) ends the command quietly.
 
-The package has a module per command group (``_memory``, ``_doctor``, ``_serve``,
-``_mcp``, ``_demo`` for ``demo`` and ``init``), each giving its parser and its
+The package has a module per command group (``_memory``, ``_sessions``, ``_doctor``,
+``_serve``, ``_mcp``, ``_demo`` for ``demo`` and ``init``), each giving its parser and its
 runner; ``_common`` holds what they share (options, errors, the local operator) and
 ``_app`` the entry point, dispatch and error reporting.
 """

@@ -14,7 +14,7 @@ import trio
 from threadpoolctl import threadpool_limits
 
 from .._errors import ClawError
-from . import _demo, _doctor, _mcp, _memory, _serve
+from . import _demo, _doctor, _mcp, _memory, _serve, _sessions
 from ._common import EXIT_ERROR, EXIT_OK, CliError, UsageError, emit_json
 from ._errors import broken_pipe, error_code, innermost, one_line
 from ._parser import build_parser
@@ -23,6 +23,7 @@ Runner = Callable[[argparse.Namespace, TextIO, TextIO, list[str]], Awaitable[int
 
 _COMMANDS: dict[str, Runner] = {
     "memory": _memory.run,
+    "sessions": _sessions.run,
     "doctor": _doctor.run,
     "serve": _serve.run,
     "mcp": _mcp.run,

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from .. import __version__
-from . import _demo, _doctor, _mcp, _memory, _serve
+from . import _demo, _doctor, _mcp, _memory, _serve, _sessions
 from ._common import Parser, add_common_options
 
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _serve.add_parsers(sub, command)
     _memory.add_parsers(sub, command)
+    _sessions.add_parsers(sub, command)
     _doctor.add_parsers(sub, command)
     _demo.add_parsers(sub, command)
     _mcp.add_parsers(sub, command)
