@@ -112,7 +112,8 @@ def sources(text: str) -> list[str]:
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, sub: bool) -> None:
-    """``--workspace``, ``--config`` and ``--debug``, on ``claw`` and on every subcommand."""
+    """``--workspace``, ``--config``, ``--debug`` and ``--json``, on ``claw`` and on every
+    subcommand."""
 
     # On a subcommand the defaults are suppressed, so that an option given before the
     # subcommand (``claw --workspace DIR doctor``) is not overwritten by the
@@ -135,11 +136,20 @@ def add_common_options(parser: argparse.ArgumentParser, *, sub: bool) -> None:
     parser.add_argument(
         "--debug", action="store_true", default=default(False), help="show tracebacks"
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="print JSON instead of text (errors too)",
+    )
 
 
 def json_flag(parser: argparse.ArgumentParser) -> None:
-    """``--json`` on a command whose output is structured."""
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    """``--json`` on a command whose output is structured: every command has it already,
+    from the common options (before or after the subcommand); kept for the commands
+    that name it."""
+    if not any("--json" in action.option_strings for action in parser._actions):
+        parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def agent_flag(parser: argparse.ArgumentParser) -> None:

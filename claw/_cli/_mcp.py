@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
+from .._extras import install_hint
 from ._common import AddCommand, CliError, load_config, token_flags
 
 
@@ -16,7 +17,7 @@ def add_parsers(sub: Any, command: AddCommand) -> None:
         "serve memory to MCP clients (stdio, or --http)",
         "Serve the workspace's memory over the Model Context Protocol: on "
         "stdio for an editor or desktop agent that starts this command, or over "
-        "streamable HTTP with --http. Needs the mcp extra: pip install 'trio-claw[mcp]'.",
+        f"streamable HTTP with --http. Needs the mcp extra; to {install_hint('mcp')}.",
     )
     mcp.add_argument(
         "--http", metavar="HOST:PORT", default=None, help="serve streamable HTTP, not stdio"
@@ -35,7 +36,7 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
         from ..mcp._command import run_mcp  # noqa: PLC0415
     except ImportError as exc:
         raise CliError(
-            f"claw mcp needs the MCP SDK ({exc.name} is missing): pip install 'trio-claw[mcp]'"
+            f"claw mcp needs the MCP SDK ({exc.name} is missing); {install_hint('mcp')}"
         ) from exc
     return await run_mcp(
         load_config(args),
@@ -46,4 +47,5 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
         token_file=args.token_file,
         out=out,
         err=err,
+        json=args.json,
     )

@@ -8,7 +8,11 @@ maintenance through the selected provider's maintenance capability.
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 from typing import Any, TextIO
+
+import trio
 
 from .._capabilities import MemoryCallerContext
 from .._demo import matching_lines
@@ -40,6 +44,10 @@ from ._common import (
     with_operator,
 )
 from ._progress import Progress, warm
+
+# What `claw memory add -` reads from stdin at most (a memory entry is far smaller: the
+# provider refuses what it will not store, naming its own limit).
+MAX_STDIN_CHARS = 1024 * 1024
 
 # Wire field names the gateway's memory methods use in their messages, and the flag a
 # CLI user typed for each.
@@ -92,7 +100,7 @@ def add_parsers(sub: Any, command: AddCommand) -> None:
         "write a memory",
         "Write a memory: appended, with a timestamp, to today's memory/YYYY-MM-DD.md.",
     )
-    add.add_argument("text", help="the memory to keep")
+    add.add_argument("text", help="the memory to keep; - reads it from stdin")
     add.add_argument(
         "--file",
         dest="target",
@@ -161,13 +169,14 @@ async def _read(
                 params["sources"] = args.sources
             if args.agent:
                 params["agentId"] = args.agent
-            if args.cursor:
-                params["cursor"] = args.cursor
+            first_rank, cursor = split_cursor(args.cursor)
+            if cursor:
+                params["cursor"] = cursor
             payload = await memory_search(host.memory, caller, params, lambda: None)
             if args.json:
                 emit_json(out, payload)
             else:
-                _print_hits(out, payload, args.query)
+                _print_hits(out, payload, args.query, first_rank)
             return EXIT_OK
         if command == "get":
             ref = parse_reference(host.slots.memory_plugin or "", args.path)
@@ -201,11 +210,22 @@ async def _read(
     return EXIT_OK
 
 
+async def _stdin_text() -> str:
+    """``claw memory add -``: the memory, read from stdin (bounded; a trailing newline off)."""
+    data: str = await trio.to_thread.run_sync(sys.stdin.read, MAX_STDIN_CHARS + 1)
+    if len(data) > MAX_STDIN_CHARS:
+        raise CliError(f"memory add -: stdin holds more than {MAX_STDIN_CHARS} characters")
+    if not data.strip():
+        raise CliError("memory add -: stdin was empty; pipe the memory in, or give it as TEXT")
+    return data.rstrip("\n")
+
+
 async def _add(
     args: argparse.Namespace, host: Host, caller: MemoryCallerContext, out: TextIO
 ) -> int:
+    text = await _stdin_text() if args.text == "-" else args.text
     added = await host.memory.add(
-        caller, args.text, path=args.target, section=args.section, agent_id=args.agent
+        caller, text, path=args.target, section=args.section, agent_id=args.agent
     )
     if args.json:
         emit_json(out, wire_add(added))
@@ -301,11 +321,29 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
     return result
 
 
-def _print_hits(out: TextIO, payload: dict[str, Any], query: str) -> None:
+_RANKED_CURSOR = re.compile(r"([1-9][0-9]{0,8})@(.+)", re.DOTALL)
+
+
+def split_cursor(text: str | None) -> tuple[int, str | None]:
+    """The rank of a page's first hit and the provider's cursor, from ``--cursor``.
+
+    A page printed as text ends with ``more: --cursor <rank>@<cursor>``, so the next
+    page numbers its hits on from the last one shown; a provider's own cursor (the
+    ``nextCursor`` of ``--json``) is taken as it is, numbered from 1.
+    """
+    if not text:
+        return 1, None
+    ranked = _RANKED_CURSOR.fullmatch(text)
+    if ranked is None:
+        return 1, text
+    return int(ranked.group(1)), ranked.group(2)
+
+
+def _print_hits(out: TextIO, payload: dict[str, Any], query: str, first_rank: int = 1) -> None:
     hits = payload["hits"]
     if not hits:
         out.write("no results\n")
-    for rank, hit in enumerate(hits, start=1):
+    for rank, hit in enumerate(hits, start=first_rank):
         citation = hit.get("citation") or {}
         path = citation.get("path", hit["reference"]["id"])
         start = citation.get("startLine")
@@ -318,6 +356,6 @@ def _print_hits(out: TextIO, payload: dict[str, Any], query: str) -> None:
             where = f"L{first + offset}: " if isinstance(first, int) else ""
             out.write(f"    {where}{' '.join(line.split())[:160]}\n")
     if "nextCursor" in payload:
-        out.write(f"more: --cursor {payload['nextCursor']}\n")
+        out.write(f"more: --cursor {first_rank + len(hits)}@{payload['nextCursor']}\n")
     if "warning" in payload:
         out.write(f"note: {payload['warning']}\n")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -25,17 +27,29 @@ class Progress:
     scanned (nothing changed), so an up-to-date search stays quiet.
     """
 
-    def __init__(self, stream: TextIO, *, enabled: bool | None = None) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        enabled: bool | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._stream = stream
         self._enabled = stream.isatty() if enabled is None else enabled
+        self._clock = clock
         self._stage: str | None = None
         self._bar: Any = None
         self._scanned: tuple[int, int] | None = None
+        self._scan_started: float | None = None
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if not self._enabled:
             return
         if stage == "scan" and self._bar is None:
+            # The scan is drawn only once something else follows it; its bar then starts
+            # at the first scan report, so its rate is sources per second of scanning.
+            if self._scan_started is None:
+                self._scan_started = self._clock()
             self._scanned = (done, total)
             return
         if self._scanned is not None:
@@ -59,6 +73,8 @@ class Progress:
                 ncols=min(100, size.columns),
                 nrows=max(2, size.lines),
             )
+            if stage == "scan" and self._scan_started is not None:
+                self._bar.start_t = self._scan_started
         bar = self._bar
         if bar.total != total:
             bar.total = total

@@ -22,6 +22,7 @@ from ._common import (
     EXIT_OK,
     AddCommand,
     CliError,
+    emit_json,
     load_config,
     port,
     positive_int,
@@ -57,8 +58,9 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
     config = load_config(args)
     gateway_config = config.gateway
     token = choose_token(args.token, args.token_file, os.environ) or gateway_config.token
+    generated: str | None = None
     if token is None and not gateway_config.tokens:
-        token = secrets.token_urlsafe(24)
+        token = generated = secrets.token_urlsafe(24)
         err.write(f"claw: no token configured; generated one for this run: {token}\n")
         err.flush()
     changes: dict[str, Any] = {}
@@ -72,7 +74,13 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
     where = f"{gateway_config.host}:{gateway_config.port}"
 
     def listening(address: GatewayAddress) -> None:
-        out.write(f"claw gateway listening on {address.url}\n")
+        if args.json:
+            ready: dict[str, Any] = {"url": address.url}
+            if generated is not None:
+                ready["generatedToken"] = generated
+            emit_json(out, {"listening": ready})
+        else:
+            out.write(f"claw gateway listening on {address.url}\n")
         out.flush()
 
     def report(line: str) -> None:
@@ -100,6 +108,8 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
             gateway = Gateway(host, config=gateway_config)
             code = await _serve_one(gateway, listening, where)
     err.write(f"claw: stopped by signal {code}\n")
+    if args.json:
+        emit_json(out, {"stopped": {"signal": code}})
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ the config; with none, one is generated for the run and printed to stderr, as
 from __future__ import annotations
 
 import functools
+import json as _json
 import os
 import secrets
 import signal
@@ -75,8 +76,12 @@ async def run_mcp(
     out: TextIO,
     err: TextIO,
     token_file: str | None = None,
+    json: bool = False,
 ) -> int:
-    """Serve until stdin closes (stdio) or until SIGINT/SIGTERM (HTTP); the exit code."""
+    """Serve until stdin closes (stdio) or until SIGINT/SIGTERM (HTTP); the exit code.
+
+    ``json``: over HTTP, the ready line is ``{"listening": {"url": ...}}`` (stdio has no
+    line of its own: stdout is the protocol)."""
     bind = parse_bind(http) if http is not None else None
     tokens = (
         http_tokens(config, token, err, token_file=token_file) if bind is not None else None
@@ -95,7 +100,10 @@ async def run_mcp(
             async with trio.open_nursery() as nursery:
                 serve = functools.partial(server.serve_http, tokens=tokens)
                 url = await nursery.start(serve, bind[0], bind[1])
-                out.write(f"claw mcp listening on {url}\n")
+                if json:
+                    out.write(_json.dumps({"listening": {"url": url}}) + "\n")
+                else:
+                    out.write(f"claw mcp listening on {url}\n")
                 out.flush()
                 async for signum in received:
                     err.write(f"claw: stopped by signal {signum}\n")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 
 import claw
 from claw._cli import Progress, build_parser
+from claw._cli import main as claw_main
 from claw._demo import copy_sample_workspace, matching_lines
 
 from .test_cli import claw as run_claw
@@ -269,3 +272,127 @@ def test_progress_draws_every_stage_of_a_first_index_and_nothing_for_a_quiet_syn
     quiet("chunk", 1, 1)
     quiet.close()
     assert silent.getvalue() == ""
+
+
+def _in_process(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = claw_main(list(args), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_json_works_before_and_after_every_subcommand(workspace: Path, tmp_path: Path) -> None:
+    for where in ("before", "after"):
+        for argv in (
+            ["memory", "search", "apollo"],
+            ["memory", "status"],
+            ["sessions", "list"],
+            ["doctor"],
+            ["init", str(tmp_path / f"init-{where}")],
+        ):
+            args = ["--json", *argv] if where == "before" else [*argv, "--json"]
+            code, out, err = _in_process(*args, "--workspace", str(workspace))
+            assert code == 0, (args, err)
+            assert len(out.splitlines()) == 1, out
+            payload = json.loads(out)
+            if argv[0] == "init":
+                assert payload["workspace"] == argv[1] and "MEMORY.md" in payload["files"]
+    code, out, err = _in_process("demo", "--json")
+    assert code == 0, err
+    assert [turn["session"] for turn in json.loads(out)["turns"]] == ["dm:alice", "grp:team"]
+    for command in ("serve", "mcp"):  # both accept it (serve's output: the next test)
+        assert "--json" in run_claw(command, "--help").stdout
+
+
+def test_serve_json_prints_the_listening_address_as_json(workspace: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "claw", "--json", "serve", "--workspace", str(workspace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert ready["listening"]["url"].startswith("ws://127.0.0.1:")
+        assert ready["listening"]["generatedToken"]  # none configured: generated, and given
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert json.loads(out.strip().splitlines()[-1]) == {"stopped": {"signal": signal.SIGTERM}}
+
+
+def test_memory_add_dash_reads_the_memory_from_stdin(workspace: Path) -> None:
+    note = "The spare key is under the blue flowerpot."
+    added = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "claw",
+            "memory",
+            "add",
+            "-",
+            "--json",
+            "--workspace",
+            str(workspace),
+        ],
+        input=note + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert added.returncode == 0, added.stderr
+    path = json.loads(added.stdout)["citation"]["path"]
+    text = (workspace / path).read_text(encoding="utf-8")
+    assert note in text and "] -\n" not in text and not text.rstrip().endswith("-")
+    empty = subprocess.run(
+        [sys.executable, "-m", "claw", "memory", "add", "-", "--workspace", str(workspace)],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert empty.returncode == 2
+    assert "stdin was empty" in empty.stderr
+
+
+def test_the_next_page_numbers_its_hits_on_from_the_last_page(workspace: Path) -> None:
+    args = ["memory", "search", "release deploy budget", "--max-results", "3", "--min-score", "0"]
+    first = run_claw(*args, "--workspace", str(workspace))
+    assert first.returncode == 0, first.stderr
+    ranks = [
+        int(line.split()[0]) for line in first.stdout.splitlines() if re.match(r"^ *\d+  ", line)
+    ]
+    assert ranks == [1, 2, 3]
+    cursor = re.search(r"^more: --cursor (\S+)$", first.stdout, re.MULTILINE)
+    assert cursor is not None and cursor.group(1).startswith("4@")
+    second = run_claw(*args, "--cursor", cursor.group(1), "--workspace", str(workspace))
+    assert second.returncode == 0, second.stderr
+    ranks = [
+        int(line.split()[0]) for line in second.stdout.splitlines() if re.match(r"^ *\d+  ", line)
+    ]
+    assert ranks and ranks[0] == 4 and ranks == list(range(4, 4 + len(ranks)))
+    # The provider's own cursor (JSON's nextCursor) still works, numbered from 1.
+    raw = json.loads(run_claw(*args, "--json", "--workspace", str(workspace)).stdout)["nextCursor"]
+    again = run_claw(*args, "--cursor", raw, "--workspace", str(workspace))
+    assert again.returncode == 0 and re.search(r"^ 1  ", again.stdout, re.MULTILINE)
+
+
+def test_the_scan_bar_shows_the_rate_of_the_scan_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan is reported once it is over; its rate counts from its first report."""
+    import tqdm.std
+
+    now = [1000.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
+    stream = io.StringIO()
+    progress = Progress(stream, enabled=True, clock=lambda: now[0])
+    progress("scan", 0, 2000)
+    now[0] += 4.0  # scanning 2,000 sources took 4 s
+    progress("scan", 2000, 2000)
+    progress("chunk", 1, 10)  # something changed: the scan is drawn now
+    progress.close()
+    scanned = [line for line in stream.getvalue().split("\r") if "scanning" in line][-1]
+    rate = re.search(r"([\d.]+) sources/s", scanned)
+    assert rate is not None, scanned
+    assert float(rate.group(1)) == pytest.approx(500.0, rel=0.01)
