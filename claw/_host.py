@@ -34,6 +34,7 @@ from ._config import HostConfig, provider_api_key
 from ._currency import Currency
 from ._errors import ClawError, ConfigError
 from ._events import EventLog
+from ._extras import install_hint
 from ._plugins import Plugin, PluginRegistry, load_plugins
 from ._runs import Run, RunOpener
 from ._scopes import HostScope, Lifecycle, Scopes
@@ -274,9 +275,11 @@ def state_backend(config: HostConfig) -> StateBackend:
     except ClawError:
         raise
     except Exception as exc:
+        missing = isinstance(exc, ModuleNotFoundError) and name == "postgresql"
+        hint = f"; {install_hint('postgres')}" if missing else ""
         raise ConfigError(
             "state.backend",
-            f"state backend {name!r} ({found[0].value}) failed to load: {exc}",
+            f"state backend {name!r} ({found[0].value}) failed to load: {exc}{hint}",
             value=name,
         ) from exc
     return backend  # type: ignore[no-any-return]

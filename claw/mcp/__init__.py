@@ -1,7 +1,8 @@
 """claw's MCP server: memory tools for editors and desktop agents (``claw mcp``).
 
-Needs the ``mcp`` extra (``pip install 'trio-claw[mcp]'``): the official MCP SDK and
-hypercorn. :class:`MemoryMcpServer` serves one host's memory over stdio
+Needs the ``mcp`` extra, the official MCP SDK and hypercorn (in the checkout:
+``make extras EXTRAS=mcp``; see README.md, "Installing extras").
+:class:`MemoryMcpServer` serves one host's memory over stdio
 (:meth:`MemoryMcpServer.serve_stdio`) or streamable HTTP
 (:meth:`MemoryMcpServer.serve_http`); docs/mcp.md says which authority a client acts
 with.

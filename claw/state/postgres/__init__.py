@@ -1,6 +1,7 @@
 """PostgreSQL for claw: the shared state backend and the driver layer under it.
 
-Install with ``pip install 'trio-claw[postgres]'`` (psycopg 3 and psycopg_pool) and
+Needs the ``postgres`` extra (psycopg 3 and psycopg_pool; in the checkout
+``make extras EXTRAS=postgres``, see README.md, "Installing extras") and
 set ``[state] backend = "postgresql"`` (see ``docs/postgres.md``).
 
 :func:`open_database` opens a connection pool whose calls run in the host's worker

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -48,8 +49,15 @@ def inspector() -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix="inspector-", dir=target.parent))
         subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(staging),
-             f"{INSPECTOR}@{INSPECTOR_VERSION}"],
+            [
+                npm,
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                str(staging),
+                f"{INSPECTOR}@{INSPECTOR_VERSION}",
+            ],
             check=True,
             capture_output=True,
             timeout=600,
@@ -183,3 +191,46 @@ async def test_the_inspector_calls_the_http_server_with_a_bearer_token(
     assert refused.returncode != 0
     assert b"auth_required" in refused.stdout + refused.stderr
 
+
+def _documented_commands() -> list[str]:
+    page = (Path(__file__).parents[3] / "docs" / "mcp.md").read_text(encoding="utf-8")
+    joined = page.replace("\\\n", " ")
+    return [line[2:] for line in joined.splitlines() if line.startswith(f"$ npx {INSPECTOR}")]
+
+
+def test_the_documented_inspector_commands_name_the_version_the_tests_run() -> None:
+    commands = _documented_commands()
+    assert len(commands) == 3
+    for command in commands:
+        assert shlex.split(command)[1] == f"{INSPECTOR}@{INSPECTOR_VERSION}", command
+
+
+async def test_the_documented_http_command_runs_as_written(
+    inspector: Path, core_host: claw.Host
+) -> None:
+    (command,) = [c for c in _documented_commands() if "--transport http" in c]
+    server = MemoryMcpServer(core_host)
+    tokens = TokenTable.from_config(core_host.config.gateway)
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(
+            functools.partial(server.serve_http, tokens=tokens), "127.0.0.1", 0
+        )
+        argv = [
+            url if arg == "http://127.0.0.1:8765/mcp" else arg.replace("$TOKEN", READ_TOKEN)
+            for arg in shlex.split(command)
+        ]
+        # npx finds the pinned version installed in `inspector` and fetches nothing; the
+        # connect timeout only allows for a loaded machine.
+        argv[3:3] = ["--connect-timeout", "120000"]  # after --cli
+        done = await trio.run_process(
+            argv,
+            cwd=inspector,
+            capture_stdout=True,
+            capture_stderr=True,
+            env=subprocess_env(),
+            check=False,
+        )
+        nursery.cancel_scope.cancel()
+    assert done.returncode == 0, done.stderr.decode()
+    listed = [tool["name"] for tool in json.loads(done.stdout)["tools"]]
+    assert listed == ["memory_search", "memory_get", "memory_status"]
