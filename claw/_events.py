@@ -27,6 +27,10 @@ class HostEvent:
     session_key: str | None
     data: Mapping[str, Any]
 
+    def row(self) -> dict[str, Any]:
+        """The event as one flat row: seq, kind, session, then its data."""
+        return {"seq": self.seq, "kind": self.kind, "session": self.session_key, **self.data}
+
 
 @attrs.define(eq=False)
 class EventLog:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import attrs
+
+from claw.plugin_sdk import Table, html_record
 
 from ._settings import SearchMode, SourceKind
 
@@ -38,6 +43,20 @@ class SearchHit:
     entry_ids: tuple[str, ...] = ()
     timestamp: float | None = None
 
+    def row(self) -> dict[str, Any]:
+        """The hit as one flat row: its scores, where it is, its excerpt."""
+        return {
+            "score": self.score,
+            "text": self.text_score,
+            "vector": self.vector_score,
+            "source": self.source,
+            "where": f"{self.path}#L{self.start_line}-L{self.end_line}",
+            "excerpt": self.excerpt,
+        }
+
+    def _repr_html_(self) -> str:
+        return html_record("search hit", self.row())
+
 
 @attrs.frozen
 class SearchResult:
@@ -54,6 +73,21 @@ class SearchResult:
     next_offset: int | None
     generation: int
     warning: str | None = None
+
+    def table(self) -> Table:
+        """The hits as rows, ranked from the page's offset; ``pandas.DataFrame`` takes it."""
+        return Table.of(
+            ({"rank": rank, **hit.row()} for rank, hit in enumerate(self.hits, self.offset + 1)),
+            caption=f"{self.mode} search {self.query!r}: {len(self.hits)} hit(s), "
+            f"generation {self.generation}",
+            notes=[
+                self.warning or "",
+                "" if self.next_offset is None else f"more from offset {self.next_offset}",
+            ],
+        )
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
 
 
 @attrs.frozen
@@ -137,3 +171,16 @@ class IndexStatus:
     embedding_cache_entries: int
     last_sync_at: float | None
     active_searches: int
+
+    def row(self) -> dict[str, Any]:
+        """The status as one flat row (skipped sources with their reasons)."""
+        row = attrs.asdict(self, recurse=False)
+        row["skipped"] = [f"{s.path} ({s.reason})" for s in self.skipped]
+        if self.last_sync_at is not None:
+            row["last_sync_at"] = time.strftime(
+                "%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.last_sync_at)
+            )
+        return row
+
+    def _repr_html_(self) -> str:
+        return html_record("Memory Core index", self.row())

@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args
 import attrs
 
 from .._capabilities import CallerAuthority, SessionAuthority
+from .._display import Table, html_record
 from .._errors import ContractError
 from .._input import check_text
 
@@ -125,6 +126,25 @@ class MemorySearchHit:
     source: Source = "memory"
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
 
+    def row(self) -> dict[str, Any]:
+        """The hit as one flat row (the table form; see :meth:`MemorySearchResult.table`)."""
+        c = self.citation
+        row: dict[str, Any] = {
+            "score": self.score,
+            "source": self.source,
+            "citation": f"{c.path}#L{c.start_line}-L{c.end_line}" if c else None,
+            "excerpt": self.excerpt,
+            "reference": self.reference.id
+            + (f"#{self.reference.fragment}" if self.reference.fragment else ""),
+        }
+        provenance = getattr(self, "provenance", None)
+        if provenance is not None:
+            row["provenance"] = provenance
+        return row
+
+    def _repr_html_(self) -> str:
+        return html_record("memory search hit", self.row())
+
 
 #: The most hits one search may ask for (a page; more come through the cursor).
 MAX_SEARCH_RESULTS = 100
@@ -225,6 +245,23 @@ class MemorySearchResult:
     coverage: SearchCoverage | None = None
     warning: str | None = None
 
+    def table(self) -> Table:
+        """The hits as rows (rank, score, source, citation, excerpt, reference), with
+        the warning, an incomplete coverage and the next cursor as notes."""
+        notes = [self.warning or ""]
+        if self.coverage is not None and not self.coverage.complete:
+            notes.append(f"coverage incomplete: {', '.join(self.coverage.sources)}")
+        if self.next_cursor is not None:
+            notes.append(f"more: cursor {self.next_cursor}")
+        return Table.of(
+            ({"rank": rank, **hit.row()} for rank, hit in enumerate(self.hits, 1)),
+            caption=f"{len(self.hits)} hit(s)",
+            notes=notes,
+        )
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
 
 @attrs.frozen
 class MemoryGetRequest:
@@ -269,6 +306,13 @@ class MemoryHealth:
     status: HealthStatus
     message: str | None = None
     details: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        """Status, message and each detail, as one flat row."""
+        return {"status": self.status, "message": self.message, **self.details}
+
+    def _repr_html_(self) -> str:
+        return html_record("memory provider health", self.row())
 
     def __attrs_post_init__(self) -> None:
         if self.status not in HEALTH_STATUSES:

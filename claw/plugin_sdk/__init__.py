@@ -12,6 +12,8 @@ from .._capabilities import MemoryAudience as MemoryAudience
 from .._capabilities import MemoryCallerContext as MemoryCallerContext
 from .._capabilities import OperatorAuthority as OperatorAuthority
 from .._capabilities import SessionAuthority as SessionAuthority
+from .._display import Table as Table
+from .._display import html_record as html_record
 from .._embeddings import EmbeddingProvider as EmbeddingProvider
 from .._errors import CapabilityDeniedError as CapabilityDeniedError
 from .._errors import ClawError as ClawError

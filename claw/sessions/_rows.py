@@ -8,12 +8,14 @@ so validation lives in :func:`validate_row` and runs on every write instead.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable, Mapping
-from typing import Final, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
+from .._display import html_record
 from ._errors import InvalidSessionError
 
 ChatType: TypeAlias = Literal["direct", "group", "channel", "thread"]
@@ -30,6 +32,10 @@ SESSION_ID_PATTERN: Final[re.Pattern[str]] = re.compile(
 
 #: Longest session key or agent id the store accepts.
 MAX_KEY_LENGTH: Final[int] = 512
+
+
+def _utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 @attrs.frozen
@@ -84,6 +90,23 @@ class SessionRow:
     def incarnation(self) -> Incarnation:
         """This row's (session id, lifecycle revision)."""
         return Incarnation(self.session_id, self.lifecycle_revision)
+
+    def row(self) -> dict[str, Any]:
+        """The session as one flat row (``claw.jupyter.table(rows)`` draws several)."""
+        return {
+            "key": self.session_key,
+            "agent": self.agent_id,
+            "chat": self.chat_type,
+            "revision": self.lifecycle_revision,
+            "session id": self.session_id,
+            "owner peer": self.peer_is_owner,
+            "parent": self.parent_key,
+            "created": _utc(self.created_at),
+            "updated": _utc(self.updated_at),
+        }
+
+    def _repr_html_(self) -> str:
+        return html_record(f"session {self.session_key}", self.row())
 
     @property
     def is_root(self) -> bool:

@@ -1,0 +1,101 @@
+"""Results people can read: the HTML a notebook draws and the table form behind it."""
+
+from __future__ import annotations
+
+import pytest
+
+import claw
+import claw_memory
+from claw.jupyter import Table, table
+from claw.memory import (
+    Citation,
+    MemoryHealth,
+    MemoryReference,
+    MemorySearchHit,
+    MemorySearchResult,
+    SearchCoverage,
+)
+from claw.sessions import SessionRow
+
+
+def _hit(path: str, score: float, excerpt: str) -> MemorySearchHit:
+    return MemorySearchHit(
+        reference=MemoryReference("memory-core", path, fragment="L2-L3"),
+        excerpt=excerpt,
+        score=score,
+        citation=Citation(path, 2, 3),
+    )
+
+
+def test_a_search_result_is_a_table_of_ranked_hits_with_its_notes() -> None:
+    result = MemorySearchResult(
+        hits=[_hit("MEMORY.md", 0.91234, "Alice <prefers> green tea"), _hit("USER.md", 0.5, "x")],
+        next_cursor="6",
+        coverage=SearchCoverage(sources=("memory",), complete=False),
+        warning="behind the sources",
+    )
+    rows = list(result.table())
+    assert rows[0] == {
+        "rank": 1,
+        "score": 0.91234,
+        "source": "memory",
+        "citation": "MEMORY.md#L2-L3",
+        "excerpt": "Alice <prefers> green tea",
+        "reference": "MEMORY.md#L2-L3",
+    }
+    assert [r["rank"] for r in rows] == [1, 2]
+    page = result._repr_html_()
+    assert page.startswith('<table class="claw"><caption style="text-align:left">2 hit(s)')
+    assert "&lt;prefers&gt;" in page and "<prefers>" not in page  # escaped
+    assert ">0.912<" in page  # scores to three decimals, right-aligned
+    for note in ("behind the sources", "coverage incomplete: memory", "more: cursor 6"):
+        assert f"<p>{note}</p>" in page
+
+
+def test_hits_health_sessions_and_events_draw_themselves() -> None:
+    hit = _hit("MEMORY.md", 0.5, "tea")
+    assert "memory search hit" in hit._repr_html_() and "MEMORY.md#L2-L3" in hit._repr_html_()
+    health = MemoryHealth(status="ready", details={"chunks": 12})
+    assert health.row() == {"status": "ready", "message": None, "chunks": 12}
+    assert ">ready<" in health._repr_html_()
+    row = SessionRow("main", "dm:alice", "0" * 8 + "-0000-0000-0000-" + "0" * 12, 3, "direct")
+    assert row.row()["revision"] == 3 and row.row()["created"] == "1970-01-01 00:00:00"
+    assert "session dm:alice" in row._repr_html_()
+    event = claw.HostEvent(
+        seq=4, kind="turn.committed", session_key="dm:alice", data={"status": "ok"}
+    )
+    assert event.row() == {
+        "seq": 4,
+        "kind": "turn.committed",
+        "session": "dm:alice",
+        "status": "ok",
+    }
+    sessions = table([row, row], caption="sessions")
+    assert len(sessions) == 2 and sessions.columns[0] == "key"
+    assert "<caption" in sessions._repr_html_()
+
+
+def test_a_table_has_a_plain_form_and_cuts_long_cells() -> None:
+    long = "word " * 200
+    shown = Table.of([{"a": 1.0, "b": None, "c": long, "d": True}], caption="t")
+    text = str(shown)
+    assert text.splitlines()[:2] == ["t", "a  b  c  d"]
+    assert text.splitlines()[2].startswith("1.000  -  word word")
+    assert text.splitlines()[2].endswith("…  yes")
+    assert repr(shown) == text
+    with pytest.raises(AttributeError):
+        shown.rows = ()  # type: ignore[misc]
+
+
+def test_memory_core_results_rank_from_their_page_offset() -> None:
+    hit = claw_memory.SearchHit(
+        chunk_id="c", path="MEMORY.md", source="memory", start_line=1, end_line=4,
+        excerpt="tea", score=0.8, text_score=0.7, vector_score=None,
+        content_hash="h", revision="r",
+    )  # fmt: skip
+    page = claw_memory.SearchResult(
+        query="tea", mode="hybrid", hits=(hit, hit), offset=6, next_offset=8, generation=3
+    )
+    assert [r["rank"] for r in page.table()] == [7, 8]
+    assert page.table().rows[0]["where"] == "MEMORY.md#L1-L4"
+    assert "more from offset 8" in page._repr_html_()
