@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck pytest clean extras
+.PHONY: demo test lint typecheck pytest clean extras notebooks
 
 # The editable install puts the checkout itself on the venv's path (a .pth line) rather
 # than setuptools' default import hook, which mypy and other static tools cannot follow:
@@ -46,6 +46,10 @@ pytest: $(BIN)/.dev-installed
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
+
+# Run the notebooks and write their outputs back (tests/test_notebooks.py checks them).
+notebooks: $(BIN)/.dev-installed
+	CLAW_UPDATE_NOTEBOOKS=1 $(BIN)/python -m pytest -q tests/test_notebooks.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
