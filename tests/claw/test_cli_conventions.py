@@ -396,3 +396,21 @@ def test_the_scan_bar_shows_the_rate_of_the_scan_itself(monkeypatch: pytest.Monk
     rate = re.search(r"([\d.]+) sources/s", scanned)
     assert rate is not None, scanned
     assert float(rate.group(1)) == pytest.approx(500.0, rel=0.01)
+
+
+def test_mcp_over_http_with_json_prints_the_listening_address_as_json(workspace: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "claw", "mcp", "--http", "127.0.0.1:0", "--token", "t",
+         "--workspace", str(workspace), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/mcp", ready["listening"]["url"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
