@@ -14,6 +14,8 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,21 @@ def _run(inspector: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@asynccontextmanager
+async def _http_server(host: claw.Host) -> AsyncIterator[str]:
+    """The host's MCP server on streamable HTTP at 127.0.0.1 (a free port): its URL."""
+    server = MemoryMcpServer(host)
+    tokens = TokenTable.from_config(host.config.gateway)
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(
+            functools.partial(server.serve_http, tokens=tokens), "127.0.0.1", 0
+        )
+        try:
+            yield url
+        finally:
+            nursery.cancel_scope.cancel()
+
+
 def _stdio(workspace: Path) -> list[str]:
     return claw_mcp_command(workspace)
 
@@ -154,12 +171,7 @@ def test_the_inspector_adds_a_memory_when_writes_are_allowed(
 async def test_the_inspector_calls_the_http_server_with_a_bearer_token(
     inspector: Path, core_host: claw.Host
 ) -> None:
-    server = MemoryMcpServer(core_host)
-    tokens = TokenTable.from_config(core_host.config.gateway)
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(
-            functools.partial(server.serve_http, tokens=tokens), "127.0.0.1", 0
-        )
+    async with _http_server(core_host) as url:
         args = [
             url,
             "--transport", "http",
@@ -183,7 +195,6 @@ async def test_the_inspector_calls_the_http_server_with_a_bearer_token(
             env=subprocess_env(),
             check=False,
         )
-        nursery.cancel_scope.cancel()
     assert done.returncode == 0, done.stderr.decode()
     status = json.loads(done.stdout)["structuredContent"]
     assert (status["providerId"], status["status"]) == ("memory-core", "ready")
@@ -209,12 +220,7 @@ async def test_the_documented_http_command_runs_as_written(
     inspector: Path, core_host: claw.Host
 ) -> None:
     (command,) = [c for c in _documented_commands() if "--transport http" in c]
-    server = MemoryMcpServer(core_host)
-    tokens = TokenTable.from_config(core_host.config.gateway)
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(
-            functools.partial(server.serve_http, tokens=tokens), "127.0.0.1", 0
-        )
+    async with _http_server(core_host) as url:
         argv = [
             url if arg == "http://127.0.0.1:8765/mcp" else arg.replace("$TOKEN", READ_TOKEN)
             for arg in shlex.split(command)
@@ -230,7 +236,6 @@ async def test_the_documented_http_command_runs_as_written(
             env=subprocess_env(),
             check=False,
         )
-        nursery.cancel_scope.cancel()
     assert done.returncode == 0, done.stderr.decode()
     listed = [tool["name"] for tool in json.loads(done.stdout)["tools"]]
     assert listed == ["memory_search", "memory_get", "memory_status"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 import mcp_types as types
@@ -28,6 +29,7 @@ from .conftest import (
 )
 
 NOTE = "The spare key is under the blue flowerpot."
+T = TypeVar("T")
 
 
 def _memory_files(workspace: Path) -> str:
@@ -176,10 +178,11 @@ async def test_claw_mcp_allow_writes_adds_over_stdio_and_the_next_search_sees_it
     assert NOTE in (workspace / added["citation"]["path"]).read_text(encoding="utf-8")
 
 
-async def test_over_http_only_a_token_with_the_write_scope_may_add(core_host: claw.Host) -> None:
-    server = MemoryMcpServer(core_host, allow_writes=True)
-    tokens = TokenTable.from_config(core_host.config.gateway)
-    results: dict[str, types.CallToolResult] = {}
+async def _as_each_token(host: claw.Host, call: Callable[[Client], Awaitable[T]]) -> dict[str, T]:
+    """``call(client)`` over HTTP as a read-token client, then as a write-token one."""
+    server = MemoryMcpServer(host, allow_writes=True)
+    tokens = TokenTable.from_config(host.config.gateway)
+    results: dict[str, T] = {}
     async with trio.open_nursery() as nursery:
         serve = functools.partial(server.serve_http, tokens=tokens)
         url = await nursery.start(serve, "127.0.0.1", 0)
@@ -187,8 +190,16 @@ async def test_over_http_only_a_token_with_the_write_scope_may_add(core_host: cl
             headers = {"Authorization": f"Bearer {token}"}
             async with httpx2.AsyncClient(headers=headers) as http:
                 async with Client(streamable_http_client(url, http_client=http)) as client:
-                    results[name] = await client.call_tool("memory_add", {"text": NOTE})
+                    results[name] = await call(client)
         nursery.cancel_scope.cancel()
+    return results
+
+
+async def test_over_http_only_a_token_with_the_write_scope_may_add(core_host: claw.Host) -> None:
+    async def add(client: Client) -> types.CallToolResult:
+        return await client.call_tool("memory_add", {"text": NOTE})
+
+    results = await _as_each_token(core_host, add)
     assert results["read"].is_error
     assert text_of(results["read"]).startswith("FORBIDDEN: ")
     assert structured(results["write"])["citation"]["path"].startswith("memory/")
@@ -198,17 +209,9 @@ async def test_over_http_only_a_token_with_the_write_scope_may_add(core_host: cl
 async def test_over_http_tools_list_shows_each_token_only_the_tools_it_may_call(
     core_host: claw.Host,
 ) -> None:
-    server = MemoryMcpServer(core_host, allow_writes=True)
-    tokens = TokenTable.from_config(core_host.config.gateway)
-    listed: dict[str, list[str]] = {}
-    async with trio.open_nursery() as nursery:
-        serve = functools.partial(server.serve_http, tokens=tokens)
-        url = await nursery.start(serve, "127.0.0.1", 0)
-        for name, token in (("read", READ_TOKEN), ("write", WRITE_TOKEN)):
-            headers = {"Authorization": f"Bearer {token}"}
-            async with httpx2.AsyncClient(headers=headers) as http:
-                async with Client(streamable_http_client(url, http_client=http)) as client:
-                    listed[name] = [tool.name for tool in (await client.list_tools()).tools]
-        nursery.cancel_scope.cancel()
+    async def names(client: Client) -> list[str]:
+        return [tool.name for tool in (await client.list_tools()).tools]
+
+    listed = await _as_each_token(core_host, names)
     assert listed["read"] == ["memory_search", "memory_get", "memory_status"]
     assert listed["write"] == [*listed["read"], "memory_add", "memory_forget"]
