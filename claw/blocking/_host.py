@@ -14,7 +14,7 @@ from .._host import SlotSelection
 from .._host import open_host as trio_open_host
 from .._local import LOCAL_SCOPES, operator_memory
 from .._plugins import Plugin
-from .._state import SessionStorage
+from ..state import SessionStorage
 from .._util import NoPublicConstructor, final
 from ..models._registry import ProviderFactory
 from ._calls import blocking, start
