@@ -10,13 +10,13 @@ import trio
 from .._bridge import HeldContext, TrioThread
 from .._config import HostConfig
 from .._host import Host as TrioHost
-from .._host import SlotSelection
 from .._host import open_host as trio_open_host
 from .._local import LOCAL_SCOPES, operator_memory
 from .._plugins import Plugin
-from ..state import SessionStorage
+from .._slots import SlotSelection
 from .._util import NoPublicConstructor, final
 from ..models._registry import ProviderFactory
+from ..state import SessionStorage
 from ._calls import Opening, awaitable, close_thread, start, wait_call
 from ._memory import Memory
 
