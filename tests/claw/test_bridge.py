@@ -144,6 +144,22 @@ def _blocked_in_result(thread_id: int) -> bool:
     return len(names) > 1 and names[0] == "wait" and "result" in names
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread, as in an interactive script.
+
+    A process started in the background by a non-interactive shell (``make test &``,
+    some CI runners) begins with SIGINT ignored, and Python then installs no handler:
+    the signal this test sends would be dropped and the wait below would never end.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_keyboard_interrupt_while_waiting_cancels_the_call(bridge: TrioThread) -> None:
     started, log = threading.Event(), []
     call = bridge.submit(_parked, started, log)
