@@ -51,7 +51,7 @@ def test_the_readme_wheel_installs_with_the_mcp_and_postgres_extras(tmp_path: Pa
     where = run(
         python,
         "-c",
-        "import claw, claw.mcp, claw.postgres, claw_memory, mcp, psycopg, psycopg_pool; "
+        "import claw, claw.mcp, claw.state.postgres, claw_memory, mcp, psycopg, psycopg_pool; "
         "print(claw.__file__)",
         cwd=tmp_path,
     )

@@ -400,7 +400,8 @@ def test_the_scan_bar_shows_the_rate_of_the_scan_itself(monkeypatch: pytest.Monk
 
 def test_mcp_over_http_with_json_prints_the_listening_address_as_json(workspace: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "claw", "mcp", "--http", "127.0.0.1:0", "--token", "t",
+        [sys.executable, "-m", "claw", "mcp", "--http", "127.0.0.1:0",
+         "--token", "json-http-token-16",
          "--workspace", str(workspace), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
