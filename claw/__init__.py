@@ -49,6 +49,7 @@ from ._events import EventLog as EventLog
 from ._events import HostEvent as HostEvent
 from ._host import Host as Host
 from ._host import open_host as open_host
+from ._input import InvalidInputError as InvalidInputError
 from ._local import LocalMemory as LocalMemory
 from ._local import load_workspace_config as load_workspace_config
 from ._local import open_memory as open_memory

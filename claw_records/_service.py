@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from claw.plugin_sdk import ConfigError, EmbeddingProvider, PluginApi
+from claw.plugin_sdk import ConfigError, EmbeddingProvider, PluginApi, check_json
 from claw.plugin_sdk.search import HashEmbedder, embed_texts, normalise_rows
 
 from . import _store
@@ -287,6 +287,9 @@ def json_metadata(value: Any, *, what: str, max_bytes: int) -> Mapping[str, Any]
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise InvalidRecordError(f"{what} must be a JSON object with string keys")
+    # claw's input rules (an InvalidInputError naming the field): PostgreSQL's jsonb
+    # holds no NUL or lone surrogate, and a deep value would fail json.dumps below.
+    check_json(value, what)
     try:
         encoded = json.dumps(dict(value), allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from claw.plugin_sdk import CapabilityDeniedError, MemoryCallerContext
+from claw.plugin_sdk import check_text as check_input_text
 
 from . import _store
 from ._errors import InvalidRecordError
@@ -55,8 +56,7 @@ def _changeable(grant: WriteGrant) -> frozenset[str] | None:
 def check_text(text: Any) -> str:
     if not isinstance(text, str) or not text.strip():
         raise InvalidRecordError("text must be non-empty text to remember")
-    if "\x00" in text:
-        raise InvalidRecordError("text must not contain NUL characters")
+    check_input_text(text, "text")  # no NUL (PostgreSQL's text holds none), no lone surrogate
     if len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
         raise InvalidRecordError(f"text is longer than {MAX_TEXT_BYTES} bytes; split it")
     return text.strip()

@@ -28,6 +28,9 @@ from .._errors import StorageError as StorageError
 from .._errors import StorageFullError as StorageFullError
 from .._errors import StorageReadOnlyError as StorageReadOnlyError
 from .._errors import UnsupportedRequestError as UnsupportedRequestError
+from .._input import InvalidInputError as InvalidInputError
+from .._input import check_json as check_json
+from .._input import check_text as check_text
 from .._plugins import ContextEngineFactoryContext as ContextEngineFactoryContext
 from .._plugins import Plugin as Plugin
 from .._plugins import PluginApi as PluginApi
