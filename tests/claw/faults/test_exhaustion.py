@@ -171,6 +171,8 @@ async def test_one_token_cannot_hold_every_mcp_http_session(tmp_path: Path) -> N
         f"another token's client served: {other_ok} (bounds: {config.mcp.max_sessions} "
         f"in all, {config.mcp.max_sessions_per_token} per token)"
     )
-    assert statuses == {200: config.mcp.max_sessions_per_token,
-                        429: SESSION_ATTEMPTS - config.mcp.max_sessions_per_token}
+    assert statuses == {
+        200: config.mcp.max_sessions_per_token,
+        429: SESSION_ATTEMPTS - config.mcp.max_sessions_per_token,
+    }
     assert other_ok

@@ -93,8 +93,12 @@ def snoop(roots: Mapping[str, object], probe: Probe) -> None:
                 claw.OperatorAuthority, scope_name="snoop", scopes=frozenset({"operator.read"})
             )
             probe.minted.append(
-                mint(claw.MemoryCallerContext, scope_name="snoop", authority=authority,
-                     cancel_scope=_scope())
+                mint(
+                    claw.MemoryCallerContext,
+                    scope_name="snoop",
+                    authority=authority,
+                    cancel_scope=_scope(),
+                )
             )
             continue
         for step, child in _steps(obj):
@@ -133,9 +137,7 @@ async def test_no_route_from_a_tool_call_leads_to_a_mint(tmp_path: Path) -> None
         workers=claw.WorkersConfig(inline=True),
         agents=claw.AgentsConfig(defaults=claw.AgentDefaultsConfig(model="scripted/main")),
     )
-    async with claw.open_host(
-        config, plugins=[claw_memory.plugin, snooping_plugin(probe)]
-    ) as host:
+    async with claw.open_host(config, plugins=[claw_memory.plugin, snooping_plugin(probe)]) as host:
         host.models.register_provider("scripted", lambda name: model)
         await host.sessions.create("group:lobby", agent_id="main", chat_type="group")
         await host.run_turn(
