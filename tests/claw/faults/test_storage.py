@@ -1,13 +1,16 @@
 """Storage failures with real mechanisms: read-only directories and full disks.
 
 A directory is made read-only by a read-only bind mount (as root; ``chmod`` otherwise),
-and a disk is full because a small ``tmpfs`` is (``tests/_storage.py``). Each failure
-must be a claw error that says what is wrong and where, and nothing acknowledged before
-it may be lost.
+and a disk is full because a small ``tmpfs`` is (``tests/_storage.py``, root only), or,
+for any user, because SQLite itself refuses to grow the database (``PRAGMA
+max_page_count``: SQLite's own ``SQLITE_FULL``, the error a full disk gives it). Each
+failure must be a claw error that says what is wrong and where, and nothing acknowledged
+before it may be lost.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import attrs
@@ -45,9 +48,7 @@ async def _search(config: claw.HostConfig) -> int:
 
 
 @pytest.mark.parametrize("when", ["before the first index", "after an index exists"])
-async def test_a_read_only_index_directory_is_named_as_read_only(
-    tmp_path: Path, when: str
-) -> None:
+async def test_a_read_only_index_directory_is_named_as_read_only(tmp_path: Path, when: str) -> None:
     config = _config(tmp_path)
     memory_dir = tmp_path / "state" / "memory"
     if when == "after an index exists":
@@ -70,6 +71,17 @@ async def test_a_read_only_index_directory_is_named_as_read_only(
 TURN_TEXT = "x" * 3000
 
 
+async def _turns_until_full(host: claw.Host, acknowledged: list[str], most: int) -> str:
+    """Run turns on ``dm:alice`` until one fails with StorageFullError (its message);
+    the text of each turn that returned is appended to ``acknowledged``."""
+    with pytest.raises(claw.StorageFullError) as info:
+        for i in range(most):
+            text = f"turn {i} {TURN_TEXT}"
+            await host.run_turn("dm:alice", UserMessage(text, sender="alice"), sender_is_owner=True)
+            acknowledged.append(text)
+    return str(info.value)
+
+
 @pytest.mark.slow
 async def test_a_full_state_directory_is_named_and_loses_no_acknowledged_turn(
     tmp_path: Path,
@@ -89,14 +101,7 @@ async def test_a_full_state_directory_is_named_and_loses_no_acknowledged_turn(
         async with claw.open_host(config) as host:
             host.models.register_provider("scripted", lambda name: model)
             await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
-            with pytest.raises(claw.StorageFullError) as info:
-                for i in range(2000):
-                    text = f"turn {i} {TURN_TEXT}"
-                    await host.run_turn(
-                        "dm:alice", UserMessage(text, sender="alice"), sender_is_owner=True
-                    )
-                    acknowledged.append(text)
-        message = str(info.value)
+            message = await _turns_until_full(host, acknowledged, 2000)
         assert str(state) in message and "is full" in message
         assert "database" in message and not message.startswith("database or disk is full")
         assert len(acknowledged) > 5
@@ -121,3 +126,90 @@ async def test_a_full_state_directory_is_named_and_loses_no_acknowledged_turn(
             f"\nfull disk: {len(acknowledged)} turns acknowledged before the disk filled, "
             f"all {len(acknowledged)} there after it had room; failure: {message[:120]}"
         )
+
+
+def _stop_growing(conn: sqlite3.Connection, room: int) -> int:
+    """Let the database ``conn`` holds grow by ``room`` pages and no more: a write that
+    needs another fails inside SQLite with ``SQLITE_FULL`` ("database or disk is full")."""
+    pages = int(conn.execute("PRAGMA page_count").fetchone()[0]) + room
+    assert int(conn.execute(f"PRAGMA max_page_count = {pages}").fetchone()[0]) == pages
+    return pages
+
+
+def _grow_again(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA max_page_count = 4294967294")
+
+
+def _turns_config(tmp_path: Path) -> claw.HostConfig:
+    return attrs.evolve(
+        _config(tmp_path),
+        agents=claw.AgentsConfig(defaults=claw.AgentDefaultsConfig(model="scripted/main")),
+        plugins=claw.PluginsConfig(discover=False),
+    )
+
+
+async def _said(host: claw.Host, key: str) -> list[str]:
+    row = host.sessions.get_nowait(key)
+    assert row is not None
+    messages = await host.transcripts.visible_messages(row.session_id)
+    return [m.text for m in messages if isinstance(m, UserMessage)]
+
+
+async def test_a_full_transcript_database_loses_no_acknowledged_turn(tmp_path: Path) -> None:
+    """Any user, no mount: the transcript database may not grow (SQLite answers
+    ``SQLITE_FULL`` as it does on a full disk). Turns run until one fails: it is a
+    StorageFullError naming the database, every turn acknowledged before it is there
+    once (before and after the host reopens), and the session goes on once there is
+    room again."""
+    config = _turns_config(tmp_path)
+    model = ScriptedModel(["noted"] * 500)
+    acknowledged: list[str] = []
+    async with claw.open_host(config) as host:
+        host.models.register_provider("scripted", lambda name: model)
+        await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+        for i in range(3):
+            text = f"before {i} {TURN_TEXT}"
+            await host.run_turn("dm:alice", UserMessage(text, sender="alice"), sender_is_owner=True)
+            acknowledged.append(text)
+        conn = host.transcripts._conn  # type: ignore[attr-defined]
+        pages = _stop_growing(conn, room=12)
+        message = await _turns_until_full(host, acknowledged, 200)
+        assert "transcripts.sqlite3" in message and "is full" in message, message
+        assert len(acknowledged) > 4  # some turns fitted in the room left
+        said = await _said(host, "dm:alice")
+        assert [said.count(text) for text in acknowledged] == [1] * len(acknowledged)
+        _grow_again(conn)
+        await host.run_turn(
+            "dm:alice", UserMessage("room again", sender="alice"), sender_is_owner=True
+        )
+    async with claw.open_host(config) as host:
+        said = await _said(host, "dm:alice")
+        assert [said.count(text) for text in acknowledged] == [1] * len(acknowledged)
+        assert said.count("room again") == 1
+    print(
+        f"\nfull transcript database (SQLite's limit at {pages} pages): "
+        f"{len(acknowledged)} turns acknowledged, all there after reopening; "
+        f"failure: {message[:100]}"
+    )
+
+
+async def test_a_full_session_database_loses_no_acknowledged_session(tmp_path: Path) -> None:
+    """The same for the session database: sessions are created until one cannot be; it
+    is a StorageFullError naming the database, and every session created before it is
+    there after the host reopens."""
+    config = _turns_config(tmp_path)
+    created: list[str] = []
+    async with claw.open_host(config) as host:
+        conn = host.sessions._conn  # type: ignore[attr-defined]
+        _stop_growing(conn, room=4)
+        with pytest.raises(claw.StorageFullError) as info:
+            for i in range(5000):
+                key = f"dm:user-{i}-{'x' * 200}"
+                await host.sessions.create(key, agent_id="main", chat_type="direct")
+                created.append(key)
+        message = str(info.value)
+        assert "sessions.sqlite3" in message and "is full" in message, message
+        _grow_again(conn)
+    async with claw.open_host(config) as host:
+        keys = {row.session_key for row in await host.sessions.list()}
+        assert created and [key for key in created if key not in keys] == []
