@@ -55,7 +55,7 @@ from claw_testing import (
     ScriptedReply,
 )
 
-from ._reach import find_minting_power, reaches, walk_count
+from ._reach import find_minting_power, reaches, walk_count, walk_routes
 
 
 @attrs.define
@@ -303,8 +303,17 @@ async def test_no_plugin_object_reaches_the_host_a_registry_or_a_mint_function(
     snooped: Snooped,
 ) -> None:
     found = find_minting_power(snooped.objects)
+    routes = walk_routes(snooped.objects.values())
+    print(
+        f"\nreach: {len(snooped.objects)} objects a plugin received, {routes['objects']} "
+        f"objects walked; steps tried: {dict(sorted(routes.items()))}; paths to the host, a "
+        f"registry, a scope or a mint: {len(found)}"
+    )
     assert found == [], "\n".join(found)
     assert snooped.register_time_paths == []
+    # The walk tried the routes issue 25 named, not only attributes.
+    assert routes["weak references listed (getweakrefs)"] > 0
+    assert routes["weak reference callbacks"] > 0
 
 
 async def test_a_facet_kept_after_loading_no_longer_holds_the_plugin_registry(
