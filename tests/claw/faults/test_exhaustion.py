@@ -176,3 +176,44 @@ async def test_one_token_cannot_hold_every_mcp_http_session(tmp_path: Path) -> N
         429: SESSION_ATTEMPTS - config.mcp.max_sessions_per_token,
     }
     assert other_ok
+
+
+MCP_HONEST_CLIENTS = 20
+
+
+@pytest.mark.slow
+async def test_a_flood_of_silent_sockets_cannot_keep_mcp_http_clients_out(
+    tmp_path: Path,
+) -> None:
+    """The same flood against ``claw mcp --http``: it counts no connections, and a socket
+    that sends no request is closed after hypercorn's keep-alive timeout (5 s), so the
+    flood must keep reopening; every SDK client gets its session and its answer."""
+    config = mcp_fixtures.host_config(tmp_path)
+    served = 0
+    async with (
+        claw.open_host(config, plugins=[claw_memory.plugin]) as host,
+        trio.open_nursery() as nursery,
+    ):
+        server = MemoryMcpServer(host)
+        serve = functools.partial(
+            server.serve_http, tokens=TokenTable.from_config(host.config.gateway)
+        )
+        url = await nursery.start(serve, "127.0.0.1", 0)
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        sdk = {"Authorization": f"Bearer {mcp_fixtures.READ_TOKEN}"}
+        with trio.fail_after(120):
+            async with silent_socket_flood(port, FLOOD_SOCKETS) as flood:
+                for _ in range(MCP_HONEST_CLIENTS):
+                    async with (
+                        httpx2.AsyncClient(headers=sdk) as http,
+                        Client(streamable_http_client(url, http_client=http)) as client,
+                    ):
+                        served += not (await client.call_tool("memory_status", {})).is_error
+        nursery.cancel_scope.cancel()
+    print(
+        f"\nmcp flood: {FLOOD_SOCKETS} silent sockets, {flood.opened} opened, {flood.dropped} "
+        f"dropped by the server, {flood.refused} refused; SDK clients served {served} of "
+        f"{MCP_HONEST_CLIENTS}"
+    )
+    assert served == MCP_HONEST_CLIENTS
+    assert flood.refused == 0
