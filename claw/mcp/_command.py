@@ -52,18 +52,19 @@ def parse_bind(value: str) -> tuple[str, int]:
 
 def http_tokens(
     config: HostConfig, token: str | None, err: TextIO, *, token_file: str | None = None
-) -> TokenTable:
+) -> tuple[TokenTable, str | None]:
     """The token table for HTTP: the given token (or file), else the environment's, else
-    the config's."""
+    the config's; else one generated for this run, returned second (else ``None``)."""
     gateway = config.gateway
     token = choose_token(token, token_file, os.environ) or gateway.token
+    generated: str | None = None
     if token is None and not gateway.tokens:
-        token = secrets.token_urlsafe(24)
+        token = generated = secrets.token_urlsafe(24)
         err.write(f"claw: no token configured; generated one for this run: {token}\n")
         err.flush()
     if token is not None:
         gateway = attrs.evolve(gateway, token=token)
-    return TokenTable.from_config(gateway)
+    return TokenTable.from_config(gateway), generated
 
 
 async def run_mcp(
@@ -80,11 +81,13 @@ async def run_mcp(
 ) -> int:
     """Serve until stdin closes (stdio) or until SIGINT/SIGTERM (HTTP); the exit code.
 
-    ``json``: over HTTP, the ready line is ``{"listening": {"url": ...}}`` (stdio has no
-    line of its own: stdout is the protocol)."""
+    ``json``: over HTTP, as ``claw serve --json``: the ready line is
+    ``{"listening": {"url": ...}}`` (with ``generatedToken`` when no token was configured)
+    and the last ``{"stopped": {"signal": N}}``; stdio has no line of its own: stdout is
+    the protocol."""
     bind = parse_bind(http) if http is not None else None
-    tokens = (
-        http_tokens(config, token, err, token_file=token_file) if bind is not None else None
+    tokens, generated = (
+        http_tokens(config, token, err, token_file=token_file) if bind is not None else (None, None)
     )
     async with open_host(config) as host:
         server = MemoryMcpServer(host, agent_id=agent, allow_writes=allow_writes)
@@ -101,12 +104,18 @@ async def run_mcp(
                 serve = functools.partial(server.serve_http, tokens=tokens)
                 url = await nursery.start(serve, bind[0], bind[1])
                 if json:
-                    out.write(_json.dumps({"listening": {"url": url}}) + "\n")
+                    ready: dict[str, str] = {"url": url}
+                    if generated is not None:
+                        ready["generatedToken"] = generated
+                    out.write(_json.dumps({"listening": ready}) + "\n")
                 else:
                     out.write(f"claw mcp listening on {url}\n")
                 out.flush()
                 async for signum in received:
                     err.write(f"claw: stopped by signal {signum}\n")
+                    if json:
+                        out.write(_json.dumps({"stopped": {"signal": signum}}) + "\n")
+                        out.flush()
                     nursery.cancel_scope.cancel()
                     break
     return 0

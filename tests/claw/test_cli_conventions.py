@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
 import signal
 import socket
@@ -398,20 +399,32 @@ def test_the_scan_bar_shows_the_rate_of_the_scan_itself(monkeypatch: pytest.Monk
     assert float(rate.group(1)) == pytest.approx(500.0, rel=0.01)
 
 
-def test_mcp_over_http_with_json_prints_the_listening_address_as_json(workspace: Path) -> None:
+@pytest.mark.parametrize("token", ["given", "generated"])
+def test_mcp_over_http_with_json_prints_the_listening_address_as_json(
+    workspace: Path, token: str
+) -> None:
+    """As ``claw serve --json``: the ready line (with the token it generated, if it did)
+    and a last line saying which signal stopped it."""
+    env = {k: v for k, v in os.environ.items() if k != "CLAW_GATEWAY_TOKEN"}
+    given = ["--token", "json-http-token-16"] if token == "given" else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "claw", "mcp", "--http", "127.0.0.1:0",
-         "--token", "json-http-token-16",
+        [sys.executable, "-m", "claw", "mcp", "--http", "127.0.0.1:0", *given,
          "--workspace", str(workspace), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )  # fmt: skip
     try:
         assert proc.stdout is not None
         ready = json.loads(proc.stdout.readline())
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/mcp", ready["listening"]["url"])
+        if token == "given":
+            assert "generatedToken" not in ready["listening"]
+        else:
+            assert len(ready["listening"]["generatedToken"]) >= 16
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
+    assert json.loads(out.strip().splitlines()[-1]) == {"stopped": {"signal": signal.SIGTERM}}
