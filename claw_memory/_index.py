@@ -62,6 +62,7 @@ from ._repair import set_aside_corrupt_database
 from ._schedule import RankScheduler
 from ._search import Searcher, SearchPage, search_hit
 from ._settings import MemoryCoreSettings, SearchMode, SourceKind
+from ._sources import MEMORY_CHUNKING
 from ._store import SCHEMA_VERSION, Store
 from ._sync import Syncer, SyncProgress
 from ._transcripts import TranscriptSource
@@ -88,6 +89,7 @@ def _identity(settings: MemoryCoreSettings, embedder: EmbeddingProvider | None) 
         {
             "schema": SCHEMA_VERSION,
             "lexical_document": DOCUMENT_VERSION,
+            "memory_chunks": MEMORY_CHUNKING,
             "provider": None if embedder is None else embedder.id,
             "model": None if embedder is None else embedder.model,
             "dims": None if embedder is None else embedder.dims,

@@ -544,12 +544,13 @@ def rank(
     # Analysed once: the first stage's query and the second stage's coverage use them.
     query_terms = lexical.query_terms(query) if use_text and lexical is not None else []
     if use_text and gen.searcher is not None and lexical is not None:
-        # Only transcript chunks have context and speaker fields: without any, their
-        # clauses could match nothing and are left out.
+        # Only transcript chunks have speaker, date and far-context fields: without
+        # any, their clauses could match nothing and are left out. The context field
+        # holds a turn's neighbours, or the headings a memory-file entry lies under.
         turns = "sessions" in gen.sources_present
         q = lexical.build_query(
             query,
-            context_boost=params.context_boost if turns else 0.0,
+            context_boost=params.context_boost,
             far_context_boost=params.far_context_boost if turns else 0.0,
             speaker_boost=params.speaker_boost if turns else 0.0,
             date_boost=params.date_boost if turns else 0.0,

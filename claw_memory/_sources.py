@@ -14,8 +14,9 @@ from pathlib import Path
 
 import attrs
 
-from claw.plugin_sdk.search import chunk_id_for, chunk_key, line_windows, sha256_hex, split_lines
+from claw.plugin_sdk.search import chunk_id_for, chunk_key, entry_windows, sha256_hex, split_lines
 
+from ._lexical import LexicalContext
 from ._records import ChunkRecord, PreparedChunk
 
 ROOT_FILES = ("MEMORY.md", "memory.md", "DREAMS.md", "USER.md")
@@ -184,6 +185,11 @@ def read_source(entry: FileEntry, max_bytes: int) -> ReadOutcome:
     return ReadOutcome(text, sha256_hex(data), None)
 
 
+#: How memory files are cut into chunks (part of the index identity: a change rebuilds
+#: the index on the next open). ``entries``: an entry at a time (:func:`entry_windows`).
+MEMORY_CHUNKING = "entries/1"
+
+
 def prepare_file_chunks(
     vpath: str,
     text: str,
@@ -194,11 +200,14 @@ def prepare_file_chunks(
     chars_per_token: int,
     tombstones: frozenset[str] | set[str],
 ) -> list[PreparedChunk]:
-    """Chunk one memory file; whitespace-only windows and tombstoned chunks are dropped."""
+    """Chunk one memory file an entry at a time (:func:`entry_windows`: each list item,
+    paragraph, table or code block, cut into windows when longer than ``max_tokens``),
+    each with the headings it lies under as lexical context; whitespace-only windows
+    and tombstoned chunks are dropped."""
     prov = f"memory:{vpath}"
     out: list[PreparedChunk] = []
     seen: dict[str, int] = {}
-    windows = line_windows(
+    windows = entry_windows(
         split_lines(text),
         max_tokens=max_tokens,
         overlap_tokens=overlap_tokens,
@@ -225,7 +234,10 @@ def prepare_file_chunks(
             revision=file_hash,
             text=w.text,
         )
+        context = LexicalContext(near=w.context).encode() if w.context else ""
         out.append(
-            PreparedChunk(record=record, context="", embed_text=w.text, embed_hash=content_hash)
+            PreparedChunk(
+                record=record, context=context, embed_text=w.text, embed_hash=content_hash
+            )
         )
     return out

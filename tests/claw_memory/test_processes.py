@@ -204,7 +204,7 @@ def _is_mapped(array: object) -> bool:
 async def test_every_open_index_maps_the_published_matrix_instead_of_copying_it(
     workspace: Path, index_dir: Path
 ) -> None:
-    (workspace / "MEMORY.md").write_text("heron\n\nplover")
+    (workspace / "MEMORY.md").write_text("heron\nplover")
     async with _open(workspace, index_dir, MemoryCoreSettings(min_score=0.0)) as writer:
         async with _open(workspace, index_dir) as reader:
             for index in (writer, reader):

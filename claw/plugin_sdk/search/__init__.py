@@ -20,6 +20,8 @@ from ._embedding_input import check_output as check_output
 from ._embedding_input import combine_pieces as combine_pieces
 from ._embedding_input import embed_texts as embed_texts
 from ._embedding_input import plan_pieces as plan_pieces
+from ._entries import entry_windows as entry_windows
+from ._entries import markdown_entries as markdown_entries
 from ._hash_embedder import HashEmbedder as HashEmbedder
 from ._hash_embedder import stem as stem
 from ._http_embedder import OpenAIEmbedder as OpenAIEmbedder

@@ -78,12 +78,15 @@ class LineWindow:
 
     ``text`` is the window's text. For a single line longer than the chunk budget, the
     line is cut into several windows with ``start == end`` and ``part`` counting up.
+    ``context`` is what the window lies under, where the chunker knows it (a memory
+    file's headings: :func:`~._entries.entry_windows`).
     """
 
     start: int
     end: int
     text: str
     part: int = 0
+    context: str = ""
 
 
 def split_lines(text: str) -> list[str]:
