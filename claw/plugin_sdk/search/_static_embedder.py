@@ -1,14 +1,17 @@
 """The semantic default embedder: static token vectors distilled from MiniLM, numpy only.
 
 A text's vector is the mean of the vectors of its WordPiece tokens, looked up in a
-table that ships with claw (``claw/_data/static_minilm.npz``, about 8 MB). The table
-was distilled from all-MiniLM-L6-v2 (:mod:`._distil` rebuilds it from the model's
+table that ships with claw (``claw/_data/static_minilm.npz``, 6.7 MB), less the
+direction every text's mean shares (the table's common component). The table was
+distilled from all-MiniLM-L6-v2 (:mod:`._distil` rebuilds it from the model's
 packaged weights): every token of MiniLM's vocabulary was passed through the model on
 its own, its output mean-pooled, the vectors centred and rotated onto their principal
-axes, and each token weighted down the more common it is. What the model learnt
-about meaning stays in the vectors ("deploy" lies near "ship" and "release",
-"prod" near "production"), what a transformer adds by reading words in context
-does not: word order, negation and sense by context are lost.
+axes, and each token weighted down the more common it is (punctuation and function
+words to nothing). What the model learnt about single words stays in the vectors
+("servers" lies near "cloud", "expenses" near "spend"); what a transformer adds by
+reading words in context does not: word order, negation and sense by context are
+lost, and a word the vocabulary lacks is the mean of its pieces ("prod" is ``pro`` and
+``##d``, nowhere near "production").
 
 Why static and not the transformer itself: MiniLM costs about 21 MFLOP a token, so
 embedding 10,000 chunks of 400 tokens is about 80 TFLOP, many minutes on two cores;
@@ -51,6 +54,11 @@ class StaticTable:
     tokenizer: WordPiece
     vectors: npt.NDArray[np.float32]
     meta: dict[str, Any]
+    #: Unit vectors (``k x dims``) every text's vector is cleared of: the direction
+    #: that all texts share (see :mod:`._distil`); empty for a table without one.
+    common: npt.NDArray[np.float32] = attrs.field(
+        factory=lambda: np.zeros((0, 0), dtype=np.float32)
+    )
 
     @property
     def dims(self) -> int:
@@ -59,7 +67,8 @@ class StaticTable:
     @classmethod
     def load(cls, path: Path) -> StaticTable:
         """Read a table file (a zip of ``meta.json``, ``vocab.txt`` and ``vectors.npy``
-        holding int8 rows, with ``scales.npy``: one float32 scale per row)."""
+        holding int8 rows, with ``scales.npy``: one float32 scale per row, and
+        optionally ``common.npy``: the common component)."""
         with zipfile.ZipFile(path) as z:
             meta = json.loads(z.read("meta.json"))
             if meta.get("format") != TABLE_FORMAT:
@@ -67,10 +76,17 @@ class StaticTable:
             vocab = z.read("vocab.txt").decode("utf-8").split("\n")
             rows = np.load(io.BytesIO(z.read("vectors.npy")), allow_pickle=False)
             scales = np.load(io.BytesIO(z.read("scales.npy")), allow_pickle=False)
+            common = (
+                np.load(io.BytesIO(z.read("common.npy")), allow_pickle=False)
+                if "common.npy" in z.namelist()
+                else np.zeros((0, rows.shape[1]), dtype=np.float32)
+            )
         if rows.shape[0] != len(vocab) or scales.shape != (len(vocab),):
             raise ValueError(f"{path}: {len(vocab)} tokens but {rows.shape[0]} vectors")
+        if common.ndim != 2 or common.shape[1] != rows.shape[1]:
+            raise ValueError(f"{path}: the common component is not {rows.shape[1]}-dimensional")
         vectors = (rows.astype(np.float32) * scales[:, None]).astype(np.float32)
-        return cls(str(meta["name"]), WordPiece(vocab), vectors, meta)
+        return cls(str(meta["name"]), WordPiece(vocab), vectors, meta, common.astype(np.float32))
 
 
 @functools.cache
@@ -141,6 +157,9 @@ class StaticEmbedder:
                     flush()
         if ids:
             flush()
+        common = table.common
+        if common.size:
+            out -= (out @ common.T) @ common
         return normalise_rows(out)
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:

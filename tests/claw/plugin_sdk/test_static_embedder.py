@@ -166,7 +166,36 @@ def test_distillation_is_deterministic_and_gives_a_loadable_table(tmp_path: Path
     assert first.read_bytes() == second.read_bytes()
     table = StaticTable.load(first)
     assert (table.name, table.dims) == ("static-tiny-4", 4)
-    # Special tokens and function words embed as nothing; other tokens as something.
-    assert not table.vectors[VOCAB.index("[CLS]")].any()
-    assert not table.vectors[VOCAB.index("the")].any()
+    # Special tokens, punctuation and function words embed as nothing; other tokens as
+    # something.
+    for token in ("[CLS]", "the", ",", "!", "_"):
+        assert not table.vectors[VOCAB.index(token)].any(), token
     assert table.vectors[VOCAB.index("ship")].any()
+    # The table carries its common component, a unit vector, and no text keeps any of it.
+    assert table.common.shape == (1, 4)
+    assert float(np.linalg.norm(table.common)) == pytest.approx(1.0, abs=1e-6)
+    vectors = StaticEmbedder(table=table).embed_sync(["ship the cats", "deploy prod", "cafe"])
+    np.testing.assert_allclose(vectors @ table.common.T, 0.0, atol=1e-5)
+
+
+def test_removing_the_common_component_parts_texts_that_only_share_it(tmp_path: Path) -> None:
+    """Two texts whose vectors differ only off a shared direction are near alike with
+    it, and far apart once it is removed."""
+    rows = np.zeros((len(VOCAB), 3), np.float32)
+    rows[VOCAB.index("ship")] = [3.0, 1.0, 0.0]
+    rows[VOCAB.index("cat")] = [3.0, 0.0, 1.0]
+    common = np.array([[1.0, 0.0, 0.0]], np.float32)
+    plain, cleared = tmp_path / "plain.npz", tmp_path / "cleared.npz"
+    _distil.write_table(plain, "p", VOCAB, rows, {})
+    _distil.write_table(cleared, "c", VOCAB, rows, {}, common=common)
+    for path, expected in ((plain, 0.9), (cleared, 0.0)):
+        a, b = StaticEmbedder(table=StaticTable.load(path)).embed_sync(["ship", "cat"])
+        assert float(a @ b) == pytest.approx(expected, abs=1e-2), path.name
+
+
+def test_a_common_component_of_the_wrong_width_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.npz"
+    rows = np.ones((len(VOCAB), 3), np.float32)
+    _distil.write_table(path, "x", VOCAB, rows, {}, common=np.ones((1, 2), np.float32))
+    with pytest.raises(ValueError, match="common component"):
+        StaticTable.load(path)
