@@ -75,6 +75,9 @@ class RankParams:
     echo_weight: float = 1.0
     #: See :func:`approximate`; ``None`` is :data:`APPROXIMATE_ROWS`.
     approximate_rows: int | None = None
+    #: The embedder's ``(floor, match)`` cosines (:func:`meaning_scores`); ``None``:
+    #: a hit's vector counts only through fusion.
+    similarity: tuple[float, float] | None = None
 
 
 @attrs.frozen
@@ -456,6 +459,27 @@ def priors(
     return out
 
 
+def meaning_scores(
+    cosines: npt.NDArray[np.float64], floor: float, match: float
+) -> npt.NDArray[np.float64]:
+    """What each of ``cosines`` says alone, on the scale of a fused score: 0 up to
+    ``floor`` (the cosine an unrelated text reaches), 0.5 at ``match`` (the cosine
+    from which a text is about the query), rising linearly between and on to 1 at 1.
+
+    Fusion gives the vector side a small weight (it ranks texts BM25 cannot tell
+    apart), so a hit found by meaning alone, sharing no word with the query, fused to
+    a tenth of its cosine and fell below any sensible ``min_score``: the paraphrases
+    the embedder exists to find were cut. When no candidate shares a word with the
+    query, a hit scores the larger of its fused score and this, so a strong match by
+    meaning passes ``min_score`` on its own, while a query about nothing in the index
+    still finds nothing.
+    """
+    rising = 0.5 * (cosines - floor) / (match - floor)
+    beyond = 0.5 + 0.5 * (cosines - match) / (1.0 - match)
+    out: npt.NDArray[np.float64] = np.clip(np.where(cosines < match, rising, beyond), 0.0, 1.0)
+    return out
+
+
 def _words(text: str) -> frozenset[str]:
     return frozenset(w.lower() for w in _WORD.findall(text))
 
@@ -632,6 +656,17 @@ def rank(
                 total += params.when_weight
             # Still 0..1: a candidate covering the query everywhere keeps its score.
             scores = (scores + bonus) / total
+    if (
+        params.mode == "hybrid"
+        and not text_scores
+        and v_arr is not None
+        and params.similarity is not None
+    ):
+        # Nothing shares a word with the query: every candidate is a match by meaning
+        # alone, scored by what its cosine says (a query with lexical matches keeps
+        # the fused order: on both benchmarks' tuning splits, letting strong cosines
+        # outrank weak lexical matches cost turn recall@10 0.03 on LoCoMo).
+        scores = np.maximum(scores, meaning_scores(v_arr, *params.similarity))
     if (
         (params.assistant_weight != 1.0 or params.echo_weight != 1.0)
         and len(rows)

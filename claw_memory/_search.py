@@ -80,10 +80,12 @@ def _rank_params(
     for the index's life: gathered once, not on every search. (A partial of
     :class:`RankParams`, so the type checker sees every field it fills.)"""
     vector_weight, text_weight = settings.fusion_weights(embedder)
+    similarity = settings.similarity_calibration(embedder)
     return functools.partial(
         RankParams,
         vector_weight=vector_weight,
         text_weight=text_weight,
+        similarity=similarity,
         context_boost=settings.context_boost,
         far_context_boost=settings.far_context_boost,
         speaker_boost=settings.speaker_boost,

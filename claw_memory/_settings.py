@@ -56,6 +56,13 @@ class MemoryCoreSettings:
     # the hash embedder (lexical overlap, like BM25) 0.758 at 0.7/0.3, 0.784 at 0.3/0.7.
     vector_weight: float | None = None
     text_weight: float | None = None
+    # What a cosine means alone (_ranking.meaning_scores): the cosine below which a
+    # text is taken to be unrelated to the query, and the one from which it is taken
+    # to be about it. ``None`` takes the embedder's own (``similarity_floor`` and
+    # ``similarity_match`` attributes, as claw-static has); without either a hit
+    # found only by its vector scores what hybrid fusion gives it.
+    similarity_floor: float | None = None
+    similarity_match: float | None = None
     context_boost: float = 0.8
     far_context_boost: float = 0.4
     speaker_boost: float = 1.0
@@ -166,10 +173,22 @@ class MemoryCoreSettings:
             "mmr_lambda",
             "assistant_weight",
             "echo_weight",
+            "similarity_floor",
+            "similarity_match",
         ):
             value = getattr(self, name)
             if value is not None:
                 _unit(name, value)
+        if (
+            self.similarity_floor is not None
+            and self.similarity_match is not None
+            and not self.similarity_floor < self.similarity_match < 1.0
+        ):
+            raise ConfigError(
+                "memory_core.similarity_match",
+                "must lie above similarity_floor and below 1",
+                value=self.similarity_match,
+            )
         if (
             self.vector_weight is not None
             and self.text_weight is not None
@@ -205,6 +224,20 @@ class MemoryCoreSettings:
                     f"memory_core.{name}", f"must not be negative, got {value!r}", value=value
                 )
 
+    def similarity_calibration(self, embedder: object | None) -> tuple[float, float] | None:
+        """``(floor, match)`` cosines of :attr:`similarity_floor` and
+        :attr:`similarity_match`, each unset one the embedder's own; ``None`` when
+        either is still unknown (the vector side alone then never outweighs fusion)."""
+        floor = self.similarity_floor
+        match = self.similarity_match
+        if floor is None:
+            floor = _hint(embedder, "similarity_floor")
+        if match is None:
+            match = _hint(embedder, "similarity_match")
+        if floor is None or match is None or not 0.0 <= floor < match < 1.0:
+            return None
+        return floor, match
+
     def fusion_weights(self, embedder: object | None) -> tuple[float, float]:
         """``(vector, text)`` weights of hybrid ranking with ``embedder``.
 
@@ -220,3 +253,8 @@ class MemoryCoreSettings:
         hint = getattr(embedder, "fusion_vector_weight", None)
         v = float(hint) if isinstance(hint, int | float) and 0.0 < hint <= 1.0 else 0.5
         return v, 1.0 - v
+
+
+def _hint(embedder: object | None, name: str) -> float | None:
+    value = getattr(embedder, name, None)
+    return float(value) if isinstance(value, int | float) and 0.0 <= value < 1.0 else None

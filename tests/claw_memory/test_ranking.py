@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from claw.plugin_sdk import InlineWorkerPool
+from claw.plugin_sdk import ConfigError, InlineWorkerPool
 from claw.plugin_sdk.search import HashEmbedder, has_cjk, is_cjk, lexical_search
 from claw_memory._index import open_memory_index
-from claw_memory._ranking import narrow_filter, top_k
+from claw_memory._ranking import meaning_scores, narrow_filter, top_k
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._types import SearchFilter
 
@@ -240,3 +240,45 @@ async def test_ranking_reads_the_records_of_tied_candidates_only(
         hits = (await index.search("kiwi", mode="lexical", max_results=10)).hits
         assert [h.path for h in hits] == ["memory/c.md", "memory/b.md", "memory/a.md"]
         assert len(reads) == len(hits)
+
+
+def test_a_cosine_alone_scores_nothing_to_its_floor_and_half_at_its_match() -> None:
+    cos = np.array([-0.5, 0.0, 0.25, 0.325, 0.4, 0.7, 1.0])
+    out = meaning_scores(cos, 0.25, 0.4)
+    np.testing.assert_allclose(out, [0.0, 0.0, 0.0, 0.25, 0.5, 0.75, 1.0], atol=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(0.0, 0.9),
+    st.floats(0.01, 0.99),
+    st.lists(st.floats(-1.0, 1.0), min_size=2, max_size=20),
+)
+def test_a_cosine_alone_is_monotone_and_within_zero_and_one(
+    floor: float, gap: float, cosines: list[float]
+) -> None:
+    match = floor + gap * (1.0 - floor)
+    if not floor < match < 1.0:
+        return
+    ordered = np.sort(np.array(cosines))
+    out = meaning_scores(ordered, floor, match)
+    assert (np.diff(out) >= -1e-12).all()
+    assert ((out >= 0.0) & (out <= 1.0)).all()
+
+
+def test_the_similarity_calibration_comes_from_the_settings_or_the_embedder() -> None:
+    class Calibrated:
+        similarity_floor = 0.2
+        similarity_match = 0.5
+
+    assert MemoryCoreSettings().similarity_calibration(Calibrated()) == (0.2, 0.5)
+    assert MemoryCoreSettings(similarity_match=0.6).similarity_calibration(Calibrated()) == (
+        0.2,
+        0.6,
+    )
+    # An embedder without one (hash, HTTP, a plugin's) gets none: fusion alone decides.
+    assert MemoryCoreSettings().similarity_calibration(HashEmbedder()) is None
+    assert MemoryCoreSettings().similarity_calibration(None) is None
+    with pytest.raises(ConfigError, match="similarity_floor"):
+        MemoryCoreSettings(similarity_floor=0.5, similarity_match=0.4)
+

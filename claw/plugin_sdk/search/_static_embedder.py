@@ -118,6 +118,10 @@ class StaticEmbedder:
     # 0.838 and 0.550 / 0.900). Context-free token vectors blur which turn holds the
     # answer; at 0.2 they still decide between texts BM25 cannot tell apart.
     fusion_vector_weight: float = 0.2
+    # What a cosine means alone (claw_memory's ranking: a hit found by meaning only
+    # scores 0 up to the floor, 0.5 at the match cosine).
+    similarity_floor: float = 0.25
+    similarity_match: float = 0.40
 
     def _table(self) -> StaticTable:
         return self.table if self.table is not None else packaged_table()
