@@ -584,6 +584,27 @@ class Generation:
             )
         return found.get(row, ((), ()))
 
+    def rows_of_agent(self, code: int) -> npt.NDArray[np.intp]:
+        """The rows (dead ones included, ascending) whose agent is ``code`` of
+        :attr:`agent_index` (``-1``: rows without an agent, memory-file chunks among
+        them). Found by one scan of the agent column on first use, then kept: a
+        search filtered to one agent reads that agent's rows only."""
+        found: dict[int, npt.NDArray[np.intp]] = self._memo.setdefault("agent_rows", {})
+        rows = found.get(code)
+        if rows is None:
+            rows = found[code] = np.flatnonzero(self.agent_codes == code)
+            rows.setflags(write=False)
+        return rows
+
+    def memory_rows(self) -> npt.NDArray[np.intp]:
+        """The rows (dead ones included, ascending) that are not transcript turns,
+        found once."""
+        rows: npt.NDArray[np.intp] | None = self._memo.get("memory_rows")
+        if rows is None:
+            rows = self._memo["memory_rows"] = np.flatnonzero(~self.is_session)
+            rows.setflags(write=False)
+        return rows
+
     def rows_terms(
         self, rows: Sequence[int], analyse: Callable[[int], Iterable[str]]
     ) -> list[frozenset[str]]:

@@ -200,6 +200,55 @@ def _filter_mask(gen: Generation, f: SearchFilter) -> npt.NDArray[np.bool_] | No
     return mask
 
 
+# A filter that lets a search reach at most this share of a generation's rows has its
+# vector stage read those rows only (:func:`reachable_rows`); a wider one scores every
+# row and masks, which costs less than gathering most of the matrix.
+REACH_SHARE = 0.25
+
+
+def reachable_rows(gen: Generation, f: SearchFilter) -> npt.NDArray[np.intp] | None:
+    """The live rows a search filtered by ``f`` (already narrowed by
+    :func:`narrow_filter`) can reach, ascending, when its agent filter leaves at most
+    :data:`REACH_SHARE` of ``gen``'s rows; else ``None``.
+
+    An index holding many agents' transcripts (a host's, Memory Records' per-host
+    index) is searched one agent at a time: found from the generation's per-agent
+    rows (:meth:`~._generation.Generation.rows_of_agent`), the search costs that
+    agent's share of the index instead of a cosine for every row and a mask over
+    all of them. Memory-file chunks pass agent filters, as everywhere.
+    """
+    if f.agent_ids is None:
+        return None
+    parts: list[npt.NDArray[np.intp]] = []
+    if f.sources is None or "memory" in f.sources:
+        parts.append(gen.memory_rows())
+    if f.sources is None or "sessions" in f.sources:
+        for agent in f.agent_ids:
+            code = gen.agent_index.get(agent)
+            if code is not None:
+                parts.append(gen.rows_of_agent(code))
+    n = len(gen.records)
+    if sum(len(p) for p in parts) > REACH_SHARE * n:
+        return None
+    rows: npt.NDArray[np.intp] = (
+        np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.intp)
+    )
+    if gen.alive is not None:
+        rows = rows[gen.alive[rows]]
+    if f.session_keys is not None:
+        known = np.array([gen.skey_index[v] for v in f.session_keys if v in gen.skey_index])
+        ok = ~gen.is_session[rows] | np.isin(gen.skey_codes[rows], known)
+        rows = rows[ok]
+    return rows
+
+
+def scores_every_row(gen: Generation, params: RankParams) -> bool:
+    """Whether a search's exact vector stage wants the cosine of every row of ``gen``
+    (so a batch may share one matrix product for it): not when its filter reaches a
+    small share of the rows (:func:`reachable_rows`)."""
+    return reachable_rows(gen, narrow_filter(gen, params.filter)) is None
+
+
 # The fewest first-stage candidates the second stage re-scores.
 _SECOND_STAGE_MIN = 32
 
@@ -556,13 +605,20 @@ def rank(
     """
     n = len(gen.records)
     want = params.offset + params.limit
-    k = candidate_count(want, params.candidate_multiplier, params.candidate_growth, n)
     use_text = params.mode in ("hybrid", "lexical")
     use_vec = params.mode in ("hybrid", "vector") and query_vector is not None
     if n == 0:
         return [], False
     f = narrow_filter(gen, params.filter)
-    mask = _filter_mask(gen, f)
+    reach = reachable_rows(gen, f)
+    # The candidate depth grows with what the search can reach, not the whole index.
+    k = candidate_count(
+        want,
+        params.candidate_multiplier,
+        params.candidate_growth,
+        n if reach is None else len(reach),
+    )
+    mask = _filter_mask(gen, f) if reach is None else None
 
     text_scores: dict[int, float] = {}
     # Analysed once: the first stage's query and the second stage's coverage use them.
@@ -597,13 +653,20 @@ def rank(
     vec_rows: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)
     if not use_vec:
         sims = None
-    # The approximate vector stage (a large generation): no cosine of every row, the
-    # candidates' exact cosines are computed from their own rows instead.
-    sketched = False
+    # The approximate vector stage (a large generation), or one over the rows a filter
+    # reaches: no cosine of every row, the candidates' exact cosines are computed from
+    # their own rows instead.
+    per_row = False
     if use_vec and gen.matrix is not None and gen.matrix.shape[0] == n:
         assert query_vector is not None
-        if sims is None and approximate(gen, params.approximate_rows):
-            sketched = True
+        if reach is not None:
+            reached = (
+                sims[reach] if sims is not None else row_cosines(gen.matrix, reach, query_vector)
+            )
+            vec_rows = reach[top_k(reached, k)]
+            per_row = sims is None
+        elif sims is None and approximate(gen, params.approximate_rows):
+            per_row = True
             vec_rows = sketch_nearest(gen, query_vector, k, mask)
         else:
             if sims is None:
@@ -622,7 +685,7 @@ def rank(
         live = [gen.records[r].chunk_id not in tombstones for r in rows.tolist()]
         rows, t_arr = rows[live], t_arr[live]
     v_arr = np.maximum(sims[rows].astype(np.float64), 0.0) if sims is not None else None
-    if sketched:
+    if per_row:
         assert gen.matrix is not None and query_vector is not None
         v_arr = np.maximum(row_cosines(gen.matrix, rows, query_vector).astype(np.float64), 0.0)
     if params.mode == "lexical" or v_arr is None:

@@ -25,7 +25,7 @@ from claw.plugin_sdk.search import product_slice as _product_slice
 
 from ._generation import Generation
 from ._lexical import LexicalIndex
-from ._ranking import RankedRow, RankParams, approximate, rank
+from ._ranking import RankedRow, RankParams, approximate, rank, scores_every_row
 
 Ranked = tuple[list[RankedRow], bool]
 """A search's ranked rows of the page it asked for, and whether more follow."""
@@ -181,6 +181,7 @@ class RankScheduler:
                 and m.shape[0] == len(it.gen.records)
                 and m.shape[0] * m.shape[1] >= _PARALLEL_PRODUCT_WORK
                 and not approximate(it.gen, it.params.approximate_rows)  # it scans a sketch
+                and scores_every_row(it.gen, it.params)  # else it reads its rows only
             ):
                 by_gen.setdefault(id(it.gen), []).append(it)
         for items in by_gen.values():
@@ -267,7 +268,12 @@ def rank_batch(items: Sequence[BatchItem], lexical: LexicalIndex) -> list[Ranked
         stale = checks[0]()
     by_gen: dict[int, list[int]] = {}
     for i, it in enumerate(items):
-        if it.query_vector is not None and it.gen.matrix is not None and it.sims is None:
+        if (
+            it.query_vector is not None
+            and it.gen.matrix is not None
+            and it.sims is None
+            and scores_every_row(it.gen, it.params)  # else it reads its rows only
+        ):
             by_gen.setdefault(id(it.gen), []).append(i)
     sims: dict[int, npt.NDArray[np.float32]] = {}
     for group in by_gen.values():

@@ -282,3 +282,76 @@ def test_the_similarity_calibration_comes_from_the_settings_or_the_embedder() ->
     with pytest.raises(ConfigError, match="similarity_floor"):
         MemoryCoreSettings(similarity_floor=0.5, similarity_match=0.4)
 
+
+_WORDS = ["otter", "heron", "kiwi", "walrus", "plover", "badger", "lynx", "stoat", "ibis"]
+
+
+async def test_a_search_filtered_to_one_agent_reads_only_that_agents_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index of many agents: a search restricted to one scores the cosines of that
+    agent's rows (and the memory files') only, and ranks exactly as scoring every row
+    and masking the others does."""
+    from claw_memory import _ranking
+    from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
+
+    src = InMemoryTranscriptSource()
+    for a in range(16):
+        turns = [
+            TranscriptTurn(
+                f"a{a}-{i}",
+                "user",
+                "Mel",
+                f"{_WORDS[(a + i) % 9]} {_WORDS[(a * i) % 9]} seen near the {_WORDS[i % 9]}",
+                1_700_000_000.0 + i,
+            )
+            for i in range(12)
+        ]
+        src.put(f"agent{a}", f"agent:agent{a}:main", f"s{a}", turns)
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "notes.md").write_text("- an otter and a heron\n- a kiwi\n", "utf-8")
+    gathered: list[int] = []
+    exact = _ranking.row_cosines
+
+    def counting(matrix: object, rows: npt.NDArray[np.intp], query: object) -> object:
+        gathered.append(len(rows))
+        return exact(matrix, rows, query)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_ranking, "row_cosines", counting)
+    settings = MemoryCoreSettings(min_score=0.0, sources=("memory", "sessions"))
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=settings,
+        embedder=HashEmbedder(),
+        transcripts=src,
+    ) as index:
+        total = index.status().chunks
+        assert total == 16 * 12 + 2
+        for query, agents in (
+            ("otter heron", {"agent3"}),
+            ("kiwi walrus lynx", {"agent7", "agent9"}),
+            ("badger", {"agent0"}),
+        ):
+            f = SearchFilter(agent_ids=frozenset(agents))
+            for mode in ("hybrid", "vector"):
+                gathered.clear()
+                sliced = await index.search(query, mode=mode, max_results=20, filter=f)
+                # The agents' rows and the memory file's, for the stage and the page.
+                assert gathered and max(gathered) <= 12 * len(agents) + 2
+                assert {h.agent_id for h in sliced.hits} <= {*agents, None}
+                monkeypatch.setattr(_ranking, "REACH_SHARE", 0.0)
+                masked = await index.search(query, mode=mode, max_results=20, filter=f)
+                monkeypatch.setattr(_ranking, "REACH_SHARE", 0.25)
+                # (The same cosines, to the float rounding of a gathered product.)
+                assert [h.chunk_id for h in sliced.hits] == [h.chunk_id for h in masked.hits]
+                assert [h.score for h in sliced.hits] == pytest.approx(
+                    [h.score for h in masked.hits], abs=1e-6
+                )
+        # A filter that reaches most of the index scores every row, as before.
+        gathered.clear()
+        wide = frozenset(f"agent{a}" for a in range(1, 16))
+        await index.search("otter", filter=SearchFilter(agent_ids=wide))
+        assert not gathered or max(gathered) < total // 4
