@@ -67,7 +67,7 @@ def test_the_guide_runs_end_to_end_and_prints_what_it_says(tmp_path: Path) -> No
         assert DATE.sub("<date>", done.stdout) == DATE.sub("<date>", printed)
         notes = list((workspace / "memory").glob("*.md"))
         assert len(notes) == 1 and "genmaicha" in notes[0].read_text(encoding="utf-8")
-        assert f"(Source: memory/{notes[0].name}#L1-L4)" in done.stdout
+        assert f"(Source: memory/{notes[0].name}#L1-L1)" in done.stdout
         # Every request went over HTTP, the flush's with its read/write tools.
         tools = [{t["function"]["name"] for t in r.body.get("tools", [])} for r in server.requests]
         assert {"read", "write"} in tools and {"memory_search", "memory_get", "memory_add"} in tools
