@@ -277,6 +277,14 @@ def test_gateway_load_benchmark_runs_briefly(capsys: pytest.CaptureFixture[str])
     assert result["distinct_queries"] == result["queries_issued"]
     assert float(result["claw_over_echo"]) > 0.0  # type: ignore[arg-type]
     assert float(result["echo"]["server_cpu_us_per_request"]) > 0.0  # type: ignore[index]
+    # The server's CPU by layer, from a profiled phase of its own (claw and the echo).
+    for layers in (result["layers"], result["echo"]["layers"]):  # type: ignore[index]
+        shares = layers["share"]  # type: ignore[index]
+        assert set(shares) >= {"transport", "gateway", "guard", "provider", "tantivy", "numpy"}
+        assert sum(shares.values()) == pytest.approx(1.0, abs=0.05)  # type: ignore[union-attr]
+        assert layers["samples"] > 0  # type: ignore[index]
+    assert result["layers"]["share"]["gateway"] > 0.0  # type: ignore[index]
+    assert result["echo"]["layers"]["share"]["gateway"] == 0.0  # type: ignore[index]
 
 
 def test_a_phase_shorter_than_a_connection_still_answers_every_client(
