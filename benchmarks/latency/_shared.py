@@ -48,6 +48,15 @@ def claw_candidates(rows: int) -> int:
     return candidate_count(RESULTS, settings.candidate_multiplier, settings.candidate_growth, rows)
 
 
+def claw_lexical_candidates(rows: int) -> int:
+    """How many BM25 candidates claw's lexical-only search of the top ``RESULTS`` asks
+    tantivy for: the head its second stage re-scores and one more row (see
+    ``claw_memory._ranking._lexical_head``), never more than :func:`claw_candidates`."""
+    from claw_memory._ranking import _SECOND_STAGE_MIN
+
+    return min(claw_candidates(rows), max(2 * RESULTS, _SECOND_STAGE_MIN) + 1)
+
+
 # -- corpus on disk -------------------------------------------------------------------
 def prepare(root: Path, chunks: int, queries: int) -> None:
     """Texts, vectors and queries for the workers (one line per chunk or query)."""

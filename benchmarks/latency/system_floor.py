@@ -7,7 +7,8 @@ one product, claw's candidate count and claw's merge (every candidate, lexical-o
 included, gets its exact cosine). Above claw's row threshold it scans the same sign-bit
 sketch as claw ("floor"), with the full product beside it ("floor exact"). It also
 scores every row (exhaustive fusion, what the candidate cut is measured against) and
-times the bare tantivy call of a lexical search.
+times the bare tantivy call of a lexical search (as deep as claw's lexical search asks, and
+as deep as its merge).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ._shared import (
     _dir_bytes,
     _load,
     claw_candidates,
+    claw_lexical_candidates,
 )
 from ._worker import send, serve_commands
 
@@ -235,11 +237,18 @@ def run_floor(root: Path, work: Path) -> None:
                         len(got & set(want.tolist())) / len(want),
                     )
                 )
-        bare = []
+        # The bare tantivy call of a lexical search: as deep as claw's lexical search
+        # asks (the head of its ranking and one more row), and as deep as its merge
+        # (what claw's lexical search asked before it stopped at the head).
+        head = claw_lexical_candidates(len(texts))
+        bare, bare_full = [], []
         for i in range(len(qs)):
             t = time.perf_counter()
-            lexical(i, candidates)
+            lexical(i, head)
             bare.append((time.perf_counter() - t) * 1000.0)
+            t = time.perf_counter()
+            lexical(i, candidates)
+            bare_full.append((time.perf_counter() - t) * 1000.0)
     finally:
         product.close()
     size = _dir_bytes(work) + matrix.nbytes
@@ -249,6 +258,8 @@ def run_floor(root: Path, work: Path) -> None:
         "top": results.get("floor", []),
         "exhaustive": exhaustive,
         "bare_lexical_p50_ms": percentile(bare, 50),
+        "bare_lexical_candidates": head,
+        "bare_lexical_full_p50_ms": percentile(bare_full, 50),
         "approximate": approximate,
         "rescored_rows": rescore if approximate else matrix.shape[0],
         "vector_recall_at10": float(np.mean([r for r, _ in recall])) if recall else 1.0,
