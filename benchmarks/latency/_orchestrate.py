@@ -11,6 +11,7 @@ import collections
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,9 @@ def _baseline_tree(checkout: Path, into: Path) -> Path:
     path), so it imports the claw, Memory Core and SDK of the earlier commit but
     measures them with this benchmark (same corpus, timing and conversions).
     """
+    if into.is_dir():
+        # Left by an earlier run over the same --corpus: links only, made afresh.
+        shutil.rmtree(into)
     into.mkdir()
     for entry in checkout.iterdir():
         if (entry / "__init__.py").is_file() and entry.name != "benchmarks":
