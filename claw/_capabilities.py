@@ -198,7 +198,9 @@ class SessionAuthority(Capability):
 
     Carries the real session key and id, whether the run is sandboxed, the audience
     the host resolved (``None``: no private or conversation grant) and the conversation
-    recall pass the host granted the run's tool context, if any.
+    recall pass the host granted the run's tool context, if any. ``lifecycle_revision``
+    is the session's lifecycle revision when the run was admitted: with ``session_id``,
+    the incarnation the run belongs to (what a memory write's provenance records).
     """
 
     kind_name: ClassVar[str] = "session authority"
@@ -209,6 +211,7 @@ class SessionAuthority(Capability):
     sandboxed: bool = False
     audience: MemoryAudience | None = None
     conversation_recall: ConversationRecallPass | None = None
+    lifecycle_revision: int | None = None
 
     @property
     def kind(self) -> Literal["session"]:
@@ -358,9 +361,7 @@ class CapabilityRegistry:
     capability is treated as forgery.
     """
 
-    _live: WeakIdentityMap[Capability, _Grant] = attrs.field(
-        factory=WeakIdentityMap, init=False
-    )
+    _live: WeakIdentityMap[Capability, _Grant] = attrs.field(factory=WeakIdentityMap, init=False)
     _revoked: WeakIdentityMap[Capability, str] = attrs.field(factory=WeakIdentityMap, init=False)
     _by_session: dict[str, WeakIdentitySet[Capability]] = attrs.field(factory=dict, init=False)
     _altered: WeakIdentitySet[Capability] = attrs.field(factory=WeakIdentitySet, init=False)

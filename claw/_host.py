@@ -3,16 +3,18 @@
 :func:`open_host` builds every part of a running host once, completely, and hands each
 the narrow collaborators it uses (see docs/architecture.md, "The parts and who builds
 them"): the capability registry and the currency checker, the scopes, the run opener,
-the memory guard, the flush coordinator, the turn runner. The :class:`Host` it yields
-is the embedding application's handle on them, and the only holder of minting power:
-it opens host-owned scopes (:meth:`Host.open_scope`), each with a child nursery, and
-mints capabilities inside them. Leaving a scope (normally, by error or by cancellation)
-revokes everything minted in it, after its tasks have finished. Plugins never see the
-host, only their :class:`~claw.PluginApi` facet; no part receives the host either.
+the memory guard, the workspace's memory-file writer, the flush coordinator, the turn
+runner. The :class:`Host` it yields is the embedding application's handle on them, and
+the only holder of minting power: it opens host-owned scopes (:meth:`Host.open_scope`),
+each with a child nursery, and mints capabilities inside them. Leaving a scope
+(normally, by error or by cancellation) revokes everything minted in it, after its
+tasks have finished. Plugins never see the host, only their :class:`~claw.PluginApi`
+facet; no part receives the host either.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import time
@@ -47,6 +49,8 @@ from .context._engines import ContextEngineSlot
 from .flush import FlushCoordinator
 from .memory._refresh import PostCompactionRefresh
 from .memory._runtime import MemoryRuntime
+from .memory._writes import describe_writer
+from .memory_files import MemoryFiles
 from .models import ModelRegistry, UserMessage, openai_compatible_provider
 from .state import SessionLocks, SessionStorage, StateBackend, TranscriptLedger
 from .state.sqlite import SQLiteStateBackend
@@ -74,6 +78,7 @@ class _Parts:
     sessions: SessionStorage
     agents: Agents
     memory: MemoryRuntime
+    memory_files: MemoryFiles
     turns: TurnRunner
     readers: TranscriptReaders
 
@@ -92,6 +97,8 @@ class Host(metaclass=NoPublicConstructor):
         self.models: ModelRegistry = parts.models
         #: The memory guard: every route into the selected memory provider.
         self.memory: MemoryRuntime = parts.memory
+        #: The one writer of the workspace's memory files (lock, journal, provenance).
+        self.memory_files: MemoryFiles = parts.memory_files
 
     @property
     def sessions(self) -> SessionStorage:
@@ -318,6 +325,7 @@ async def open_host(
         )
     backend = state if state is not None else state_backend(config)
     lifecycle = Lifecycle()
+    memory_files = _memory_files(config, workers, clock)
     try:
         async with AsyncExitStack() as stack:
             readers = TranscriptReaders(lambda: backend.session_lister(workers))
@@ -328,6 +336,7 @@ async def open_host(
                 workspace_dir=config.workspace_dir,
                 state_dir=config.resolved_state_dir,
                 transcripts=readers.new,
+                memory_files=memory_files,
             )
             slots = SlotView.of(select_slots(config.plugins, registry), registry)
             models = _model_registry(config)
@@ -347,6 +356,7 @@ async def open_host(
                 transcripts=transcripts,
                 locks=stores.session_locks,
                 readers=readers,
+                memory_files=memory_files,
             )
             stack.push_async_callback(parts.turns.aclose)
             with collapse_single_exception_group():
@@ -382,6 +392,7 @@ def _build(
     transcripts: TranscriptLedger,
     locks: SessionLocks,
     readers: TranscriptReaders,
+    memory_files: MemoryFiles,
 ) -> _Parts:
     """Build every part once, each with the narrow collaborators it uses."""
     events = EventLog()
@@ -416,6 +427,7 @@ def _build(
         events=events,
         tools=tools,
         clock=clock,
+        memory_files=memory_files,
     )
     engine = slots.context_engines.get(slots.selection.context_engine)
     entry = config.plugins.entry(engine.plugin_id) if engine is not None else None
@@ -456,8 +468,23 @@ def _build(
         sessions=sessions,
         agents=agents,
         memory=memory,
+        memory_files=memory_files,
         turns=turns,
         readers=readers,
+    )
+
+
+def _memory_files(
+    config: HostConfig, workers: WorkerPool, clock: Callable[[], float]
+) -> MemoryFiles:
+    """The workspace's memory-file writer. Plugins and the flush receive it, so it holds
+    only what it uses (the workers, the clock, how a caller becomes provenance), never the
+    host."""
+    return MemoryFiles.create(
+        config.workspace_dir,
+        workers=workers,
+        describe=functools.partial(describe_writer, clock=clock),
+        now=clock,
     )
 
 

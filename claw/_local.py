@@ -18,6 +18,7 @@ Every call still goes through the host's guard and the provider's own policy.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -37,6 +38,8 @@ from .memory import (
     MemoryGetResult,
     MemoryHealth,
     MemoryReference,
+    MemoryRemoval,
+    MemoryRestoreResult,
     MemorySearchRequest,
     MemorySearchResult,
     Source,
@@ -44,6 +47,7 @@ from .memory import (
 )
 
 LOCAL_SCOPES = ("operator.read", "operator.write")
+_REVISION = re.compile(r"[0-9a-fA-F]{8,64}")
 
 
 def load_workspace_config(
@@ -77,15 +81,22 @@ def _top_keys(path: Path) -> set[str]:
 
 
 def parse_reference(provider_id: str, reference: str | MemoryReference) -> MemoryReference:
-    """A reference from its text form, ``path`` or ``path#L<a>-L<b>`` (a citation)."""
+    """A reference from its text form: ``path``, ``path#L<a>-L<b>`` (a citation), or
+    either with ``@<revision>`` after it (``MEMORY.md#L9-L9@3f9a2c1d``: the revision the
+    lines had when cited, so that a forget of lines that changed since is refused)."""
     if isinstance(reference, MemoryReference):
         return reference
-    path, _, fragment = reference.partition("#")
+    cited, _, revision = reference.rpartition("@")
+    if not _REVISION.fullmatch(revision):
+        cited, revision = reference, ""  # no revision (an @ in a path is part of the path)
+    path, _, fragment = cited.partition("#")
     if not path:
         raise ValueError(f"reference {reference!r} names no path")
     if fragment:
         parse_line_fragment(fragment)
-    return MemoryReference(provider_id=provider_id, id=path, fragment=fragment or None)
+    return MemoryReference(
+        provider_id=provider_id, id=path, fragment=fragment or None, revision=revision or None
+    )
 
 
 @final
@@ -143,13 +154,30 @@ class LocalMemory:
         )
 
     async def forget(
-        self, reference: str | MemoryReference, *, dry_run: bool = False
+        self,
+        reference: str | MemoryReference,
+        *,
+        dry_run: bool = False,
+        whole_range: bool = False,
     ) -> MemoryForgetResult:
-        """Forget what a reference names (lines of a memory file, or a whole source)."""
+        """Forget what a reference names: the one entry its lines lie in (``whole_range``:
+        every line it names, several entries included), or a whole source's chunks. The
+        result's ``removal_id`` undoes it (:meth:`restore`)."""
         ref = parse_reference(self.provider_id, reference)
         return await self.host.memory.forget(
-            self.caller, ref, dry_run=dry_run, agent_id=self.agent_id
+            self.caller, ref, dry_run=dry_run, agent_id=self.agent_id, whole_range=whole_range
         )
+
+    async def restore(self, removal_id: str, *, dry_run: bool = False) -> MemoryRestoreResult:
+        """Put back what a forget removed (in place when unambiguous, else appended under
+        a marked heading; never over anything)."""
+        return await self.host.memory.restore(
+            self.caller, removal_id, dry_run=dry_run, agent_id=self.agent_id
+        )
+
+    async def removals(self, *, limit: int = 50) -> tuple[MemoryRemoval, ...]:
+        """The most recent removals, newest first, with what became of each."""
+        return await self.host.memory.removals(self.caller, limit=limit, agent_id=self.agent_id)
 
     async def status(self) -> MemoryHealth:
         """The provider's health (index size, embedder, generation)."""

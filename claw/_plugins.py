@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._config import PluginsConfig
     from ._embeddings import EmbeddingProvider
     from ._transcript_reader import TranscriptReader
+    from .memory_files import MemoryFiles
 
 logger = logging.getLogger("claw.host")
 
@@ -184,6 +185,7 @@ class PluginApi(metaclass=NoPublicConstructor):
         workspace_dir: Path,
         state_dir: Path,
         transcripts: TranscriptReader,
+        memory_files: MemoryFiles | None = None,
     ) -> None:
         self._plugin = plugin
         self._registry: PluginRegistry | None = registry
@@ -198,6 +200,18 @@ class PluginApi(metaclass=NoPublicConstructor):
         self.logger: logging.Logger = logging.getLogger(f"claw.plugins.{plugin.id}")
         #: Read-only session transcripts (usable once the host is open).
         self.transcripts: TranscriptReader = transcripts
+        self._memory_files = memory_files
+
+    @property
+    def memory_files(self) -> MemoryFiles:
+        """The host's writer of workspace memory files: the only way a plugin changes one.
+
+        Appends, inserts, forgets (with undo) and restores, under the workspace's writer
+        lock, recorded with the caller's provenance (see :mod:`claw.memory_files`).
+        """
+        if self._memory_files is None:
+            raise ContractError(f'plugin "{self.plugin_id}" was loaded without memory files')
+        return self._memory_files
 
     @property
     def plugin_id(self) -> str:
@@ -311,13 +325,15 @@ def load_plugins(
     workspace_dir: Path,
     state_dir: Path,
     transcripts: Callable[[], TranscriptReader],
+    memory_files: MemoryFiles | None = None,
 ) -> PluginRegistry:
     """Run the ``register`` of ``explicit`` and the discovered plugins; what they registered.
 
     An explicit plugin wins over a discovered one with the same id; a plugin that
     ``plugins.entries`` disables is not loaded. Each plugin's facet gets its config
-    entry, the shared worker pool and a transcript reader of its own (``transcripts``
-    makes one), and is closed when ``register`` returns.
+    entry, the shared worker pool, a transcript reader of its own (``transcripts``
+    makes one) and the workspace's memory-file writer, and is closed when ``register``
+    returns.
     """
     registry = PluginRegistry()
     candidates: list[Plugin] = list(explicit)
@@ -341,6 +357,7 @@ def load_plugins(
             workspace_dir=workspace_dir,
             state_dir=state_dir,
             transcripts=transcripts(),
+            memory_files=memory_files,
         )
         try:
             plugin.register(api)

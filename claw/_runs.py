@@ -384,6 +384,7 @@ class RunOpener:
                 session_key=session_key,
                 agent_id=agent_id,
                 session_id=row.session_id if row is not None else None,
+                lifecycle_revision=row.lifecycle_revision if row is not None else None,
                 sandboxed=sandboxed,
                 audience=audience,
                 conversation_recall=recall,

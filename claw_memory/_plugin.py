@@ -279,10 +279,6 @@ class MemoryCoreService:
             )
         return provider
 
-    def write_lock_path(self) -> Path:
-        """The lock file every Memory Core writer of this state directory takes."""
-        return self.api.state_dir / "memory" / "writes.lock"
-
     def index_dir(self, agent_id: str) -> Path:
         return self.api.state_dir / "memory" / agent_dir_name(agent_id)
 

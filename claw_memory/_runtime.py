@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from claw.plugin_sdk import (
+    MIN_REVISION_CHARS,
     AuthorizeSearchHitsRequest,
     CapabilityDeniedError,
     Citation,
+    ClawError,
     EmbeddingError,
     HealthStatus,
     HostAuthority,
@@ -45,7 +47,10 @@ from claw.plugin_sdk import (
     MemoryGetResult,
     MemoryHealth,
     MemoryPluginCapability,
+    MemoryProvenance,
     MemoryReference,
+    MemoryRemoval,
+    MemoryRestoreResult,
     MemorySearchHit,
     MemorySearchRequest,
     MemorySearchResult,
@@ -58,7 +63,9 @@ from claw.plugin_sdk import (
     SearchCoverage,
     SessionAuthority,
     UnsupportedRequestError,
+    entry_spans,
     line_fragment,
+    lines_revision,
     offset_cursor,
     parse_line_fragment,
     parse_offset_cursor,
@@ -66,10 +73,20 @@ from claw.plugin_sdk import (
 from claw.plugin_sdk import build_capability as sdk_build_capability
 
 from ._errors import MemoryCoreError, SourcePathError
+from ._index import MemoryIndex
 from ._ranking import RankedRow
 from ._records import ChunkRecord
-from ._types import SearchFilter
-from ._writes import PROVIDER_ID, add_memory, daily_note_path, forget_reference
+from ._search import SearchPage
+from ._types import ReadResult, SearchFilter
+from ._writes import (
+    PROVIDER_ID,
+    add_memory,
+    daily_note_path,
+    forget_reference,
+    list_removals,
+    piece_matcher,
+    restore_removal,
+)
 
 if TYPE_CHECKING:
     from ._plugin import MemoryCoreService
@@ -169,12 +186,17 @@ def _context_grants(context: MemoryCallerContext) -> dict[str, Any]:
 
 
 def neutral_hit(rec: ChunkRecord, ranked: RankedRow) -> MemorySearchHit:
-    """A ranked chunk as a provider-neutral hit (always with a citation)."""
+    """A ranked chunk as a provider-neutral hit (always with a citation).
+
+    A memory-file hit's revision is its lines' hash (the chunk's content hash): it stays
+    current while other lines of the file change, and goes stale when its own do (see
+    :mod:`claw_memory._writes`). A transcript hit's is the transcript's.
+    """
     return MemorySearchHit(
         reference=MemoryReference(
             provider_id=PROVIDER_ID,
             id=rec.path,
-            revision=rec.revision,
+            revision=rec.content_hash if rec.source == "memory" else rec.revision,
             fragment=line_fragment(rec.start_line, rec.end_line),
         ),
         excerpt=rec.text[:_EXCERPT_CHARS],
@@ -193,6 +215,31 @@ def neutral_hit(rec: ChunkRecord, ranked: RankedRow) -> MemorySearchHit:
             "vector_score": ranked.vector_score,
         },
     )
+
+
+def entry_provenance(
+    text: str, first_line: int, writers: Mapping[str, Any]
+) -> tuple[MemoryProvenance, ...]:
+    """Who wrote each whole entry of ``text`` (lines from ``first_line`` of a memory file).
+
+    An entry is found by its hash in the workspace journal's record of writes (see
+    :mod:`claw.memory_files`); entries written by hand, or cut by the excerpt's edge,
+    have none and are left out.
+    """
+    if not writers:
+        return ()
+    lines = text.split("\n")
+    found: list[MemoryProvenance] = []
+    for a, b in entry_spans(lines):
+        who = writers.get(lines_revision(lines[a - 1 : b]))
+        if who is None:
+            continue
+        try:
+            prov = MemoryProvenance.from_wire(who)
+        except ClawError:
+            continue  # a record edited by hand: no provenance rather than a wrong one
+        found.append(attrs.evolve(prov, start_line=first_line + a - 1, end_line=first_line + b - 1))
+    return tuple(found)
 
 
 def _project_of(path: str) -> str | None:
@@ -229,8 +276,10 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
         async with self.service.use(self.agent_id) as index:
             # The request was validated where it entered (the gateway, a tool, the
             # Python API's MemorySearchRequest): the index does not check it again.
-            result = await self.effect(
-                lambda: index.rank_page(
+            files = self.service.api.memory_files
+
+            async def ranked() -> tuple[SearchPage, Mapping[str, Any]]:
+                page = await index.rank_page(
                     request.query,
                     mode="lexical" if request.lexical_only else None,
                     limit=request.max_results,
@@ -240,10 +289,19 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
                         sources=frozenset(effective), agent_ids=frozenset({self.agent_id})
                     ),
                 )
-            )
+                # Who wrote each memory-file entry: the workspace journal's record.
+                wrote = any(rec.source == "memory" for rec, _ in page.hits)
+                return page, (await files.writers() if wrote else {})
+
+            result, writers = await self.effect(ranked)
             active = set(request.active_project_keys)
             hits = [
-                neutral_hit(rec, ranked)
+                attrs.evolve(
+                    neutral_hit(rec, ranked),
+                    provenance=entry_provenance(rec.text, rec.start_line, writers),
+                )
+                if rec.source == "memory"
+                else neutral_hit(rec, ranked)
                 for rec, ranked in result.hits
                 if not active or _in_active_project(rec, active)
             ]
@@ -296,6 +354,7 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
             start, end = parse_line_fragment(ref.fragment)
             from_line, lines = start, end - start + 1
         revision: str | None = None
+        provenance: tuple[MemoryProvenance, ...] = ()
         if path.startswith("sessions/"):
             revision = await self._transcript_revision(path)
             if revision is None:
@@ -315,8 +374,13 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
                 return MemoryGetResult(status="not_found", reference=ref)
             if revision is None:
                 revision = read.revision
-                if ref.revision is not None and ref.revision != revision:
-                    return MemoryGetResult(status="not_found", reference=ref)
+                if ref.revision is not None:
+                    if not await self._lines_current(index, ref, read):
+                        return MemoryGetResult(status="not_found", reference=ref)
+                    revision = ref.revision
+                writers = await self.service.api.memory_files.writers()
+                provenance = entry_provenance(read.text, read.from_line, writers)
+                self.context.assert_current()
             return MemoryGetResult(
                 status="ok",
                 reference=attrs.evolve(ref, revision=revision),
@@ -325,7 +389,35 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
                 lines=read.to_line - read.from_line + 1,
                 total_lines=read.total_lines,
                 truncated=read.truncated,
+                provenance=provenance if read.source == "memory" else (),
             )
+
+    async def _lines_current(
+        self, index: MemoryIndex, ref: MemoryReference, read: ReadResult
+    ) -> bool:
+        """Whether ``ref``'s revision still names what it cited: the whole file unchanged,
+        or the fragment's lines (where they were cited) with the same hash."""
+        wanted = (ref.revision or "").strip().lower()
+        if len(wanted) < MIN_REVISION_CHARS:
+            return False
+        if read.revision is not None and read.revision.startswith(wanted):
+            return True
+        if ref.fragment is None:
+            return False
+        start, end = parse_line_fragment(ref.fragment)
+        if read.from_line == start and read.to_line == end and not read.truncated:
+            cited = read
+        else:
+            try:
+                cited = await index.read(ref.id, from_line=start, lines=end - start + 1)
+            except SourcePathError:
+                return False
+        if cited.truncated or (cited.from_line, cited.to_line) != (start, end):
+            return False
+        lines = cited.text.split("\n")
+        return lines_revision(lines).startswith(wanted) or piece_matcher(self.service, wanted)(
+            lines
+        )
 
     async def health(self) -> MemoryHealth:
         self.context.assert_current()
@@ -559,10 +651,16 @@ class MemoryCoreMaintenance(ProviderMaintenance["MemoryCoreService"]):
             }
 
     async def add(
-        self, *, agent_id: str, context: MemoryCallerContext, request: MemoryAddRequest
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        request: MemoryAddRequest,
+        tool: str | None = None,
     ) -> MemoryAddResult:
-        """Append a stamped memory to a memory file (see :mod:`claw_memory._writes`)."""
-        return await add_memory(self.service, context, request)
+        """Append a stamped memory to a memory file (see :mod:`claw_memory._writes`);
+        ``tool`` is the tool the host says the write came through (``memory_add``)."""
+        return await add_memory(self.service, context, request, tool=tool)
 
     async def forget_reference(
         self,
@@ -571,9 +669,30 @@ class MemoryCoreMaintenance(ProviderMaintenance["MemoryCoreService"]):
         context: MemoryCallerContext,
         reference: MemoryReference,
         dry_run: bool = False,
+        whole_range: bool = False,
     ) -> MemoryForgetResult:
-        """Remove referenced lines of a memory file, or a whole source's chunks."""
-        return await forget_reference(self.service, agent_id, context, reference, dry_run=dry_run)
+        """Remove the referenced entry of a memory file (``whole_range``: exactly the
+        referenced lines), or a whole source's chunks."""
+        return await forget_reference(
+            self.service, agent_id, context, reference, dry_run=dry_run, whole_range=whole_range
+        )
+
+    async def restore(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        removal_id: str,
+        dry_run: bool = False,
+    ) -> MemoryRestoreResult:
+        """Put back what a forget removed from a memory file (the workspace's journal)."""
+        return await restore_removal(self.service, context, removal_id, dry_run=dry_run)
+
+    async def removals(
+        self, *, agent_id: str, context: MemoryCallerContext, limit: int = 50
+    ) -> Sequence[MemoryRemoval]:
+        """The workspace's most recent removals from memory files, newest first."""
+        return await list_removals(self.service, context, limit=limit)
 
     async def describe(self, *, agent_id: str, context: MemoryCallerContext) -> dict[str, Any]:
         self.operator(context)

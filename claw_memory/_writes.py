@@ -6,32 +6,32 @@ memory file: by default today's ``memory/YYYY-MM-DD.md``, the file the pre-compa
 flush writes. With a ``section`` it goes under that heading (created at the end of the
 file when missing).
 
-Writes never tear a file. An entry that lands at the end of the file is one
-``O_APPEND`` write (so a concurrent appender, such as the flush's ``write`` tool, is
-never overwritten); an entry inside the file, and a forget, write the whole new file
-to a temporary file in the same directory and rename it over the old one, so a reader
-sees the old file or the new one. Memory Core's writers take one lock file (in the
-state directory) so that two writers, in one process or two, do not interleave.
+Every change goes through the host's memory-file writer (``api.memory_files``,
+:mod:`claw.memory_files`): the workspace's writer lock (shared by every process and
+every state directory on the workspace), one ``O_APPEND`` write for an entry at the end,
+a checked rename for one inside the file, and the journal that makes a forget undoable
+and records who wrote each entry. Memory Core decides only *what* to write and where.
+
+**References and revisions.** A reference to lines carries the revision of those lines
+(their hash, :func:`claw.plugin_sdk.lines_revision`; a search hit's is its chunk's
+hash). Forgetting lines whose revision no longer matches is refused as stale, naming
+what the lines say now; lines that merely moved (an entry was inserted above) are found
+where they are. **The matched entry.** A forget removes exactly one entry (a list item
+with what is nested under it, a heading, a paragraph): a reference inside one entry
+removes that whole entry; a reference covering several (a search hit's chunk) is
+refused, naming them, unless the caller asks for the whole range (``whole_range``).
 
 Only the workspace's own memory files are writable (``MEMORY.md``, ``memory.md``,
-``USER.md``, ``DREAMS.md`` and ``memory/**/*.md``), never through a symlink. Everything
-here is blocking and runs on the worker pool.
+``USER.md``, ``DREAMS.md`` and ``memory/**/*.md``), never through a symlink.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import os
 import re
-import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
-
-import attrs
 
 from claw.plugin_sdk import (
     CapabilityDeniedError,
@@ -40,12 +40,18 @@ from claw.plugin_sdk import (
     MemoryAddRequest,
     MemoryAddResult,
     MemoryCallerContext,
+    MemoryFileTooLargeError,
     MemoryForgetResult,
     MemoryReference,
+    MemoryRemoval,
+    MemoryRestoreResult,
+    Placement,
     line_fragment,
+    lines_revision,
     parse_line_fragment,
     writer_refusal,
 )
+from claw.plugin_sdk.search import line_windows
 
 from ._errors import InvalidSearchError, MemoryCoreError, SourcePathError
 from ._sources import ROOT_FILES
@@ -63,30 +69,6 @@ _FENCE = re.compile(r"^[ \t]*(```|~~~)")
 
 class MemoryWriteError(MemoryCoreError):
     """A memory write could not be made (the message names the file and why)."""
-
-
-class StaleReferenceError(InvalidSearchError):
-    """A reference names a revision of a file that has changed since."""
-
-
-@attrs.frozen
-class Written:
-    """Where an appended entry landed (1-based, inclusive lines) and the file's new hash."""
-
-    path: str
-    start_line: int
-    end_line: int
-    revision: str
-    timestamp: str
-
-
-@attrs.frozen
-class Removed:
-    """The lines a forget took out (or would take out) of a memory file."""
-
-    path: str
-    text: str
-    revision: str | None
 
 
 def memory_file_path(workspace: Path, vpath: str) -> Path:
@@ -144,40 +126,6 @@ def timestamp_of(now: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
 
 
-@contextlib.contextmanager
-def writer_lock(lock_path: Path) -> Iterator[None]:
-    """Hold Memory Core's write lock (an ``flock`` on ``lock_path``) for the block."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _read_current(target: Path, vpath: str) -> bytes:
-    try:
-        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        return b""
-    except OSError as exc:
-        raise MemoryWriteError(f"{vpath}: cannot read ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
-
-
-def _decode(data: bytes, vpath: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MemoryWriteError(f"{vpath} is not UTF-8 text; it cannot be edited") from None
-
-
-def _line_count(text: str) -> int:
-    return len(text.splitlines())
-
-
 def _section_end(lines: list[str], section: str) -> int | None:
     """The index of the line after ``section``'s last line, or ``None`` when absent."""
     wanted = section.strip().casefold()
@@ -199,144 +147,28 @@ def _section_end(lines: list[str], section: str) -> int | None:
     return None if start is None else len(lines)
 
 
-def _replace_file(target: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``target`` and rename it over ``target``."""
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    tmp = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.chmod(target.stat().st_mode & 0o777 if target.exists() else 0o644)
-        tmp.replace(target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(target.parent)
+def section_placement(entry: str, section: str | None) -> Callable[[str], Placement]:
+    """Where an entry goes in a file's current text: under ``section`` when given (after
+    its last non-blank line; a new section at the end of the file when it is missing),
+    else at the end."""
 
-
-def _append_file(target: Path, data: bytes) -> None:
-    """Append ``data`` with one ``O_APPEND`` write (retried only for a short write)."""
-    fd = os.open(
-        target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644
-    )
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def append_entry(
-    workspace: Path,
-    vpath: str,
-    text: str,
-    *,
-    section: str | None,
-    now: float,
-    max_file_bytes: int,
-    lock_path: Path,
-) -> Written:
-    """Append ``text`` as a stamped entry to memory file ``vpath`` (see the module docs)."""
-    check_entry(text, section)
-    target = memory_file_path(workspace, vpath)
-    stamp = timestamp_of(now)
-    entry = entry_text(text, stamp)
-    with writer_lock(lock_path):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        memory_file_path(workspace, vpath)  # again: a directory may have been swapped
-        raw = _read_current(target, vpath)
-        old = _decode(raw, vpath)
-        lines = old.splitlines(keepends=True)
+    def compose(current: str) -> Placement:
+        lines = current.splitlines(keepends=True)
         end = None if section is None else _section_end(lines, section)
         if section is not None and end is not None and end < len(lines):
-            # Inside the file: after the section's last non-blank line.
             at = end
             while at > 0 and not lines[at - 1].strip():
                 at -= 1
-            before = "".join(lines[:at])
-            if before and not before.endswith("\n"):
-                before += "\n"
-            new = before + entry + "\n" + "".join(lines[end:]).lstrip("\n")
-            start = _line_count(before) + 1
-            mode = "replace"
-        else:
-            prefix = "" if not old or old.endswith("\n") else "\n"
-            if section is not None and end is None:
-                if old.strip():
-                    prefix += "\n"
-                prefix += f"## {section.strip()}\n\n"
-            new = old + prefix + entry
-            start = _line_count(old + prefix) + 1
-            mode = "append"
-        data = new.encode("utf-8")
-        if len(data) > max_file_bytes:
-            raise MemoryWriteError(
-                f"{vpath} would grow to {len(data)} bytes, over max_file_bytes "
-                f"({max_file_bytes}); write to another file (--file) or raise max_file_bytes"
-            )
-        if mode == "append":
-            _append_file(target, data[len(raw) :])
-        else:
-            _replace_file(target, data)
-    end_line = start + entry.count("\n") - 1
-    return Written(
-        path=vpath,
-        start_line=start,
-        end_line=end_line,
-        revision=hashlib.sha256(data).hexdigest(),
-        timestamp=stamp,
-    )
+            suffix = "" if lines[at].strip() == "" else "\n"
+            return Placement(text=entry, before=at, suffix=suffix)
+        prefix = ""
+        if section is not None and end is None:
+            if current.strip():
+                prefix = "\n" if current.endswith("\n") else "\n\n"
+            prefix += f"## {section.strip()}\n\n"
+        return Placement(text=entry, prefix=prefix)
 
-
-def remove_lines(
-    workspace: Path,
-    vpath: str,
-    start: int,
-    end: int,
-    *,
-    revision: str | None,
-    dry_run: bool,
-    lock_path: Path,
-) -> Removed:
-    """Take lines ``start``..``end`` (1-based, inclusive) out of memory file ``vpath``.
-
-    ``revision`` (the file's SHA-256, as search hits and added entries carry it) must
-    still match when given: lines of a file that changed since may be other lines now.
-    """
-    target = memory_file_path(workspace, vpath)
-    with writer_lock(lock_path):
-        if not target.is_file():
-            raise SourcePathError(f"{vpath} was not found in the workspace")
-        data = _read_current(target, vpath)
-        current = hashlib.sha256(data).hexdigest()
-        if revision is not None and revision != current:
-            raise StaleReferenceError(
-                f"{vpath} has changed since this reference was made; search again for a "
-                "current reference"
-            )
-        lines = _decode(data, vpath).splitlines(keepends=True)
-        if start < 1 or end < start or end > len(lines):
-            raise InvalidSearchError(
-                f"{vpath} has {len(lines)} line(s); lines {start}-{end} are not in it"
-            )
-        removed = "".join(lines[start - 1 : end])
-        if not dry_run:
-            _replace_file(target, "".join(lines[: start - 1] + lines[end:]).encode("utf-8"))
-    return Removed(path=vpath, text=removed, revision=current)
+    return compose
 
 
 def write_refusal(service: MemoryCoreService, context: MemoryCallerContext) -> str | None:
@@ -367,24 +199,62 @@ async def _resync(service: MemoryCoreService) -> None:
             await index.sync()
 
 
+def piece_matcher(service: MemoryCoreService, revision: str) -> Callable[[Sequence[str]], bool]:
+    """Accept ``revision`` when it names a piece of one long line: the index cuts a line
+    longer than a chunk into pieces, so a hit on one cites the line with the piece's hash."""
+    settings = service.config.settings
+    wanted = revision.strip().lower()
+
+    def matches(lines: Sequence[str]) -> bool:
+        if len(lines) != 1:
+            return False
+        windows = line_windows(
+            [lines[0]],
+            max_tokens=settings.chunk_tokens,
+            overlap_tokens=settings.chunk_overlap,
+            chars_per_token=settings.chars_per_token,
+        )
+        return len(windows) > 1 and any(
+            lines_revision([w.text]).startswith(wanted) for w in windows
+        )
+
+    return matches
+
+
 async def add_memory(
-    service: MemoryCoreService, context: MemoryCallerContext, request: MemoryAddRequest
+    service: MemoryCoreService,
+    context: MemoryCallerContext,
+    request: MemoryAddRequest,
+    *,
+    tool: str | None = None,
 ) -> MemoryAddResult:
-    """Memory Core's ``add``: append a stamped entry (see the module docstring)."""
+    """Memory Core's ``add``: append a stamped entry (see the module docstring).
+
+    ``tool`` names Memory Core's own tool when the write comes through one (its
+    provenance then says so).
+    """
     _require_writer(service, context)
     now = time.time() if request.now is None else request.now
     vpath = request.path if request.path is not None else daily_note_path(now)
-    written = await service.api.workers.run_sync(
-        lambda: append_entry(
-            service.workspace_dir,
+    check_entry(request.text, request.section)
+    memory_file_path(service.workspace_dir, vpath)
+    stamp = timestamp_of(now)
+    entry = entry_text(request.text, stamp)
+    limit = service.config.settings.max_file_bytes
+    try:
+        written = await service.api.memory_files.place(
+            context,
             vpath,
-            request.text,
-            section=request.section,
-            now=now,
-            max_file_bytes=service.config.settings.max_file_bytes,
-            lock_path=service.write_lock_path(),
+            section_placement(entry, request.section),
+            tool=tool,
+            plugin_id=None if tool is None else service.api.plugin_id,
+            max_bytes=limit,
         )
-    )
+    except MemoryFileTooLargeError as exc:
+        raise MemoryWriteError(
+            f"{vpath} would grow to {exc.size} bytes, over max_file_bytes ({limit}); write "
+            "to another file (--file) or raise max_file_bytes"
+        ) from None
     await _resync(service)
     context.assert_current()
     return MemoryAddResult(
@@ -397,7 +267,7 @@ async def add_memory(
         citation=Citation(
             path=written.path, start_line=written.start_line, end_line=written.end_line
         ),
-        timestamp=written.timestamp,
+        timestamp=stamp,
     )
 
 
@@ -408,13 +278,16 @@ async def forget_reference(
     reference: MemoryReference,
     *,
     dry_run: bool,
+    whole_range: bool = False,
 ) -> MemoryForgetResult:
     """Memory Core's ``forget_reference``.
 
-    A reference with a line fragment (``L3-L4``) names lines of a memory file: they are
-    removed from the file. A reference to a whole file or transcript
-    (``sessions/<agent>/<session id>``) drops its derived chunks from the index
-    (tombstoned; the source is left alone, as ``claw memory forget --path`` does).
+    A reference with a line fragment (``L3-L4``) names lines of a memory file: the entry
+    they lie in is removed from the file (``whole_range``: exactly those lines), and the
+    removal is kept in the workspace's journal for :func:`restore_removal`. A reference
+    to a whole file or transcript (``sessions/<agent>/<session id>``) drops its derived
+    chunks from the index (tombstoned; the source is left alone, as ``claw memory
+    forget --path`` does).
     """
     _require_writer(service, context)
     path = reference.id
@@ -444,20 +317,60 @@ async def forget_reference(
         start, end = parse_line_fragment(reference.fragment)
     except ClawError as exc:
         raise InvalidSearchError(str(exc)) from None
-    removed = await service.api.workers.run_sync(
-        lambda: remove_lines(
-            service.workspace_dir,
-            path,
-            start,
-            end,
-            revision=reference.revision,
-            dry_run=dry_run,
-            lock_path=service.write_lock_path(),
-        )
+    memory_file_path(service.workspace_dir, path)
+    revision = reference.revision
+    removed = await service.api.memory_files.remove(
+        context,
+        path,
+        start,
+        end,
+        revision=revision,
+        also_matches=None if revision is None else piece_matcher(service, revision),
+        whole_range=whole_range,
+        dry_run=dry_run,
     )
     if not dry_run:
         await _resync(service)
     context.assert_current()
     return MemoryForgetResult(
-        reference=reference, dry_run=dry_run, paths=(path,), removed_text=removed.text
+        reference=reference,
+        dry_run=dry_run,
+        paths=(path,),
+        removed_text=removed.text,
+        removal_id=removed.removal_id,
+        start_line=removed.start_line,
+        end_line=removed.end_line,
+        entries=removed.entries,
     )
+
+
+async def restore_removal(
+    service: MemoryCoreService, context: MemoryCallerContext, removal_id: str, *, dry_run: bool
+) -> MemoryRestoreResult:
+    """Put back what a forget removed (see :meth:`claw.memory_files.MemoryFiles.restore`)."""
+    _require_writer(service, context)
+    restored = await service.api.memory_files.restore(context, removal_id, dry_run=dry_run)
+    if not dry_run and not restored.already and restored.mode != "present":
+        await _resync(service)
+    context.assert_current()
+    return MemoryRestoreResult(
+        removal_id=restored.removal_id,
+        reference=MemoryReference(
+            provider_id=PROVIDER_ID,
+            id=restored.path,
+            fragment=line_fragment(restored.start_line, restored.end_line),
+        ),
+        mode=restored.mode,
+        dry_run=dry_run,
+        already=restored.already,
+    )
+
+
+async def list_removals(
+    service: MemoryCoreService, context: MemoryCallerContext, *, limit: int
+) -> tuple[MemoryRemoval, ...]:
+    """The workspace's most recent removals, newest first (a writer only: they hold text)."""
+    _require_writer(service, context)
+    removals = await service.api.memory_files.removals(context, limit=limit)
+    context.assert_current()
+    return tuple(removals)

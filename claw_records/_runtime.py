@@ -376,8 +376,10 @@ class RecordsMaintenance(ProviderMaintenance[RecordsService]):
         context: MemoryCallerContext,
         reference: MemoryReference,
         dry_run: bool = False,
+        whole_range: bool = False,
     ) -> MemoryForgetResult:
-        """Forget the record a reference names (a record is forgotten whole)."""
+        """Forget the record a reference names (a record is forgotten whole: it is one
+        entry, so ``whole_range`` changes nothing)."""
         if reference.fragment is not None:
             try:
                 parse_line_fragment(reference.fragment)

@@ -52,7 +52,7 @@ from ..state import TranscriptLedger
 from ..turns._tools import FlushToolContext, ToolDispatch, ToolPolicy, tool_specs
 from ._errors import FlushPlanError
 from ._evidence import NO_EVIDENCE_REASON, Evidence, EvidenceTracker
-from ._file_arm import append_only_write_tool, create_target, read_tool, resolve_target
+from ._file_arm import append_only_write_tool, read_tool, resolve_target, workspace_path
 from ._file_arm import write_refusal as workspace_write_refusal
 from ._identity import derive_flush_id, flush_session_key
 from ._plans import (
@@ -75,6 +75,7 @@ from ._tools_arm import project_tools
 
 if TYPE_CHECKING:
     from .._runs import Run
+    from ..memory_files import MemoryFiles
     from ..sessions import SessionRow
 
 logger = logging.getLogger("claw.flush")
@@ -134,7 +135,8 @@ class FlushCoordinator:
     tool rounds), the workspace, the transcript store (the flush's own transcript and
     its settled-cycle record), the read-only view of the slots (resolvers and tools),
     the models, the worker pool, the event sink, the tool dispatch (which checks the
-    memory owner's tools against the host's currency) and the clock.
+    memory owner's tools against the host's currency), the clock and the workspace's
+    memory-file writer (the file arm's only way to write its target).
     """
 
     defaults: AgentDefaultsConfig
@@ -146,6 +148,7 @@ class FlushCoordinator:
     events: EventLog
     tools: ToolDispatch
     clock: Callable[[], float]
+    memory_files: MemoryFiles
     _done: set[str] = attrs.field(factory=set, init=False)
     _tried: weakref.WeakKeyDictionary[Run, set[str]] = attrs.field(
         factory=weakref.WeakKeyDictionary, init=False
@@ -461,8 +464,8 @@ class FlushCoordinator:
         )
         if refusal is None:
             try:
-                await self.workers.run_sync(create_target, target)
-            except OSError as exc:
+                await self.memory_files.ensure(workspace_path(workspace, target))
+            except (OSError, ClawError) as exc:
                 refusal = f"the host could not create {plan.relative_path}: {exc}"
         if refusal is not None:
             attempt.warn(
@@ -473,7 +476,11 @@ class FlushCoordinator:
         tools: list[RegisteredTool] = []
         if policy.allows("read"):
             tools.append(read_tool(workspace, self.workers))
-        tools.append(append_only_write_tool(workspace, target, plan.relative_path, self.workers))
+        tools.append(
+            append_only_write_tool(
+                workspace, target, plan.relative_path, self.memory_files, attempt.flush_id
+            )
+        )
         flush_key = flush_session_key(run.session_key)
         names = [t.name for t in tools]
         try:

@@ -13,6 +13,11 @@ Writable workspace access, decided by the host before the flush turn runs:
 Paths are relative to the workspace; absolute paths, ``..`` parts and symlinks that
 lead outside the workspace are refused. ``read`` is read-only and bounded; the tools
 arm gets it too.
+
+``write`` goes through the host's memory-file writer (:mod:`claw.memory_files`), like
+every other change to a memory file: one ``O_APPEND`` write of the whole note under the
+workspace's writer lock, so a note is never lost to a concurrent rewrite of the same
+file (a section insert, a forget) and the journal records it with the flush's id.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 from .._plugins import RegisteredTool, Tool
 from .._workers import WorkerPool
+from ..memory_files import MemoryFiles
 from ._errors import FlushPlanError, FlushToolError
 
 HOST_TOOL_OWNER = "claw"
@@ -70,11 +76,10 @@ def write_refusal(workspace_dir: Path, target: Path, *, sandboxed: bool) -> str 
     return None
 
 
-def create_target(target: Path) -> None:
-    """Create the flush target (and its parents) if missing, without truncating it."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.close(fd)
+def workspace_path(workspace_dir: Path, target: Path) -> str:
+    """``target`` (resolved, inside the workspace) as the workspace-relative path the
+    memory-file writer takes."""
+    return target.relative_to(workspace_dir.resolve()).as_posix()
 
 
 def _read_text(path: Path) -> str:
@@ -85,18 +90,6 @@ def _read_text(path: Path) -> str:
     if len(text) > MAX_READ_CHARS:
         text = text[:MAX_READ_CHARS] + f"\n[truncated at {MAX_READ_CHARS} characters]"
     return text
-
-
-def _append_text(path: Path, content: str) -> int:
-    with path.open("a+", encoding="utf-8") as handle:
-        handle.seek(0, os.SEEK_END)
-        separator = ""
-        if handle.tell() > 0:
-            handle.seek(handle.tell() - 1)
-            if handle.read(1) != "\n":
-                separator = "\n"
-        handle.write(separator + content if content.endswith("\n") else separator + content + "\n")
-    return len(content)
 
 
 def read_tool(workspace_dir: Path, workers: WorkerPool) -> RegisteredTool:
@@ -117,9 +110,14 @@ def read_tool(workspace_dir: Path, workers: WorkerPool) -> RegisteredTool:
 
 
 def append_only_write_tool(
-    workspace_dir: Path, target: Path, relative_path: str, workers: WorkerPool
+    workspace_dir: Path, target: Path, relative_path: str, files: MemoryFiles, flush_id: str
 ) -> RegisteredTool:
-    """The file arm's ``write``: appends text to ``target`` and refuses every other path."""
+    """The file arm's ``write``: appends text to ``target`` and refuses every other path.
+
+    Each note is one append through the host's memory-file writer, recorded as written
+    by this flush (``flush_id``) through the host's ``write`` tool.
+    """
+    vpath = workspace_path(workspace_dir, target)
 
     async def handler(context: Any, arguments: Mapping[str, Any]) -> str:
         path = resolve_in_workspace(workspace_dir, arguments.get("path"))
@@ -128,9 +126,18 @@ def append_only_write_tool(
         content = arguments.get("content")
         if not isinstance(content, str) or not content.strip():
             raise FlushToolError("content must be non-empty text to append")
+        if "\x00" in content:
+            raise FlushToolError("content must not contain NUL characters")
         context.caller.assert_current()
-        written = await workers.run_sync(_append_text, target, content)
-        return f"appended {written} characters to {relative_path}"
+        await files.append(
+            context.caller,
+            vpath,
+            content,
+            flush_id=flush_id,
+            tool="write",
+            plugin_id=HOST_TOOL_OWNER,
+        )
+        return f"appended {len(content)} characters to {relative_path}"
 
     tool = Tool(
         name="write",

@@ -46,6 +46,7 @@ from ..memory import (
     MemoryForgetResult,
     MemoryGetRequest,
     MemoryReference,
+    MemoryRestoreResult,
     MemoryRuntime,
     MemorySearchHit,
     MemorySearchRequest,
@@ -168,10 +169,9 @@ def translate_error(exc: BaseException) -> BaseException:
 
 
 def _wire_hit(hit: MemorySearchHit) -> dict[str, Any]:
-    reference: dict[str, Any] = {"providerId": hit.reference.provider_id, "id": hit.reference.id}
-    if hit.reference.revision is not None:
-        reference["revision"] = hit.reference.revision
-    out: dict[str, Any] = {"reference": reference, "excerpt": hit.excerpt}
+    # The whole reference, fragment included: it is what get, forget and restore take, so
+    # a hit's reference names the hit's lines, never the whole file they lie in.
+    out: dict[str, Any] = {"reference": wire_reference(hit.reference), "excerpt": hit.excerpt}
     if hit.score is not None:
         out["score"] = hit.score
     if hit.citation is not None:
@@ -181,6 +181,8 @@ def _wire_hit(hit: MemorySearchHit) -> dict[str, Any]:
             "endLine": hit.citation.end_line,
             "source": hit.citation.source,
         }
+    if hit.provenance:
+        out["provenance"] = [p.to_wire() for p in hit.provenance]
     return out
 
 
@@ -355,7 +357,25 @@ def wire_forget(result: MemoryForgetResult) -> dict[str, Any]:
     }
     if result.removed_text is not None:
         payload["removedText"] = result.removed_text
+    if result.removal_id is not None:
+        payload["removalId"] = result.removal_id
+    if result.start_line is not None and result.end_line is not None:
+        payload["startLine"] = result.start_line
+        payload["endLine"] = result.end_line
+    if result.entries is not None:
+        payload["entries"] = result.entries
     return payload
+
+
+def wire_restore(result: MemoryRestoreResult) -> dict[str, Any]:
+    """What a restore put back, and how, as the wire carries it."""
+    return {
+        "removalId": result.removal_id,
+        "reference": wire_reference(result.reference),
+        "mode": result.mode,
+        "dryRun": result.dry_run,
+        "already": result.already,
+    }
 
 
 async def memory_get(
@@ -392,6 +412,8 @@ async def memory_get(
         if result.total_lines is not None:
             payload["totalLines"] = result.total_lines
         payload["truncated"] = result.truncated
+        if result.provenance:
+            payload["provenance"] = [p.to_wire() for p in result.provenance]
     return payload
 
 

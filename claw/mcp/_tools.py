@@ -364,6 +364,13 @@ FORGET_INPUT: dict[str, Any] = {
     "properties": {
         "reference": _REFERENCE_SCHEMA,
         "dryRun": {"type": "boolean", "description": "Only report what would be forgotten."},
+        "wholeRange": {
+            "type": "boolean",
+            "description": (
+                "Remove every line of the reference's fragment even when it covers several "
+                "entries (default: exactly one entry; a fragment covering several is refused)."
+            ),
+        },
     },
     "required": ["reference"],
     "additionalProperties": False,
@@ -378,6 +385,10 @@ FORGET_OUTPUT: dict[str, Any] = {
         "paths": {"type": "array", "items": {"type": "string"}},
         "chunks": {"type": "integer"},
         "removedText": {"type": "string"},
+        "removalId": {"type": "string"},
+        "startLine": {"type": "integer"},
+        "endLine": {"type": "integer"},
+        "entries": {"type": "integer"},
     },
     "required": ["version", "agentId", "providerId", "reference", "dryRun", "paths", "chunks"],
 }
@@ -413,9 +424,13 @@ async def _forget(
 ) -> dict[str, Any]:
     reference = _reference(arguments.get("reference"))
     dry_run = arguments.get("dryRun", False)
-    if not isinstance(dry_run, bool):
-        raise GatewayError("INVALID_REQUEST", "dryRun must be true or false")
-    result = await memory.forget(caller, reference, dry_run=dry_run, agent_id=agent)
+    whole_range = arguments.get("wholeRange", False)
+    for name, value in (("dryRun", dry_run), ("wholeRange", whole_range)):
+        if not isinstance(value, bool):
+            raise GatewayError("INVALID_REQUEST", f"{name} must be true or false")
+    result = await memory.forget(
+        caller, reference, dry_run=dry_run, agent_id=agent, whole_range=whole_range
+    )
     return {
         "version": 2,
         "agentId": agent,
@@ -443,9 +458,12 @@ WRITE_TOOLS: tuple[ToolSpec, ...] = (
         name="memory_forget",
         title="Forget",
         description=(
-            "Forget what a reference names: the lines of a memory that memory_add or a "
-            "memory_search hit gave, or a whole source's index entries. dryRun reports "
-            "what would go without changing anything."
+            "Forget what a reference names: exactly one memory entry (the one memory_add "
+            "gave, or the entry a memory_search hit's lines lie in; a hit covering several "
+            "entries is refused, naming them, unless wholeRange is true), or a whole "
+            "source's index entries (a reference without a fragment). The result's "
+            "removalId undoes it (claw memory restore). dryRun reports what would go "
+            "without changing anything."
         ),
         input_schema=FORGET_INPUT,
         output_schema=FORGET_OUTPUT,

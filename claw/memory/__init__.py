@@ -57,7 +57,10 @@ from ._types import MemoryForgetResult as MemoryForgetResult
 from ._types import MemoryGetRequest as MemoryGetRequest
 from ._types import MemoryGetResult as MemoryGetResult
 from ._types import MemoryHealth as MemoryHealth
+from ._types import MemoryProvenance as MemoryProvenance
 from ._types import MemoryReference as MemoryReference
+from ._types import MemoryRemoval as MemoryRemoval
+from ._types import MemoryRestoreResult as MemoryRestoreResult
 from ._types import MemorySearchHit as MemorySearchHit
 from ._types import MemorySearchRequest as MemorySearchRequest
 from ._types import MemorySearchResult as MemorySearchResult
@@ -65,6 +68,7 @@ from ._types import ProviderCapabilities as ProviderCapabilities
 from ._types import SearchCoverage as SearchCoverage
 from ._types import Source as Source
 from ._writes import WRITE_SCOPES as WRITE_SCOPES
+from ._writes import describe_writer as describe_writer
 from ._writes import writer_refusal as writer_refusal
 
 _fixup_module_metadata(__name__, globals())

@@ -218,6 +218,12 @@ class MemoryMaintenance(Protocol):
         dry_run: bool = False,
     ) -> MemoryForgetResult: ...
 
+    # Optional: ``forget_reference`` may accept ``whole_range=True`` (the host passes it
+    # only when the caller asks to remove a range of several entries), and a provider
+    # with undo offers ``restore(agent_id=, context=, removal_id=, dry_run=)`` ->
+    # MemoryRestoreResult and ``removals(agent_id=, context=, limit=)`` ->
+    # sequence of MemoryRemoval.
+
 
 def _names(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)

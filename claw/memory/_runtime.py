@@ -77,11 +77,20 @@ from ._types import (
     MemoryGetResult,
     MemoryHealth,
     MemoryReference,
+    MemoryRemoval,
+    MemoryRestoreResult,
     MemorySearchRequest,
     MemorySearchResult,
     Source,
 )
-from ._writes import WriteTarget, add_memory, forget_memory, require_writer
+from ._writes import (
+    WriteTarget,
+    add_memory,
+    forget_memory,
+    list_removals,
+    require_writer,
+    restore_memory,
+)
 
 logger = logging.getLogger("claw.memory")
 
@@ -390,14 +399,42 @@ class MemoryRuntime:
         *,
         dry_run: bool = False,
         agent_id: str | None = None,
+        whole_range: bool = False,
     ) -> MemoryForgetResult:
         """Forget what ``reference`` names, through the selected provider (a writer only).
 
-        Memory Core removes the referenced lines of a memory file (a reference with a
-        line fragment, such as one from :meth:`add` or a search hit), or drops the
-        derived index entries of a whole source; ``dry_run`` reports without changing.
+        Memory Core removes the one entry the reference's lines lie in (a reference with
+        a line fragment, such as one from :meth:`add` or a search hit), refusing a
+        reference that covers several entries unless ``whole_range`` asks for exactly
+        those lines; or it drops the derived index entries of a whole source. A reference
+        with a revision whose lines changed since is refused as stale. ``dry_run``
+        reports without changing. What a forget removes stays restorable
+        (:meth:`restore`, with the result's ``removal_id``).
         """
-        return await forget_memory(self, context, reference, agent_id=agent_id, dry_run=dry_run)
+        return await forget_memory(
+            self, context, reference, agent_id=agent_id, dry_run=dry_run, whole_range=whole_range
+        )
+
+    async def restore(
+        self,
+        context: MemoryCallerContext,
+        removal_id: str,
+        *,
+        dry_run: bool = False,
+        agent_id: str | None = None,
+    ) -> MemoryRestoreResult:
+        """Put back what a forget removed, through the selected provider (a writer only,
+        the same authority as :meth:`forget`). Memory Core puts the lines back where they
+        were when that is unambiguous, otherwise appends them under a marked heading;
+        it never overwrites. Restoring twice answers the first restore."""
+        return await restore_memory(self, context, removal_id, agent_id=agent_id, dry_run=dry_run)
+
+    async def removals(
+        self, context: MemoryCallerContext, *, limit: int = 50, agent_id: str | None = None
+    ) -> tuple[MemoryRemoval, ...]:
+        """The most recent removals, newest first, with what became of each (a writer
+        only: they carry the removed text)."""
+        return await list_removals(self, context, agent_id=agent_id, limit=limit)
 
     async def write_target(
         self,
@@ -454,13 +491,13 @@ class MemoryRuntime:
     # -- tools ---------------------------------------------------------------------
 
     def for_tool(
-        self, context: MemoryCallerContext, agent_id: str, plugin_id: str
+        self, context: MemoryCallerContext, agent_id: str, plugin_id: str, tool: str | None = None
     ) -> ToolMemory | None:
-        """The memory facet of a tool of ``plugin_id`` in a run (``None`` when that
-        plugin registered no memory capability)."""
+        """The memory facet of a tool of ``plugin_id`` (named ``tool``) in a run (``None``
+        when that plugin registered no memory capability)."""
         if plugin_id not in self._slots.memory_capabilities:
             return None
-        facet = ToolMemory._create(plugin_id, agent_id)
+        facet = ToolMemory._create(plugin_id, agent_id, tool)
         _TOOL_BINDINGS[facet] = (self, context)
         return facet
 
@@ -536,13 +573,15 @@ class ToolMemory(metaclass=NoPublicConstructor):
     opening their own provider runtime.
     """
 
-    __slots__ = ("__weakref__", "agent_id", "plugin_id")
+    __slots__ = ("__weakref__", "agent_id", "plugin_id", "tool")
 
-    def __init__(self, plugin_id: str, agent_id: str) -> None:
+    def __init__(self, plugin_id: str, agent_id: str, tool: str | None = None) -> None:
         #: The plugin whose memory this facet opens (the tool's owner).
         self.plugin_id: str = plugin_id
         #: The run's agent.
         self.agent_id: str = agent_id
+        #: The tool this facet was made for (the host names it in a write's provenance).
+        self.tool: str | None = tool
 
     def _bound(self) -> tuple[MemoryRuntime, MemoryCallerContext]:
         bound = _TOOL_BINDINGS.get(self)
@@ -563,9 +602,12 @@ class ToolMemory(metaclass=NoPublicConstructor):
         return answer.result
 
     async def add(self, request: MemoryAddRequest) -> MemoryAddResult:
-        """Write one memory through the host's write route (a writer only)."""
+        """Write one memory through the host's write route (a writer only); the provider
+        is told which tool wrote it, for the entry's provenance."""
         guard, context = self._bound()
-        return await add_memory(guard, context, request, agent_id=None, plugin_id=self.plugin_id)
+        return await add_memory(
+            guard, context, request, agent_id=None, plugin_id=self.plugin_id, tool=self.tool
+        )
 
     async def forget(
         self, reference: MemoryReference, *, dry_run: bool = False

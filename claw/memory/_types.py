@@ -23,10 +23,12 @@ from .._input import check_text
 
 Source = Literal["memory", "sessions"]
 CandidateKind = Literal["trigger", "project"]
+WriterKind = Literal["operator", "run", "flush", "host"]
 HealthStatus = Literal["ready", "degraded", "unavailable"]
 GetStatus = Literal["ok", "not_found"]
 
 SOURCES: tuple[Source, ...] = get_args(Source)
+WRITER_KINDS: tuple[WriterKind, ...] = get_args(WriterKind)
 CANDIDATE_KINDS: tuple[CandidateKind, ...] = get_args(CandidateKind)
 HEALTH_STATUSES: tuple[HealthStatus, ...] = get_args(HealthStatus)
 
@@ -110,6 +112,83 @@ class Citation:
     source: Source = "memory"
 
 
+_WIRE_PROVENANCE = (
+    ("agent_id", "agentId"),
+    ("connection_id", "connectionId"),
+    ("session_key", "sessionKey"),
+    ("session_id", "sessionId"),
+    ("lifecycle_revision", "lifecycleRevision"),
+    ("owner", "owner"),
+    ("flush_id", "flushId"),
+    ("tool", "tool"),
+    ("plugin_id", "pluginId"),
+    ("at", "at"),
+    ("start_line", "startLine"),
+    ("end_line", "endLine"),
+)
+
+
+@attrs.frozen
+class MemoryProvenance:
+    """Who wrote a memory entry (or made a change), as the host recorded it at the time.
+
+    ``kind`` is who acted: ``"operator"`` (an operator connection, ``connection_id``:
+    ``"cli"`` for the local ``claw`` command, ``"local"`` for ``claw.open_memory``, the
+    gateway's or MCP server's connection otherwise), ``"run"`` (an agent run:
+    ``agent_id``, ``session_key``, the incarnation ``session_id`` +
+    ``lifecycle_revision``, and ``owner``: whether its audience was the owner's),
+    ``"flush"`` (a pre-compaction flush run: the run's fields and its ``flush_id``) or
+    ``"host"`` (the host's own maintenance). ``tool`` and ``plugin_id`` name the tool a
+    run wrote through (``memory_add`` of ``memory-core``; the flush's ``write`` is the
+    host's, plugin ``claw``). ``at`` is the wall-clock time of the write.
+
+    On a search hit or a get, ``start_line``/``end_line`` say which lines of the result
+    the entry occupies (``None`` for a record-shaped provider, whose result is the entry).
+    The host fills provenance in, never the writer: a plugin cannot claim another writer.
+    """
+
+    kind: WriterKind
+    agent_id: str | None = None
+    connection_id: str | None = None
+    session_key: str | None = None
+    session_id: str | None = None
+    lifecycle_revision: int | None = None
+    owner: bool | None = None
+    flush_id: str | None = None
+    tool: str | None = None
+    plugin_id: str | None = None
+    at: float | None = None
+    start_line: int | None = None
+    end_line: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in WRITER_KINDS:
+            raise ContractError(
+                f"provenance kind must be one of {', '.join(WRITER_KINDS)}, got {self.kind!r}"
+            )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The camelCase form the journal, the gateway and MCP carry (``None``s left out)."""
+        wire: dict[str, Any] = {"kind": self.kind}
+        for name, key in _WIRE_PROVENANCE:
+            value = getattr(self, name)
+            if value is not None:
+                wire[key] = value
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> MemoryProvenance:
+        """Read :meth:`to_wire`'s form back (unknown keys are ignored: newer writers)."""
+        if not isinstance(wire, Mapping):
+            raise ContractError("provenance must be an object")
+        values = {name: wire.get(key) for name, key in _WIRE_PROVENANCE if key in wire}
+        return cls(kind=wire.get("kind"), **values)  # type: ignore[arg-type]
+
+
+def _provenance_tuple(value: Iterable[MemoryProvenance]) -> tuple[MemoryProvenance, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class MemorySearchHit:
     """One search result: a reference, an excerpt, and optionally a score and citation.
@@ -117,6 +196,9 @@ class MemorySearchHit:
     ``source`` says which corpus the hit comes from; the host withholds
     ``"sessions"`` hits unless the runtime's ``authorize_search_hits`` admits them.
     ``metadata`` is provider-owned (for example the transcript turns a chunk spans).
+    ``provenance`` (optional; empty when the provider does not know) says who wrote the
+    entries the hit covers, one :class:`MemoryProvenance` per entry with the lines it
+    occupies. It reaches only callers the hit itself reaches.
     """
 
     reference: MemoryReference
@@ -125,6 +207,7 @@ class MemorySearchHit:
     citation: Citation | None = None
     source: Source = "memory"
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    provenance: tuple[MemoryProvenance, ...] = attrs.field(default=(), converter=_provenance_tuple)
 
     def row(self) -> dict[str, Any]:
         """The hit as one flat row (the table form; see :meth:`MemorySearchResult.table`)."""
@@ -282,7 +365,11 @@ class MemoryGetRequest:
 
 @attrs.frozen
 class MemoryGetResult:
-    """An explicit answer to a get: ``ok`` with text, or ``not_found``."""
+    """An explicit answer to a get: ``ok`` with text, or ``not_found``.
+
+    ``provenance`` (optional) says who wrote the entries of the text returned, as on a
+    :class:`MemorySearchHit`.
+    """
 
     status: GetStatus
     reference: MemoryReference
@@ -291,6 +378,7 @@ class MemoryGetResult:
     lines: int | None = None
     total_lines: int | None = None
     truncated: bool = False
+    provenance: tuple[MemoryProvenance, ...] = attrs.field(default=(), converter=_provenance_tuple)
 
     def __attrs_post_init__(self) -> None:
         if self.status not in ("ok", "not_found"):
@@ -447,6 +535,10 @@ class MemoryForgetResult:
 
     ``removed_text`` is the text taken out of the source when the reference named lines
     of it; ``chunks`` counts derived index entries dropped when it named a whole source.
+    ``removal_id`` names the removal in the provider's undo journal (pass it to
+    ``host.memory.restore``; ``None`` for a dry run or a provider without undo);
+    ``start_line``/``end_line`` are the lines removed, ``entries`` how many entries they
+    held (see the provider's matched-entry rule).
     """
 
     reference: MemoryReference
@@ -454,3 +546,51 @@ class MemoryForgetResult:
     paths: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     chunks: int = 0
     removed_text: str | None = None
+    removal_id: str | None = None
+    start_line: int | None = None
+    end_line: int | None = None
+    entries: int | None = None
+
+
+RemovalStatus = Literal["forgotten", "restored", "purged"]
+
+
+@attrs.frozen
+class MemoryRemoval:
+    """One entry of the undo journal's listing: what a forget removed, and what became of it.
+
+    ``id`` is what ``host.memory.restore`` takes. ``status`` is ``"forgotten"`` (it can be
+    restored), ``"restored"`` or ``"purged"`` (its text is gone for good; ``text`` is
+    ``None``). ``by`` is who forgot it, ``at`` when; ``provenance`` who had written it.
+    """
+
+    id: str
+    path: str
+    start_line: int
+    end_line: int
+    text: str | None
+    at: float
+    status: RemovalStatus
+    by: MemoryProvenance | None = None
+    provenance: tuple[MemoryProvenance, ...] = attrs.field(default=(), converter=_provenance_tuple)
+
+
+RestoreMode = Literal["in-place", "appended", "present"]
+
+
+@attrs.frozen
+class MemoryRestoreResult:
+    """What a restore put back, and where.
+
+    ``mode``: ``"in-place"`` (the lines went back where they were), ``"appended"`` (the
+    file changed so that their place is ambiguous: they were appended under a marked
+    heading, never over anything) or ``"present"`` (they were already there; nothing
+    was written). ``reference`` cites the restored lines. ``already`` is true when the
+    removal had been restored before (a retried restore answers, it does not repeat).
+    """
+
+    removal_id: str
+    reference: MemoryReference
+    mode: RestoreMode
+    dry_run: bool = False
+    already: bool = False

@@ -1,4 +1,4 @@
-"""The host's write route into memory: ``host.memory.add`` and ``host.memory.forget``.
+"""The host's write route into memory: ``host.memory.add``, ``forget``, ``restore``, ``removals``.
 
 Writing goes through the selected provider's own operation (its
 :class:`~claw.memory.MemoryMaintenance` ``add`` and ``forget_reference``), never around
@@ -17,15 +17,30 @@ after the provider's awaits, as for reads.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
 
-from .._capabilities import MemoryCallerContext, OperatorAuthority, SessionAuthority
+from .._capabilities import (
+    HostAuthority,
+    MemoryCallerContext,
+    OperatorAuthority,
+    SessionAuthority,
+)
 from .._currency import Currency
 from .._errors import CapabilityDeniedError, ContractError
 from ._guard import provider_call
-from ._types import MemoryAddRequest, MemoryAddResult, MemoryForgetResult, MemoryReference
+from ._types import (
+    MemoryAddRequest,
+    MemoryAddResult,
+    MemoryForgetResult,
+    MemoryProvenance,
+    MemoryReference,
+    MemoryRemoval,
+    MemoryRestoreResult,
+)
 
 WRITE_SCOPES = ("operator.write", "operator.admin")
 
@@ -67,6 +82,15 @@ class WriteTarget:
         await self.currency.await_current(context)
         return result
 
+    def accepts(self, operation: str, keyword: str) -> bool:
+        """Whether the provider's ``operation`` takes ``keyword`` (an optional part of the
+        contract, such as the ``tool`` a write came through)."""
+        try:
+            params = inspect.signature(getattr(self.maintenance, operation)).parameters
+        except (TypeError, ValueError):
+            return False
+        return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
 
 def writer_refusal(context: MemoryCallerContext) -> str | None:
     """Why ``context`` may not write an agent's memory, or ``None`` when it may."""
@@ -85,6 +109,48 @@ def writer_refusal(context: MemoryCallerContext) -> str | None:
     return "a host authority cannot write memory"
 
 
+def describe_writer(
+    caller: MemoryCallerContext,
+    *,
+    clock: Callable[[], float],
+    flush_id: str | None = None,
+    tool: str | None = None,
+    plugin_id: str | None = None,
+) -> MemoryProvenance:
+    """Who ``caller`` is, as the provenance of a memory write (see :class:`MemoryProvenance`).
+
+    Read from the host-minted authority only (a run's incarnation is the one it was
+    admitted at), never from anything the writer supplies; ``clock`` stamps it.
+    """
+    authority = caller.authority
+    at = clock()
+    if isinstance(authority, OperatorAuthority):
+        return MemoryProvenance(
+            kind="operator",
+            connection_id=authority.connection_id,
+            flush_id=flush_id,
+            tool=tool,
+            plugin_id=plugin_id,
+            at=at,
+        )
+    if isinstance(authority, SessionAuthority):
+        audience = authority.audience
+        return MemoryProvenance(
+            kind="flush" if flush_id is not None else "run",
+            agent_id=authority.agent_id,
+            session_key=authority.session_key,
+            session_id=authority.session_id,
+            lifecycle_revision=authority.lifecycle_revision,
+            owner=audience is not None and audience.kind == "owner-private",
+            flush_id=flush_id,
+            tool=tool,
+            plugin_id=plugin_id,
+            at=at,
+        )
+    assert isinstance(authority, HostAuthority)
+    return MemoryProvenance(kind="host", tool=tool, plugin_id=plugin_id, at=at)
+
+
 def require_writer(context: MemoryCallerContext) -> None:
     """Raise :class:`~claw.CapabilityDeniedError` unless ``context`` may write memory."""
     refusal = writer_refusal(context)
@@ -99,10 +165,14 @@ async def add_memory(
     *,
     agent_id: str | None,
     plugin_id: str | None = None,
+    tool: str | None = None,
 ) -> MemoryAddResult:
-    """See :meth:`MemoryRuntime.add`; ``plugin_id`` is a tool facet's own plugin."""
+    """See :meth:`MemoryRuntime.add`; ``plugin_id`` is a tool facet's own plugin and
+    ``tool`` the name of its tool the write came through (the provider records it in
+    the entry's provenance when its ``add`` takes ``tool``)."""
     target = await route.write_target(context, agent_id, "add", plugin_id=plugin_id)
-    result = await target.run("add", request=request)
+    extra = {"tool": tool} if tool is not None and target.accepts("add", "tool") else {}
+    result = await target.run("add", request=request, **extra)
     if not isinstance(result, MemoryAddResult) or result.reference.provider_id != target.plugin_id:
         raise ContractError(
             f'memory provider "{target.plugin_id}" answered add with {type(result).__name__}, '
@@ -119,15 +189,62 @@ async def forget_memory(
     agent_id: str | None,
     dry_run: bool,
     plugin_id: str | None = None,
+    whole_range: bool = False,
 ) -> MemoryForgetResult:
     """See :meth:`MemoryRuntime.forget`; ``plugin_id`` is a tool facet's own plugin."""
     target = await route.write_target(
         context, agent_id, "forget_reference", plugin_id=plugin_id, reference=reference
     )
-    result = await target.run("forget_reference", reference=reference, dry_run=dry_run)
+    # ``whole_range`` reaches the provider only when asked for: a provider that does
+    # not know it refuses the request instead of removing more than one entry.
+    extra = {"whole_range": True} if whole_range else {}
+    result = await target.run("forget_reference", reference=reference, dry_run=dry_run, **extra)
     if not isinstance(result, MemoryForgetResult):
         raise ContractError(
             f'memory provider "{target.plugin_id}" answered forget with '
             f"{type(result).__name__}, not a MemoryForgetResult"
         )
     return result
+
+
+async def restore_memory(
+    route: WriteRoute,
+    context: MemoryCallerContext,
+    removal_id: str,
+    *,
+    agent_id: str | None,
+    dry_run: bool,
+) -> MemoryRestoreResult:
+    """See :meth:`MemoryRuntime.restore`."""
+    if not isinstance(removal_id, str) or not removal_id.strip():
+        raise ContractError("removal_id must be the id of a removal (claw memory forgotten)")
+    target = await route.write_target(context, agent_id, "restore")
+    result = await target.run("restore", removal_id=removal_id, dry_run=dry_run)
+    if (
+        not isinstance(result, MemoryRestoreResult)
+        or result.reference.provider_id != target.plugin_id
+    ):
+        raise ContractError(
+            f'memory provider "{target.plugin_id}" answered restore with '
+            f"{type(result).__name__}, not a MemoryRestoreResult with its own reference"
+        )
+    return result
+
+
+async def list_removals(
+    route: WriteRoute,
+    context: MemoryCallerContext,
+    *,
+    agent_id: str | None,
+    limit: int,
+) -> tuple[MemoryRemoval, ...]:
+    """See :meth:`MemoryRuntime.removals`."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ContractError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+    target = await route.write_target(context, agent_id, "removals")
+    removals = tuple(await target.run("removals", limit=limit))
+    if not all(isinstance(r, MemoryRemoval) for r in removals):
+        raise ContractError(
+            f'memory provider "{target.plugin_id}" answered removals with non-removals'
+        )
+    return removals[:limit]

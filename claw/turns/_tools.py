@@ -265,7 +265,7 @@ class ToolDispatch:
             sandboxed=run.authority.sandboxed,
             workspace_dir=self.workspace_dir,
             memory_flush=memory_flush,
-            memory=self.memory.for_tool(run.caller, run.agent_id, tool.plugin_id),
+            memory=self.memory.for_tool(run.caller, run.agent_id, tool.plugin_id, tool.name),
         )
 
     async def call(

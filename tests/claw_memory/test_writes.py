@@ -14,8 +14,9 @@ import pytest
 import claw
 import claw_memory
 from claw.memory import MemoryReference, MemorySearchRequest
+from claw.memory_files import MemoryFileWriter, Placement
 from claw.models import ToolResult, UserMessage
-from claw_memory._writes import append_entry, daily_note_path, remove_lines
+from claw_memory._writes import daily_note_path, entry_text
 from claw_testing import ScriptedModel, ScriptedReply
 
 from .test_plugin import _config
@@ -147,17 +148,40 @@ async def test_forget_by_reference_removes_the_added_lines_and_search_no_longer_
         drop = await host.memory.add(ctx, "The wifi password is hunter2.")
         dry = await host.memory.forget(ctx, drop.reference, dry_run=True)
         assert dry.dry_run and dry.removed_text is not None and "hunter2" in dry.removed_text
-        # The first reference is stale now (the file changed since it was made).
-        with pytest.raises(claw.ClawError, match="changed since"):
-            await host.memory.forget(ctx, keep.reference)
+        assert dry.removal_id is None
         done = await host.memory.forget(ctx, drop.reference)
         return keep, done
 
     keep, done = await _as_operator(host, {"operator.write"}, run)
     assert not done.dry_run and done.paths == (keep.citation.path,)
+    assert done.removal_id is not None and done.entries == 1
     note = (host.config.workspace_dir / keep.citation.path).read_text(encoding="utf-8")
     assert "hunter2" not in note and "boiler" in note
     assert not any("hunter2" in e for e in await _search(host, "wifi password hunter2"))
+
+
+async def test_a_reference_stays_valid_while_other_lines_change_and_is_stale_once_its_own_do(
+    host: claw.Host,
+) -> None:
+    """A reference's revision is its lines' hash: an add elsewhere in the file leaves it
+    current (the lines only moved), an edit of the lines themselves makes it stale, and
+    the refusal says what the lines read now."""
+
+    async def run(ctx: claw.MemoryCallerContext) -> Any:
+        first = await host.memory.add(ctx, "Gate code 1234.", path="MEMORY.md", section="Codes")
+        await host.memory.add(ctx, "Alarm code 9.", path="MEMORY.md", section="Preferences")
+        note = host.config.workspace_dir / "MEMORY.md"
+        # Inserted above the first entry: it moved down a line, unchanged.
+        moved = await host.memory.forget(ctx, first.reference, dry_run=True)
+        assert moved.start_line == first.citation.start_line + 1
+        text = note.read_text(encoding="utf-8").replace("Gate code 1234.", "Gate code 4321.")
+        note.write_text(text, encoding="utf-8")
+        with pytest.raises(claw.ClawError, match=r"changed since they were cited"):
+            await host.memory.forget(ctx, first.reference)
+        return note.read_text(encoding="utf-8")
+
+    text = await _as_operator(host, {"operator.write"}, run)
+    assert "Gate code 4321." in text and "Alarm code 9." in text
 
 
 async def test_forget_of_a_whole_file_reference_drops_its_chunks_and_keeps_the_file(
@@ -229,37 +253,28 @@ async def test_bad_entries_are_refused_naming_the_argument(
         await _as_operator(host, {"operator.write"}, lambda ctx: host.memory.add(ctx, **kwargs))
 
 
-def test_an_entry_that_would_pass_max_file_bytes_is_refused_and_the_file_is_unchanged(
+async def test_an_entry_that_would_pass_max_file_bytes_is_refused_and_the_file_is_unchanged(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "memory").mkdir()
-    note = tmp_path / "memory" / "n.md"
-    note.write_text("- old\n", encoding="utf-8")
-    with pytest.raises(claw.ClawError, match="max_file_bytes"):
-        append_entry(
-            tmp_path,
-            "memory/n.md",
-            "y" * 100,
-            section=None,
-            now=NOW,
-            max_file_bytes=64,
-            lock_path=tmp_path / "lock",
-        )
-    assert note.read_text(encoding="utf-8") == "- old\n"
+    config = _config(tmp_path, max_file_bytes=64)
+    async with claw.open_host(config, plugins=[claw_memory.plugin]) as small:
+        note = config.workspace_dir / "memory" / "n.md"
+        note.write_text("- old\n", encoding="utf-8")
+        with pytest.raises(claw.ClawError, match="max_file_bytes"):
+            await _as_operator(
+                small,
+                {"operator.write"},
+                lambda ctx: small.memory.add(ctx, "y" * 100, path="memory/n.md"),
+            )
+        assert note.read_text(encoding="utf-8") == "- old\n"
 
 
 def test_append_adds_a_newline_to_an_unterminated_file_and_counts_lines(tmp_path: Path) -> None:
     (tmp_path / "memory").mkdir()
     note = tmp_path / "memory" / "n.md"
     note.write_text("# Day\n- first", encoding="utf-8")
-    written = append_entry(
-        tmp_path,
-        "memory/n.md",
-        "second",
-        section=None,
-        now=NOW,
-        max_file_bytes=10_000,
-        lock_path=tmp_path / "lock",
+    written = MemoryFileWriter(tmp_path).append(
+        "memory/n.md", entry_text("second", "2026-12-01 09:30:12 UTC"), by={"kind": "host"}
     )
     assert note.read_text(encoding="utf-8") == (
         "# Day\n- first\n- [2026-12-01 09:30:12 UTC] second\n"
@@ -276,19 +291,13 @@ def test_a_rewrite_that_fails_leaves_the_old_file_and_no_temporary(
     original = "- a\n- b\n- c\n"
     note.write_text(original, encoding="utf-8")
 
-    def crash(self: Path, target: Any) -> None:
+    def crash(*args: Any) -> bool:
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(Path, "replace", crash)
+    monkeypatch.setattr("claw.memory_files._writer._exchange", crash)
     with pytest.raises(OSError, match="disk on fire"):
-        remove_lines(
-            tmp_path,
-            "memory/n.md",
-            2,
-            2,
-            revision=None,
-            dry_run=False,
-            lock_path=tmp_path / "lock",
+        MemoryFileWriter(tmp_path).place(
+            "memory/n.md", lambda _: Placement(text="- x\n", before=1), by={"kind": "host"}
         )
     assert note.read_text(encoding="utf-8") == original
     assert [p.name for p in (tmp_path / "memory").iterdir()] == ["n.md"]

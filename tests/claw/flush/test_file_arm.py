@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import claw
+from claw.memory_files import MemoryFileWriter
 from claw.models import ToolResult, UserMessage
 from claw_testing import ScriptedModel, ScriptedReply
 
@@ -36,6 +37,21 @@ async def test_file_flush_appends_to_the_target_with_only_read_and_write(
         assert env.model.calls[0].tool_names == ("read", "write")
         assert (workspace / TARGET).read_text() == "- alice likes tea\n"
         assert recorder.calls == []
+
+
+async def test_a_flush_note_is_journalled_as_written_by_that_flush(open_env: OpenEnv) -> None:
+    """The write goes through the host's memory-file writer, which records who wrote it:
+    the flush (its id and run), through the host's ``write`` tool."""
+    recorder = RecordingProvider(provider_plan=file_draft())
+    async with open_env([recorder.plugin()]) as env:
+        env.model.extend([write(TARGET, "- alice likes tea"), "NO_REPLY", "answered"])
+        result = await env.turn(big_text(2100))
+        records = MemoryFileWriter(env.host.config.workspace_dir).journal.records()
+        assert [r["op"] for r in records] == ["add"]
+        by = records[0]["by"]
+        assert by["kind"] == "flush" and by["flushId"] == result.flush.flush_id
+        assert (by["tool"], by["pluginId"], by["owner"]) == ("write", "claw", True)
+        assert by["sessionKey"] == "memory-flush:dm:alice"
 
 
 async def test_the_host_creates_the_target_even_when_nothing_is_written(
