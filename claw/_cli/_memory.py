@@ -1,4 +1,4 @@
-"""``claw memory ...``: index, search, read, add and forget memory as the local operator.
+"""``claw memory ...``: index, search, read, add, forget and restore memory as the local operator.
 
 Reads go through the gateway's memory methods (the same validation, payloads and
 messages as a remote client gets); writes through ``host.memory``; index-level
@@ -25,7 +25,6 @@ from ..gateway._memory import (
     memory_search,
     memory_status,
     wire_add,
-    wire_forget,
     wire_reference,
 )
 from ._common import (
@@ -44,6 +43,7 @@ from ._common import (
     with_operator,
 )
 from ._progress import Progress, warm
+from ._undo import add_undo_parsers, forget_cited, forgotten, restore
 
 # What `claw memory add -` reads from stdin at most (a memory entry is far smaller: the
 # provider refuses what it will not store, naming its own limit).
@@ -115,11 +115,23 @@ def add_parsers(sub: Any, command: AddCommand) -> None:
         msub,
         "forget",
         "forget a memory or derived chunks",
-        "Forget by reference (path#L<a>-L<b> removes those lines from the file; a path "
-        "drops its chunks from the index), or by --path, --session or --source.",
+        "Forget by reference: path#L<a>-L<b> removes the one entry (a list item with what "
+        "is nested under it, a heading, a paragraph) those lines lie in; when they cover "
+        "several entries, as a search hit's lines often do, every line is shown and you "
+        "are asked first (--yes, where there is no terminal to ask on). The removal can be "
+        "undone: the command prints its id for claw memory restore. A reference may end in "
+        "@REVISION (the lines' revision when cited): lines that changed since are not "
+        "removed. A path alone drops its chunks from the index; so do --path, --session "
+        "and --source.",
     )
     forget.add_argument(
-        "reference", nargs="?", default=None, help="path or path#L<a>-L<b>, as search prints"
+        "reference",
+        nargs="?",
+        default=None,
+        help="path or path#L<a>-L<b>[@REVISION], as search prints",
+    )
+    forget.add_argument(
+        "--yes", action="store_true", help="remove every cited line, several entries included"
     )
     forget.add_argument("--path", default=None, help="drop the chunks of this source")
     forget.add_argument("--session", default=None, help="drop the chunks of this session id")
@@ -132,6 +144,7 @@ def add_parsers(sub: Any, command: AddCommand) -> None:
     agent_flag(forget)
     forget.add_argument("--dry-run", action="store_true", help="report, change nothing")
     json_flag(forget)
+    add_undo_parsers(msub, command)
 
 
 def _flag_names(message: str) -> str:
@@ -235,25 +248,6 @@ async def _add(
     return EXIT_OK
 
 
-async def _forget_reference(
-    args: argparse.Namespace, host: Host, caller: MemoryCallerContext, out: TextIO
-) -> int:
-    if args.path or args.session or args.source:
-        raise CliError("give a REFERENCE or --path/--session/--source, not both")
-    target = parse_reference(host.slots.memory_plugin or "", args.reference)
-    forgot = await host.memory.forget(caller, target, dry_run=args.dry_run, agent_id=args.agent)
-    if args.json:
-        emit_json(out, wire_forget(forgot))
-    else:
-        verb = "would forget" if forgot.dry_run else "forgot"
-        if forgot.removed_text is not None:
-            out.write(f"{verb} {args.reference}:\n")
-            out.writelines(f"  {line}\n" for line in forgot.removed_text.splitlines())
-        else:
-            out.write(f"{verb} {forgot.chunks} chunk(s) of {args.reference}\n")
-    return EXIT_OK
-
-
 async def _index(
     args: argparse.Namespace, host: Host, caller: MemoryCallerContext, out: TextIO, err: TextIO
 ) -> int:
@@ -313,8 +307,12 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
             return await _add(args, host, caller, out)
         if command == "index":
             return await _index(args, host, caller, out, err)
+        if command == "restore":
+            return await restore(args, host, caller, out)
+        if command == "forgotten":
+            return await forgotten(args, host, caller, out)
         if args.reference is not None:
-            return await _forget_reference(args, host, caller, out)
+            return await forget_cited(args, host, caller, out, err)
         return await _forget_derived(args, host, caller, out)
 
     result: int = await with_operator(config, in_host)

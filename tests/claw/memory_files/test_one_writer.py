@@ -22,7 +22,7 @@ WRITERS = {
     "claw/_owners.py": "owner lock files under <state_dir>/owners",
     "claw/_session_locks.py": "session lock files under <state_dir>/session-locks",
     "claw/_demo.py": "claw init / demo: copies the sample workspace into an empty directory",
-    "claw/_cli.py": "stdout pointed at /dev/null after a closed pipe",
+    "claw/_cli/_app.py": "stdout pointed at /dev/null after a closed pipe",
     "claw_memory/_index.py": "the index under <state_dir>/memory/<agent> (derived data)",
     "claw_memory/_lease.py": "the index's writer-lease lock file (state directory)",
     "claw_memory/_published.py": "the published generations (state directory)",
