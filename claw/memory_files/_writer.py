@@ -73,6 +73,11 @@ logger = logging.getLogger("claw.memory_files")
 HOME = PurePosixPath(".claw/memory-writes")
 LOCK_NAME = "LOCK"
 PENDING_NAME = "pending.json"
+DISPLACED_DIR = "displaced"
+_APPEND_ROUNDS = 20
+#: How long a file a rename displaced is watched for late appends (seconds): longer than
+#: any outside writer keeps a file open between its open and its write.
+DISPLACED_GRACE = 5.0
 CONTEXT_LINES = 3
 RESTORED_HEADING = "## Restored by claw"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -287,6 +292,7 @@ class MemoryFileWriter:
                     time.sleep(delay)
                     delay = min(delay * 2, 0.01)
             self._recover()
+            self._settle_stragglers()
             yield
         finally:
             os.close(fd)
@@ -420,10 +426,28 @@ class MemoryFileWriter:
         except OSError:
             return False
 
-    def _recheck(self, target: Path, seen: _Seen) -> None:
-        """Raise :class:`_Changed` unless ``target`` is still the file ``seen`` read."""
-        if not self._unchanged(target, seen):
-            raise _Changed
+    def _recheck(self, target: Path, tmp: Path, seen: _Seen) -> _Seen:
+        """Make sure ``target`` is still the file ``seen`` read, right before the rename.
+
+        Lines only appended to it meanwhile (``echo >>``: same inode, the old bytes
+        untouched) are appended to ``tmp`` too, and the check runs again; any other
+        change raises :class:`_Changed`. Returns what the rename will displace.
+        """
+        for _ in range(_APPEND_ROUNDS):
+            if self._unchanged(target, seen):
+                return seen
+            try:
+                st = os.lstat(target)
+                if not seen.exists or (st.st_ino, st.st_dev) != (seen.ino, seen.dev):
+                    raise _Changed
+                now = target.read_bytes()
+            except OSError:
+                raise _Changed from None
+            if len(now) <= len(seen.data) or not now.startswith(seen.data):
+                raise _Changed
+            self._append_bytes(tmp, now[len(seen.data) :])
+            seen = attrs.evolve(seen, data=now, size=len(now), mtime_ns=st.st_mtime_ns)
+        raise _Changed
 
     def _append_bytes(self, target: Path, data: bytes) -> None:
         fd = os.open(target, os.O_WRONLY | os.O_APPEND | _NOFOLLOW | os.O_CLOEXEC)
@@ -512,14 +536,17 @@ class MemoryFileWriter:
             if record is not None:
                 self.journal.append(record, sync=True)
                 journaled = True
-            self._recheck(target, seen)
+            read = len(seen.data)
+            seen = self._recheck(target, tmp, seen)
+            new += seen.data[read:]  # what was appended meanwhile is in tmp too
             if not seen.exists:
                 try:
                     os.link(tmp, target)  # never over a file that appeared meanwhile
                 except FileExistsError:
                     raise _Changed from None
             elif _exchange(tmp, target):
-                self._settle_displaced(target, tmp, seen, new)
+                kept = self._settle_displaced(target, tmp, seen, new)
+                self._keep_displaced(tmp, vpath, kept)
             else:
                 tmp.replace(target)
             fsync_dir(target.parent)
@@ -542,8 +569,11 @@ class MemoryFileWriter:
                 tmp.unlink()
             self._clear_pending()
 
-    def _settle_displaced(self, target: Path, tmp: Path, seen: _Seen, new: bytes) -> None:
-        """After the exchange, ``tmp`` holds the file we displaced: make sure it was ours."""
+    def _settle_displaced(self, target: Path, tmp: Path, seen: _Seen, new: bytes) -> int:
+        """After the exchange, ``tmp`` holds the file we displaced: make sure it was ours.
+
+        Returns how many of its bytes are accounted for (carried over or ours).
+        """
         st = os.lstat(tmp)
         if (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns) == (
             seen.ino,
@@ -551,7 +581,7 @@ class MemoryFileWriter:
             seen.size,
             seen.mtime_ns,
         ):
-            return
+            return seen.size
         displaced = tmp.read_bytes()
         if (st.st_ino, st.st_dev) == (seen.ino, seen.dev) and displaced.startswith(seen.data):
             tail = displaced[len(seen.data) :]
@@ -561,14 +591,69 @@ class MemoryFileWriter:
                 logger.info(
                     "%s: carried over %d bytes appended during a rewrite", target, len(tail)
                 )
-            return
+            return len(displaced)
         # Replaced or edited at the moment of the rename: put it back, start again.
         if not _exchange(tmp, target):  # pragma: no cover - it just worked
             raise MemoryFileError(f"{target}: could not undo a rename")
         ours = tmp.read_bytes()
         if len(ours) > len(new) and ours.startswith(new):
             self._append_bytes(target, ours[len(new) :])
+        self._keep_displaced(tmp, str(target.relative_to(self.workspace).as_posix()), len(ours))
         raise _Changed
+
+    # -- stragglers: appends through a file descriptor opened before the rename -----------
+
+    def _keep_displaced(self, tmp: Path, vpath: str, settled: int) -> None:
+        """Keep the file a rename displaced for :data:`DISPLACED_GRACE` seconds.
+
+        A writer outside claw that opened the old file before the rename (``echo >>``)
+        may still write to it after: the next writer to take the lock carries such late
+        bytes over to the file (:meth:`_settle_stragglers`). The name records what is
+        accounted for: ``<id>.<settled bytes>.<when, ns>.<path, base64>``.
+        """
+        home = self.home / DISPLACED_DIR
+        name = ".".join(
+            (
+                new_id(),
+                str(settled),
+                str(time.time_ns()),
+                base64.urlsafe_b64encode(vpath.encode("utf-8", "surrogatepass")).decode(),
+            )
+        )
+        try:
+            home.mkdir(exist_ok=True)
+            os.link(tmp, home / name)
+        except OSError:
+            pass  # another file system: no grace, as with a plain rename
+
+    def _settle_stragglers(self, *, drop_all: bool = False) -> None:
+        """Carry late bytes of displaced files over, and drop those past their grace."""
+        home = self.home / DISPLACED_DIR
+        try:
+            entries = list(home.iterdir())
+        except FileNotFoundError:
+            return
+        now = time.time_ns()
+        for found in entries:
+            entry = found
+            try:
+                rid, settled, at, encoded = entry.name.split(".", 3)
+                vpath = base64.urlsafe_b64decode(encoded).decode("utf-8", "surrogatepass")
+                size = entry.stat().st_size
+                if size > int(settled):
+                    with entry.open("rb") as f:
+                        f.seek(int(settled))
+                        tail = f.read()
+                    target = self.resolve(vpath)
+                    if target.exists():
+                        self._append_bytes(target, tail)
+                        logger.info("%s: carried over %d late bytes", vpath, len(tail))
+                    entry = entry.rename(entry.with_name(".".join((rid, str(size), at, encoded))))
+                if drop_all or now - int(at) > DISPLACED_GRACE * 1e9:
+                    entry.unlink()
+            except (ValueError, OSError, MemoryPathError):
+                with contextlib.suppress(OSError):
+                    entry.unlink()  # not ours, or unreadable: it holds nothing to keep
 
     def _retrying(self, vpath: str, attempt: Callable[[], Any]) -> Any:
         for _ in range(self.attempts):

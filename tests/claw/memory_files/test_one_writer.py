@@ -1,11 +1,11 @@
 """No second code path writes memory files: only :mod:`claw.memory_files` may.
 
 Every module of ``claw``, ``claw_memory`` and ``claw_records`` is parsed, and every call
-that can write a file (``open`` in a writing mode, ``os.open`` with a writing flag,
-``write_text``/``write_bytes``, renames, links, truncation, temporary files) is
-collected. The modules that have any must be exactly the ones listed here, each with
-what it writes; a new write anywhere else fails this test until someone decides (and
-writes down) that it never touches a workspace memory file.
+that can write or delete a file (``open`` in a writing mode, ``os.open`` with a writing
+flag, ``write_text``/``write_bytes``, renames, links, truncation, temporary files,
+``unlink``, ``rmtree``) is collected. The modules that have any must be exactly the
+ones listed here, each with what it writes; a new write anywhere else fails this test
+until someone decides (and writes down) that it never touches a workspace memory file.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ WRITERS = {
     "claw/_session_locks.py": "session lock files under <state_dir>/session-locks",
     "claw/_demo.py": "claw init / demo: copies the sample workspace into an empty directory",
     "claw/_cli/_app.py": "stdout pointed at /dev/null after a closed pipe",
-    "claw_memory/_index.py": "the index under <state_dir>/memory/<agent> (derived data)",
+    "claw_memory/_repair.py": "sets a corrupt index aside and rebuilds it (state directory)",
     "claw_memory/_lease.py": "the index's writer-lease lock file (state directory)",
     "claw_memory/_published.py": "the published generations (state directory)",
 }
@@ -55,6 +55,8 @@ _ALWAYS = {
     "copy2",
     "copytree",
     "move",
+    "rmtree",
+    "unlink",
 }
 
 

@@ -271,13 +271,14 @@ def test_an_editors_change_between_the_read_and_the_rename_is_never_overwritten(
     def compose(text: str) -> Placement:
         nonlocal calls
         calls += 1
-        # An editor saves while claw prepares its rewrite, every time.
-        (ws / "MEMORY.md").write_text(text + f"- typed by hand {calls}\n", encoding="utf-8")
+        # An editor saves a changed line while claw prepares its rewrite, every time.
+        edited = text.replace("release manager", f"release manager ({calls})")
+        (ws / "MEMORY.md").write_text(edited, encoding="utf-8")
         return Placement("- from claw\n", before=0)
 
     with pytest.raises(MemoryFileChangedError, match="kept changing"):
         writer.place("MEMORY.md", compose, by=BY)
-    assert _text(ws) == NOTE + "".join(f"- typed by hand {i}\n" for i in range(1, 4))
+    assert _text(ws) == NOTE.replace("release manager", "release manager (3) (2) (1)")
     assert [p.name for p in ws.iterdir() if p.name.endswith(".claw-tmp")] == []
 
 
@@ -289,11 +290,13 @@ def test_a_rewrite_retries_from_the_editors_version(ws: Path) -> None:
         nonlocal calls
         calls += 1
         if calls == 1:
-            (ws / "MEMORY.md").write_text(text + "- typed by hand\n", encoding="utf-8")
+            edited = text.replace("Bob", "Robert")
+            (ws / "MEMORY.md").write_text(edited, encoding="utf-8")
         return Placement("- from claw\n", before=0)
 
     writer.place("MEMORY.md", compose, by=BY)
-    assert _text(ws) == "- from claw\n" + NOTE + "- typed by hand\n"
+    assert calls == 2
+    assert _text(ws) == "- from claw\n" + NOTE.replace("Bob", "Robert")
 
 
 def test_lines_appended_at_the_moment_of_the_rename_are_carried_over(
@@ -473,3 +476,47 @@ def test_the_lock_is_an_flock_on_a_file_in_the_workspace(ws: Path) -> None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         finally:
             os.close(fd)
+
+
+def test_lines_appended_while_a_rewrite_is_prepared_are_kept_without_starting_over(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``echo >>`` while claw writes its temporary file: the re-check finds only an
+    append, so the appended lines join the new file and the rewrite goes on."""
+    calls = 0
+
+    def compose(text: str) -> Placement:
+        nonlocal calls
+        calls += 1
+        with (ws / "MEMORY.md").open("a", encoding="utf-8") as f:
+            f.write(f"- appended by a script {calls}\n")
+        return Placement("- top\n", before=0)
+
+    MemoryFileWriter(ws, attempts=1).place("MEMORY.md", compose, by=BY)
+    assert calls == 1
+    assert _text(ws) == "- top\n" + NOTE + "- appended by a script 1\n"
+
+
+def test_late_bytes_written_to_the_displaced_file_are_carried_over_by_the_next_writer(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script that opened the file before claw's rename writes after it, into the old
+    file: the next writer finds those bytes in the kept copy and appends them."""
+    exchange = writer_module._exchange
+    late: list[Any] = []
+
+    def racing(a: Path, b: Path) -> bool:
+        late.append(b.open("a", encoding="utf-8"))  # opened before the rename...
+        return exchange(a, b)
+
+    monkeypatch.setattr(writer_module, "_exchange", racing)
+    writer = MemoryFileWriter(ws)
+    writer.place("MEMORY.md", lambda t: Placement("- top\n", before=0), by=BY)
+    late[0].write("- written late\n")  # ...written after it
+    late[0].close()
+    assert "written late" not in _text(ws)
+    writer.append("MEMORY.md", "- next", by=BY)
+    assert _text(ws) == "- top\n" + NOTE + "- written late\n- next\n"
+    monkeypatch.setattr(writer_module, "DISPLACED_GRACE", 0.0)
+    writer.recover()
+    assert list((writer.home / "displaced").iterdir()) == []
