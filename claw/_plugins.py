@@ -32,9 +32,11 @@ from ._util import NoPublicConstructor, final
 from ._workers import WorkerPool
 
 if TYPE_CHECKING:
+    from ._capabilities import MemoryCallerContext
     from ._config import PluginsConfig
     from ._embeddings import EmbeddingProvider
     from ._transcript_reader import TranscriptReader
+    from .memory._types import MemoryProvenance
     from .memory_files import MemoryFiles
 
 logger = logging.getLogger("claw.host")
@@ -211,7 +213,18 @@ class PluginApi(metaclass=NoPublicConstructor):
         """
         if self._memory_files is None:
             raise ContractError(f'plugin "{self.plugin_id}" was loaded without memory files')
-        return self._memory_files
+        return self._memory_files.for_plugin(self.plugin_id)
+
+    def describe_writer(
+        self, caller: MemoryCallerContext, *, flush_id: str | None = None, tool: str | None = None
+    ) -> MemoryProvenance:
+        """Who ``caller`` is, as the host records a memory write's provenance.
+
+        For a provider that keeps its own records (and stores who wrote each): the host
+        reads it from the caller's authority; ``tool`` names this plugin's tool the write
+        came through, ``flush_id`` the flush it belongs to.
+        """
+        return self.memory_files.describe(caller, flush_id=flush_id, tool=tool)
 
     @property
     def plugin_id(self) -> str:

@@ -247,7 +247,6 @@ async def add_memory(
             vpath,
             section_placement(entry, request.section),
             tool=tool,
-            plugin_id=None if tool is None else service.api.plugin_id,
             max_bytes=limit,
         )
     except MemoryFileTooLargeError as exc:

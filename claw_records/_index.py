@@ -65,6 +65,7 @@ class IndexedRecord:
     created_at: float
     updated_at: float
     seq: int
+    provenance: Mapping[str, Any] | None = None
 
 
 @attrs.frozen
@@ -215,6 +216,7 @@ class RecordIndex:
                 created_at=change.created_at,
                 updated_at=change.updated_at,
                 seq=change.seq,
+                provenance=change.provenance,
             )
         )
         self._row_of_ref[change.ref] = row

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,7 +36,10 @@ from claw.plugin_sdk import (
     MemoryGetResult,
     MemoryHealth,
     MemoryPluginCapability,
+    MemoryProvenance,
     MemoryReference,
+    MemoryRemoval,
+    MemoryRestoreResult,
     MemorySearchHit,
     MemorySearchRequest,
     MemorySearchResult,
@@ -59,7 +62,7 @@ from ._errors import InvalidRecordError
 from ._index import PartitionFilter, RankedRecord, RecordIndex
 from ._policy import OWNER, ReadScope, partition_session_key, read_scope, source_of
 from ._service import PLUGIN_ID, RecordsService
-from ._writes import add_record, forget_record, is_reference
+from ._writes import add_record, forget_record, is_reference, list_removals, restore_record
 
 RECALL_TOOLS = ("record_search", "record_get")
 PERSISTENCE_TOOLS = ("record_add", "record_update")
@@ -98,9 +101,26 @@ def parse_revision(revision: str | None) -> int | None:
     return int(revision)
 
 
+def _provenance(wire: Mapping[str, Any] | None) -> MemoryProvenance | None:
+    """A stored provenance (``None``: none recorded, or not one this host can read)."""
+    if wire is None:
+        return None
+    try:
+        return MemoryProvenance.from_wire(wire)
+    except ClawError:
+        return None
+
+
+def provenance_of(wire: Mapping[str, Any] | None) -> tuple[MemoryProvenance, ...]:
+    """A record's provenance as the neutral results carry it: one entry (the record)."""
+    found = _provenance(wire)
+    return () if found is None else (found,)
+
+
 def to_hit(ranked: RankedRecord, agent_id: str) -> MemorySearchHit:
     rec = ranked.record
     return MemorySearchHit(
+        provenance=provenance_of(rec.provenance),
         reference=reference_of(rec),
         excerpt=rec.text[:EXCERPT_CHARS],
         score=round(ranked.score, 6),
@@ -295,6 +315,7 @@ class RecordsHandle(ProviderHandle[RecordsService]):
             lines=len(chosen),
             total_lines=len(lines),
             truncated=first - 1 + len(chosen) < len(lines),
+            provenance=provenance_of(record.provenance),
         )
 
     async def health(self) -> MemoryHealth:
@@ -386,7 +407,7 @@ class RecordsMaintenance(ProviderMaintenance[RecordsService]):
             except ClawError as exc:
                 raise InvalidRecordError(str(exc)) from None
             seen = await forget_record(self.service, context, agent_id, reference.id, dry_run=True)
-            whole = None if seen is None else line_fragment(1, _line_count(seen.text))
+            whole = None if seen is None else line_fragment(1, _line_count(seen[0].text))
             if whole is not None and reference.fragment != whole:
                 raise InvalidRecordError(
                     f"a memory record is forgotten whole; {reference.id!r} has lines {whole}"
@@ -394,13 +415,61 @@ class RecordsMaintenance(ProviderMaintenance[RecordsService]):
         found = await forget_record(self.service, context, agent_id, reference.id, dry_run=dry_run)
         if found is None:
             raise InvalidRecordError(f"there is no memory record {reference.id!r} to forget")
+        record, removal_id = found
         return MemoryForgetResult(
             reference=reference,
             dry_run=dry_run,
             paths=(reference.id,),
             chunks=1,
-            removed_text=found.text,
+            removed_text=record.text,
+            removal_id=removal_id,
+            start_line=1,
+            end_line=_line_count(record.text),
+            entries=1,
         )
+
+    async def restore(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        removal_id: str,
+        dry_run: bool = False,
+    ) -> MemoryRestoreResult:
+        """Put a forgotten record back, under its own reference (the undo table)."""
+        removal, record, already = await restore_record(
+            self.service, context, agent_id, removal_id, dry_run=dry_run
+        )
+        revision = removal.revision if record is None else record.revision
+        return MemoryRestoreResult(
+            removal_id=removal.id,
+            reference=MemoryReference(
+                provider_id=PLUGIN_ID, id=removal.ref, revision=str(revision)
+            ),
+            mode="present" if already and record is not None else "in-place",
+            dry_run=dry_run,
+            already=already,
+        )
+
+    async def removals(
+        self, *, agent_id: str, context: MemoryCallerContext, limit: int = 50
+    ) -> Sequence[MemoryRemoval]:
+        """The most recent forgets of records this caller may change, newest first."""
+        found = await list_removals(self.service, context, agent_id, limit=limit)
+        return [
+            MemoryRemoval(
+                id=r.id,
+                path=r.ref,
+                start_line=1,
+                end_line=_line_count(r.text or ""),
+                text=r.text,
+                at=r.at,
+                status=r.status,
+                by=_provenance(r.by),
+                provenance=provenance_of(r.provenance),
+            )
+            for r in found
+        ]
 
     async def reindex(
         self,

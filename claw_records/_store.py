@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -80,8 +80,44 @@ _SCHEMA_V1 = (
         PRIMARY KEY (agent_id, flush_key)
     )""",
 )
+_SCHEMA_V2 = (
+    # Who wrote each record (its current revision) and each revision.
+    "ALTER TABLE memory_records ADD COLUMN provenance jsonb",
+    "ALTER TABLE memory_record_revisions ADD COLUMN provenance jsonb",
+    # What each forget removed, kept for restore until purged (text NULL then).
+    """CREATE TABLE memory_record_removals (
+        agent_id text NOT NULL,
+        id text NOT NULL,
+        ref text NOT NULL,
+        partition text NOT NULL,
+        text text,
+        metadata jsonb,
+        revision integer NOT NULL,
+        provenance jsonb,
+        at double precision NOT NULL,
+        by jsonb,
+        status text NOT NULL,
+        PRIMARY KEY (agent_id, id)
+    )""",
+    "CREATE INDEX memory_record_removals_by_time ON memory_record_removals (agent_id, at)",
+    # Every change: what, to which record, when, by whom (never the text).
+    """CREATE TABLE memory_record_journal (
+        agent_id text NOT NULL,
+        n bigint GENERATED ALWAYS AS IDENTITY,
+        op text NOT NULL,
+        ref text NOT NULL,
+        revision integer,
+        removal text,
+        at double precision NOT NULL,
+        by jsonb,
+        PRIMARY KEY (agent_id, n)
+    )""",
+)
 #: The named migrations of the schema, in order (a released one never changes).
-MIGRATIONS: tuple[tuple[str, Sequence[str]], ...] = (("records-1-tables", _SCHEMA_V1),)
+MIGRATIONS: tuple[tuple[str, Sequence[str]], ...] = (
+    ("records-1-tables", _SCHEMA_V1),
+    ("records-2-provenance-undo", _SCHEMA_V2),
+)
 
 
 def ensure_schema(conn: Connection, where: str) -> tuple[str, ...]:
@@ -113,6 +149,7 @@ class Change:
     updated_at: float
     embedder: str | None
     embedding: bytes | None
+    provenance: Mapping[str, Any] | None = None
 
 
 @attrs.frozen
@@ -127,6 +164,7 @@ class StoredRecord:
     current_revision: int
     created_at: float
     updated_at: float
+    provenance: Mapping[str, Any] | None = None
 
 
 @attrs.frozen
@@ -148,6 +186,7 @@ class NewRecord:
     now: float
     vector: Vector | None = None
     flush_key: str | None = None
+    by: Mapping[str, Any] | None = None
 
 
 @attrs.frozen
@@ -168,6 +207,35 @@ class RecordEdit:
     expected_revision: int | None = None
     vector: Vector | None = None
     forget: bool = False
+    dry_run: bool = False
+    by: Mapping[str, Any] | None = None
+
+
+@attrs.frozen
+class Removal:
+    """One forget of a record, as the undo table keeps it (``text`` ``None`` once purged)."""
+
+    id: str
+    ref: str
+    partition: str
+    text: str | None
+    metadata: Mapping[str, Any]
+    revision: int
+    provenance: Mapping[str, Any] | None
+    at: float
+    by: Mapping[str, Any] | None
+    status: Literal["forgotten", "restored", "purged"]
+
+
+@attrs.frozen
+class RestoreEdit:
+    """Put a forgotten record back, for a caller who may change ``partitions``."""
+
+    removal_id: str
+    partitions: frozenset[str] | None
+    now: float
+    vector: Vector | None = None
+    by: Mapping[str, Any] | None = None
     dry_run: bool = False
 
 
@@ -200,9 +268,35 @@ def _meta(row_value: Any) -> Mapping[str, Any]:
 
 
 _CURRENT = (
-    "SELECT ref, partition, text, metadata, revision, created_at, updated_at, forgotten"
-    " FROM memory_records WHERE agent_id = %s AND ref = %s"
+    "SELECT ref, partition, text, metadata, revision, created_at, updated_at, forgotten,"
+    " provenance FROM memory_records WHERE agent_id = %s AND ref = %s"
 )
+
+
+def _json(value: Mapping[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(dict(value))
+
+
+def _maybe_meta(row_value: Any) -> Mapping[str, Any] | None:
+    return None if row_value is None else _meta(row_value)
+
+
+def _journal(
+    conn: Connection,
+    agent_id: str,
+    op: str,
+    ref: str,
+    *,
+    at: float,
+    by: Mapping[str, Any] | None,
+    revision: int | None = None,
+    removal: str | None = None,
+) -> None:
+    conn.execute(
+        "INSERT INTO memory_record_journal (agent_id, op, ref, revision, removal, at, by)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb)",
+        (agent_id, op, ref, revision, removal, at, _json(by)),
+    )
 
 
 def _stored(row: Sequence[Any]) -> StoredRecord:
@@ -215,6 +309,7 @@ def _stored(row: Sequence[Any]) -> StoredRecord:
         current_revision=int(row[4]),
         created_at=float(row[5]),
         updated_at=float(row[6]),
+        provenance=_maybe_meta(row[8]) if len(row) > 8 else None,
     )
 
 
@@ -241,10 +336,11 @@ def add_record(
             # Written by this flush and forgotten since: forgetting wins over a retry.
             raise InvalidRecordError("this flush already wrote that record, and it was forgotten")
     meta = json.dumps(dict(metadata))
+    by = _json(new.by)
     conn.execute(
         "INSERT INTO memory_records (agent_id, ref, partition, text, metadata, created_at,"
-        " updated_at, revision, seq, embedder, embedding)"
-        " VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, 1, %s, %s, %s)",
+        " updated_at, revision, seq, embedder, embedding, provenance)"
+        " VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, 1, %s, %s, %s, %s::jsonb)",
         (
             agent_id,
             ref,
@@ -256,13 +352,15 @@ def add_record(
             seq,
             vector.embedder if vector else None,
             vector.data if vector else None,
+            by,
         ),
     )
     conn.execute(
         "INSERT INTO memory_record_revisions (agent_id, ref, revision, text, metadata,"
-        " updated_at) VALUES (%s, %s, 1, %s, %s::jsonb, %s)",
-        (agent_id, ref, text, meta, now),
+        " updated_at, provenance) VALUES (%s, %s, 1, %s, %s::jsonb, %s, %s::jsonb)",
+        (agent_id, ref, text, meta, now, by),
     )
+    _journal(conn, agent_id, "add", ref, at=now, by=new.by, revision=1)
     if flush_key is not None:
         conn.execute(
             "INSERT INTO memory_record_flush_writes (agent_id, flush_key, ref) VALUES (%s, %s, %s)",
@@ -280,6 +378,7 @@ def add_record(
             current_revision=1,
             created_at=now,
             updated_at=now,
+            provenance=new.by,
         ),
         True,
     )
@@ -323,9 +422,10 @@ def update_record(conn: Connection, agent_id: str, edit: RecordEdit) -> StoredRe
         )
     revision = current.revision + 1
     meta = json.dumps(dict(current.metadata if metadata is None else metadata))
+    by = _json(edit.by)
     conn.execute(
         "UPDATE memory_records SET text = %s, metadata = %s::jsonb, updated_at = %s,"
-        " revision = %s, seq = %s, embedder = %s, embedding = %s"
+        " revision = %s, seq = %s, embedder = %s, embedding = %s, provenance = %s::jsonb"
         " WHERE agent_id = %s AND ref = %s",
         (
             text,
@@ -335,15 +435,17 @@ def update_record(conn: Connection, agent_id: str, edit: RecordEdit) -> StoredRe
             seq,
             vector.embedder if vector else None,
             vector.data if vector else None,
+            by,
             agent_id,
             ref,
         ),
     )
     conn.execute(
         "INSERT INTO memory_record_revisions (agent_id, ref, revision, text, metadata,"
-        " updated_at) VALUES (%s, %s, %s, %s, %s::jsonb, %s)",
-        (agent_id, ref, revision, text, meta, now),
+        " updated_at, provenance) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s::jsonb)",
+        (agent_id, ref, revision, text, meta, now, by),
     )
+    _journal(conn, agent_id, "update", ref, at=now, by=edit.by, revision=revision)
     _notify(conn, agent_id)
     return attrs.evolve(
         current,
@@ -352,12 +454,17 @@ def update_record(conn: Connection, agent_id: str, edit: RecordEdit) -> StoredRe
         revision=revision,
         current_revision=revision,
         updated_at=now,
+        provenance=edit.by,
     )
 
 
-def forget_record(conn: Connection, agent_id: str, edit: RecordEdit) -> StoredRecord | None:
-    """Forget a live record: its text, metadata, vector and revisions are erased and a
-    tombstone (the reference, the partition, ``forgotten``) stays for the change feed.
+def forget_record(
+    conn: Connection, agent_id: str, edit: RecordEdit, removal_id: str | None = None
+) -> StoredRecord | None:
+    """Forget a live record: it leaves search and get (its text, metadata, vector and
+    revisions are erased from the record, and a tombstone, the reference, the partition,
+    ``forgotten``, stays for the change feed), and what it said is kept in the undo
+    table under ``removal_id`` for :func:`restore_record` until a purge.
 
     Returns what was forgotten (or would be, with ``dry_run``), ``None`` when there is
     no such live record in the partitions the caller may change.
@@ -370,6 +477,24 @@ def forget_record(conn: Connection, agent_id: str, edit: RecordEdit) -> StoredRe
     found = _stored(row)
     if dry_run:
         return found
+    if removal_id is not None:
+        conn.execute(
+            "INSERT INTO memory_record_removals (agent_id, id, ref, partition, text, metadata,"
+            " revision, provenance, at, by, status)"
+            " VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s, %s::jsonb, 'forgotten')",
+            (
+                agent_id,
+                removal_id,
+                ref,
+                found.partition,
+                found.text,
+                json.dumps(dict(found.metadata)),
+                found.revision,
+                _json(found.provenance),
+                now,
+                _json(edit.by),
+            ),
+        )
     conn.execute(
         "UPDATE memory_records SET text = '', metadata = '{}'::jsonb, updated_at = %s,"
         " forgotten = true, seq = %s, embedder = NULL, embedding = NULL"
@@ -379,8 +504,128 @@ def forget_record(conn: Connection, agent_id: str, edit: RecordEdit) -> StoredRe
     conn.execute(
         "DELETE FROM memory_record_revisions WHERE agent_id = %s AND ref = %s", (agent_id, ref)
     )
+    _journal(
+        conn, agent_id, "forget", ref, at=now, by=edit.by, revision=found.revision,
+        removal=removal_id,
+    )  # fmt: skip
     _notify(conn, agent_id)
     return found
+
+
+_STATUSES: dict[str, Literal["forgotten", "restored", "purged"]] = {
+    "forgotten": "forgotten",
+    "restored": "restored",
+    "purged": "purged",
+}
+_REMOVAL = (
+    "SELECT id, ref, partition, text, metadata, revision, provenance, at, by, status"
+    " FROM memory_record_removals WHERE agent_id = %s"
+)
+
+
+def _removal(row: Sequence[Any]) -> Removal:
+    return Removal(
+        id=row[0],
+        ref=row[1],
+        partition=row[2],
+        text=row[3],
+        metadata=_maybe_meta(row[4]) or {},
+        revision=int(row[5]),
+        provenance=_maybe_meta(row[6]),
+        at=float(row[7]),
+        by=_maybe_meta(row[8]),
+        status=_STATUSES.get(str(row[9]), "forgotten"),
+    )
+
+
+def find_removal(
+    conn: Connection, agent_id: str, removal_id: str, partitions: frozenset[str] | None
+) -> list[Removal]:
+    """The removals (at most two) whose id starts with ``removal_id`` (hex digits,
+    checked by the caller, so no LIKE wildcard) among the caller's partitions."""
+    where = "" if partitions is None else " AND partition = ANY(%s)"
+    args: tuple[Any, ...] = (agent_id, removal_id + "%")
+    if partitions is not None:
+        args += (sorted(partitions),)
+    rows = conn.execute(_REMOVAL + " AND id LIKE %s" + where + " ORDER BY at LIMIT 2", args)
+    return [_removal(r) for r in rows.fetchall()]
+
+
+def list_removals(
+    conn: Connection, agent_id: str, partitions: frozenset[str] | None, limit: int
+) -> list[Removal]:
+    """The caller's most recent removals, newest first."""
+    if partitions is None:
+        rows = conn.execute(_REMOVAL + " ORDER BY at DESC, id LIMIT %s", (agent_id, limit))
+    else:
+        rows = conn.execute(
+            _REMOVAL + " AND partition = ANY(%s) ORDER BY at DESC, id LIMIT %s",
+            (agent_id, sorted(partitions), limit),
+        )
+    return [_removal(r) for r in rows.fetchall()]
+
+
+def restore_record(
+    conn: Connection, agent_id: str, edit: RestoreEdit
+) -> tuple[Removal, StoredRecord | None, bool]:
+    """Put a forgotten record back as a new revision: ``(removal, record, already)``.
+
+    ``already`` is true when the removal was restored before (the record is returned as
+    it is now); a purged removal raises :class:`InvalidRecordError`. The restored record
+    keeps its reference and who wrote it; the restore itself is journalled.
+    """
+    seq = 0 if edit.dry_run else _bump(conn, agent_id)
+    row = conn.execute(
+        _REMOVAL + " AND id = %s FOR UPDATE", (agent_id, edit.removal_id)
+    ).fetchone()
+    if row is None:
+        raise InvalidRecordError(f"there is no removal {edit.removal_id!r} to restore")
+    removal = _removal(row)
+    if edit.partitions is not None and removal.partition not in edit.partitions:
+        raise InvalidRecordError(f"there is no removal {edit.removal_id!r} to restore")
+    if removal.status == "purged" or removal.text is None:
+        raise InvalidRecordError(f"removal {removal.id} was purged: its text is gone for good")
+    current = conn.execute(_CURRENT + " FOR UPDATE", (agent_id, removal.ref)).fetchone()
+    if removal.status == "restored" or current is None or not current[7]:
+        return removal, None if current is None or current[7] else _stored(current), True
+    if edit.dry_run:
+        return removal, None, False
+    revision = int(current[4]) + 1
+    meta = json.dumps(dict(removal.metadata))
+    vector = edit.vector
+    conn.execute(
+        "UPDATE memory_records SET text = %s, metadata = %s::jsonb, updated_at = %s,"
+        " revision = %s, seq = %s, forgotten = false, embedder = %s, embedding = %s,"
+        " provenance = %s::jsonb WHERE agent_id = %s AND ref = %s",
+        (
+            removal.text,
+            meta,
+            edit.now,
+            revision,
+            seq,
+            vector.embedder if vector else None,
+            vector.data if vector else None,
+            _json(removal.provenance),
+            agent_id,
+            removal.ref,
+        ),
+    )
+    conn.execute(
+        "INSERT INTO memory_record_revisions (agent_id, ref, revision, text, metadata,"
+        " updated_at, provenance) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s::jsonb)",
+        (agent_id, removal.ref, revision, removal.text, meta, edit.now, _json(removal.provenance)),
+    )
+    conn.execute(
+        "UPDATE memory_record_removals SET status = 'restored' WHERE agent_id = %s AND id = %s",
+        (agent_id, removal.id),
+    )
+    _journal(
+        conn, agent_id, "restore", removal.ref, at=edit.now, by=edit.by, revision=revision,
+        removal=removal.id,
+    )  # fmt: skip
+    _notify(conn, agent_id)
+    restored = conn.execute(_CURRENT, (agent_id, removal.ref)).fetchone()
+    return removal, None if restored is None else _stored(restored), False
 
 
 def get_record(
@@ -394,14 +639,19 @@ def get_record(
     if revision is None or revision == current.revision:
         return current
     old = conn.execute(
-        "SELECT text, metadata, updated_at FROM memory_record_revisions"
+        "SELECT text, metadata, updated_at, provenance FROM memory_record_revisions"
         " WHERE agent_id = %s AND ref = %s AND revision = %s",
         (agent_id, ref, revision),
     ).fetchone()
     if old is None:
         return None
     return attrs.evolve(
-        current, text=old[0], metadata=_meta(old[1]), revision=revision, updated_at=float(old[2])
+        current,
+        text=old[0],
+        metadata=_meta(old[1]),
+        revision=revision,
+        updated_at=float(old[2]),
+        provenance=_maybe_meta(old[3]),
     )
 
 
@@ -409,7 +659,7 @@ def changes_after(conn: Connection, agent_id: str, after: int, limit: int) -> li
     """The records of ``agent_id`` changed after sequence ``after``, in sequence order."""
     rows = conn.execute(
         "SELECT ref, partition, text, metadata, revision, forgotten, seq, created_at,"
-        " updated_at, embedder, embedding FROM memory_records"
+        " updated_at, embedder, embedding, provenance FROM memory_records"
         " WHERE agent_id = %s AND seq > %s ORDER BY seq LIMIT %s",
         (agent_id, after, limit),
     ).fetchall()
@@ -426,6 +676,7 @@ def changes_after(conn: Connection, agent_id: str, after: int, limit: int) -> li
             updated_at=float(r[8]),
             embedder=r[9],
             embedding=None if r[10] is None else bytes(r[10]),
+            provenance=_maybe_meta(r[11]),
         )
         for r in rows
     ]

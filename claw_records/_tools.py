@@ -137,6 +137,7 @@ def record_tools(service: RecordsService) -> list[Tool]:
                 arguments.get("text"),
                 metadata=arguments.get("metadata"),
                 flush_id=flush.flush_id if flush is not None else None,
+                tool="record_add",
             )
 
         try:
@@ -158,6 +159,7 @@ def record_tools(service: RecordsService) -> list[Tool]:
                     ref,
                     arguments.get("text"),
                     expected_revision=revision,
+                    tool="record_update",
                 )
 
             stored = await _memory(context).write("record_update", update)
@@ -171,15 +173,19 @@ def record_tools(service: RecordsService) -> list[Tool]:
         try:
             ref, _ = _ref_arg(arguments)
 
-            async def forget(caller: MemoryCallerContext) -> StoredRecord | None:
-                return await forget_record(service, caller, context.agent_id, ref)
+            async def forget(
+                caller: MemoryCallerContext,
+            ) -> tuple[StoredRecord, str | None] | None:
+                return await forget_record(
+                    service, caller, context.agent_id, ref, tool="record_forget"
+                )
 
             found = await _memory(context).write("record_forget", forget)
         except _REFUSALS as exc:
             return f"record_forget refused: {exc}"
         if found is None:
             return f"{ref} is not a memory record this conversation may change."
-        return f"Forgot {ref}."
+        return f"Forgot {ref} (removal {found[1]}: the owner can restore it)."
 
     return [
         Tool(
@@ -210,7 +216,10 @@ def record_tools(service: RecordsService) -> list[Tool]:
         ),
         Tool(
             name="record_forget",
-            description="Forget a memory record for good (its text and history are erased).",
+            description=(
+                "Forget a memory record: it leaves search and get at once; the owner can "
+                "restore it (only a purge erases it for good)."
+            ),
             handler=record_forget,
             parameters=FORGET_PARAMETERS,
         ),

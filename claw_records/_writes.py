@@ -1,4 +1,4 @@
-"""Memory Records' write operations: add, update, forget, behind one policy.
+"""Memory Records' write operations: add, update, forget, restore, behind one policy.
 
 The agent tools, the flush's persistence tools and the operator route
 (``host.memory.add`` / ``host.memory.forget``, so ``claw memory add/forget``) all call
@@ -7,6 +7,11 @@ these. Each decides the caller's partition from its host-minted authority
 with it in PostgreSQL), checks the caller is still current immediately before the
 transaction, writes, brings this host's index up to date, and checks again before
 anything is returned.
+
+Every write records who made it (the host's :class:`~claw.plugin_sdk.MemoryProvenance`
+of the caller, through ``api.describe_writer``) on the record, its revision and the
+journal. A forget keeps what it removed in the undo table, so :func:`restore_record`
+puts it back; only a purge erases it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,24 @@ def new_reference() -> str:
 def is_reference(ref: object) -> bool:
     """Whether ``ref`` has the shape of a record reference (else no record has it)."""
     return isinstance(ref, str) and _REFERENCE.match(ref) is not None
+
+
+_REMOVAL_ID = re.compile(r"\A[0-9a-f]{6,32}\Z")
+
+
+def new_removal_id() -> str:
+    """A fresh removal id (12 hex digits, as Memory Core's)."""
+    return uuid.uuid4().hex[:12]
+
+
+def _by(
+    service: RecordsService,
+    context: MemoryCallerContext,
+    *,
+    flush_id: str | None = None,
+    tool: str | None = None,
+) -> dict[str, Any]:
+    return service.api.describe_writer(context, flush_id=flush_id, tool=tool).to_wire()
 
 
 def _grant(context: MemoryCallerContext, agent_id: str) -> WriteGrant:
@@ -75,6 +98,7 @@ async def add_record(
     metadata: Any = None,
     flush_id: str | None = None,
     now: float | None = None,
+    tool: str | None = None,
 ) -> tuple[_store.StoredRecord, bool]:
     """Write a new record to the caller's partition; ``(record, created)``.
 
@@ -96,6 +120,7 @@ async def add_record(
         now=service.clock() if now is None else now,
         vector=vector,
         flush_key=key,
+        by=_by(service, context, flush_id=flush_id, tool=tool),
     )
     stored, created = await db.transaction(_store.add_record, agent_id, new)
     await service.catch_up(agent_id)
@@ -112,6 +137,7 @@ async def update_record(
     *,
     metadata: Any = None,
     expected_revision: int | None = None,
+    tool: str | None = None,
 ) -> _store.StoredRecord | None:
     """Replace a record's text as a new revision (``None``: no such record here)."""
     grant = _grant(context, agent_id)
@@ -130,6 +156,7 @@ async def update_record(
         metadata=meta,
         expected_revision=expected_revision,
         vector=vector,
+        by=_by(service, context, tool=tool),
     )
     stored = await db.transaction(_store.update_record, agent_id, edit)
     await service.catch_up(agent_id)
@@ -144,18 +171,88 @@ async def forget_record(
     ref: str,
     *,
     dry_run: bool = False,
-) -> _store.StoredRecord | None:
-    """Forget a record (text and history erased, a tombstone kept for the change feed)."""
+    tool: str | None = None,
+) -> tuple[_store.StoredRecord, str | None] | None:
+    """Forget a record: ``(what it said, the removal id)``, ``None`` when there is no such
+    record here. The text leaves the record (a tombstone stays for the change feed) and
+    is kept under the removal id until restored or purged."""
     grant = _grant(context, agent_id)
     if not is_reference(ref):
         return None
     db = service.database()
     context.assert_current()
     edit = _store.RecordEdit(
-        ref=ref, partitions=_changeable(grant), now=service.clock(), forget=True, dry_run=dry_run
+        ref=ref,
+        partitions=_changeable(grant),
+        now=service.clock(),
+        forget=True,
+        dry_run=dry_run,
+        by=_by(service, context, tool=tool),
     )
-    found = await db.transaction(_store.forget_record, agent_id, edit)
+    removal_id = None if dry_run else new_removal_id()
+    found = await db.transaction(_store.forget_record, agent_id, edit, removal_id)
     if not dry_run:
         await service.catch_up(agent_id)
     context.assert_current()
-    return found
+    return None if found is None else (found, removal_id)
+
+
+def _check_removal_id(removal_id: Any) -> str:
+    if not isinstance(removal_id, str) or not _REMOVAL_ID.match(removal_id.strip().lower()):
+        raise InvalidRecordError(
+            f"{str(removal_id)[:40]!r} is not a removal id (6 to 32 of its hex digits)"
+        )
+    return removal_id.strip().lower()
+
+
+async def restore_record(
+    service: RecordsService,
+    context: MemoryCallerContext,
+    agent_id: str,
+    removal_id: str,
+    *,
+    dry_run: bool = False,
+) -> tuple[_store.Removal, _store.StoredRecord | None, bool]:
+    """Put a forgotten record back (same authority as forget): ``(removal, record,
+    already)``; a second restore answers the first."""
+    grant = _grant(context, agent_id)
+    wanted = _check_removal_id(removal_id)
+    db = service.database()
+    partitions = _changeable(grant)
+    found = await db.run(_store.find_removal, agent_id, wanted, partitions)
+    if len({r.id for r in found}) != 1:
+        raise InvalidRecordError(
+            f"no removal {wanted!r} among this caller's records (claw memory forgotten lists "
+            "them)"
+            if not found
+            else f"{wanted!r} names several removals; give more of its digits"
+        )
+    removal = found[0]
+    vector = None if removal.text is None or dry_run else await service.embed(removal.text)
+    context.assert_current()
+    edit = _store.RestoreEdit(
+        removal_id=removal.id,
+        partitions=partitions,
+        now=service.clock(),
+        vector=vector,
+        by=_by(service, context),
+        dry_run=dry_run,
+    )
+    result = await db.transaction(_store.restore_record, agent_id, edit)
+    if not dry_run:
+        await service.catch_up(agent_id)
+    context.assert_current()
+    return result
+
+
+async def list_removals(
+    service: RecordsService, context: MemoryCallerContext, agent_id: str, *, limit: int
+) -> list[_store.Removal]:
+    """The caller's most recent removals (they carry the removed text: writers only)."""
+    grant = _grant(context, agent_id)
+    db = service.database()
+    removals: list[_store.Removal] = await db.run(
+        _store.list_removals, agent_id, _changeable(grant), limit
+    )
+    context.assert_current()
+    return removals

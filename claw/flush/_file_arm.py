@@ -134,8 +134,7 @@ def append_only_write_tool(
             vpath,
             content,
             flush_id=flush_id,
-            tool="write",
-            plugin_id=HOST_TOOL_OWNER,
+            tool="write",  # the host's view: recorded as HOST_TOOL_OWNER's tool
         )
         return f"appended {len(content)} characters to {relative_path}"
 

@@ -54,21 +54,33 @@ class DescribeWriter(Protocol):
     ) -> MemoryProvenance: ...
 
 
+@attrs.define(eq=False)
+class _Shared:
+    """What every view of one workspace's writer shares: the writer, this process's
+    queue in front of the workspace's lock, and the journal's provenance cache."""
+
+    writer: MemoryFileWriter
+    workers: WorkerPool
+    describe: DescribeWriter
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    writers: dict[str, Any] = attrs.field(factory=dict)
+    journal_seen: tuple[int, int] = (0, 0)
+
+
 @final
 @attrs.define(eq=False)
 class MemoryFiles:
     """The writer of one workspace's memory files (see the module docstring).
 
     ``path`` arguments are workspace-relative POSIX paths (``memory/2026-12-01.md``);
-    a path outside the workspace, into ``.claw`` or through a symlink is refused.
+    a path outside the workspace, into ``.claw`` or through a symlink is refused. A
+    change made through a ``tool`` is recorded as that tool of this view's owner: the
+    host's view is ``claw``'s, each plugin's (``api.memory_files``) its own, so no
+    plugin can record a write in another's name.
     """
 
-    _writer: MemoryFileWriter
-    _workers: WorkerPool
-    _describe: DescribeWriter
-    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
-    _writers: dict[str, Any] = attrs.field(factory=dict, init=False)
-    _journal_seen: tuple[int, int] = attrs.field(default=(0, 0), init=False)
+    _shared: _Shared
+    _plugin_id: str
 
     @classmethod
     def create(
@@ -79,31 +91,43 @@ class MemoryFiles:
         describe: DescribeWriter,
         now: Callable[[], float],
     ) -> MemoryFiles:
-        """The writer of ``workspace_dir`` (the host makes one; plugins get it)."""
-        return cls(MemoryFileWriter(Path(workspace_dir), now=now), workers, describe)
+        """The host's writer of ``workspace_dir`` (plugins get views of it)."""
+        return cls(
+            _Shared(MemoryFileWriter(Path(workspace_dir), now=now), workers, describe), "claw"
+        )
+
+    def for_plugin(self, plugin_id: str) -> MemoryFiles:
+        """This writer, for plugin ``plugin_id`` (its tools' writes are recorded as its)."""
+        return MemoryFiles(self._shared, plugin_id)
 
     @property
     def workspace_dir(self) -> Path:
-        return self._writer.workspace
+        return self._shared.writer.workspace
 
     @property
     def home(self) -> Path:
         """``<workspace>/.claw/memory-writes``: the lock file and the journal."""
-        return self._writer.home
+        return self._shared.writer.home
 
-    def _by(
-        self,
-        caller: MemoryCallerContext,
-        flush_id: str | None,
-        tool: str | None,
-        plugin_id: str | None,
-    ) -> dict[str, Any]:
+    @property
+    def _writer(self) -> MemoryFileWriter:
+        return self._shared.writer
+
+    def describe(
+        self, caller: MemoryCallerContext, *, flush_id: str | None = None, tool: str | None = None
+    ) -> MemoryProvenance:
+        """Who ``caller`` is, as the host records a write's provenance (for a provider
+        that keeps its own records and stores who wrote each)."""
         caller.assert_current()
-        return self._describe(caller, flush_id=flush_id, tool=tool, plugin_id=plugin_id).to_wire()
+        plugin_id = None if tool is None else self._plugin_id
+        return self._shared.describe(caller, flush_id=flush_id, tool=tool, plugin_id=plugin_id)
+
+    def _by(self, caller: MemoryCallerContext, flush_id: str | None, tool: str | None) -> Any:
+        return self.describe(caller, flush_id=flush_id, tool=tool).to_wire()
 
     async def _run(self, fn: Callable[[], Any]) -> Any:
-        async with self._lock:
-            return await self._workers.run_sync(fn)
+        async with self._shared.lock:
+            return await self._shared.workers.run_sync(fn)
 
     async def ensure(self, path: str) -> None:
         """Create ``path`` (and its directories) empty when it is missing; never truncates.
@@ -121,11 +145,10 @@ class MemoryFiles:
         *,
         flush_id: str | None = None,
         tool: str | None = None,
-        plugin_id: str | None = None,
         max_bytes: int | None = None,
     ) -> Written:
         """Append ``text`` to ``path`` as one whole write (created when missing)."""
-        by = self._by(caller, flush_id, tool, plugin_id)
+        by = self._by(caller, flush_id, tool)
         result: Written = await self._run(
             lambda: self._writer.append(path, text, by=by, max_bytes=max_bytes)
         )
@@ -139,7 +162,6 @@ class MemoryFiles:
         *,
         flush_id: str | None = None,
         tool: str | None = None,
-        plugin_id: str | None = None,
         max_bytes: int | None = None,
     ) -> Written:
         """Add the entry ``compose(current_text)`` places (at the end, or inside the file).
@@ -147,7 +169,7 @@ class MemoryFiles:
         ``compose`` runs under the workspace's writer lock on a worker thread: it must be
         a pure function of the text it is given.
         """
-        by = self._by(caller, flush_id, tool, plugin_id)
+        by = self._by(caller, flush_id, tool)
         result: Written = await self._run(
             lambda: self._writer.place(path, compose, by=by, max_bytes=max_bytes)
         )
@@ -165,11 +187,10 @@ class MemoryFiles:
         whole_range: bool = False,
         dry_run: bool = False,
         tool: str | None = None,
-        plugin_id: str | None = None,
     ) -> Removal:
         """Forget lines ``start..end`` of ``path``, keeping the undo (see
         :meth:`MemoryFileWriter.remove` for the revision and matched-entry rules)."""
-        by = self._by(caller, None, tool, plugin_id)
+        by = self._by(caller, None, tool)
         result: Removal = await self._run(
             lambda: self._writer.remove(
                 path,
@@ -191,11 +212,10 @@ class MemoryFiles:
         *,
         dry_run: bool = False,
         tool: str | None = None,
-        plugin_id: str | None = None,
     ) -> Restoration:
         """Put a forget's lines back: in place when unambiguous, else appended under a
         marked heading; never over anything."""
-        by = self._by(caller, None, tool, plugin_id)
+        by = self._by(caller, None, tool)
         result: Restoration = await self._run(
             lambda: self._writer.restore(removal_id, by=by, dry_run=dry_run)
         )
@@ -206,7 +226,7 @@ class MemoryFiles:
     ) -> list[MemoryRemoval]:
         """The most recent forgets, newest first, with what became of each."""
         caller.assert_current()
-        result: list[MemoryRemoval] = await self._workers.run_sync(
+        result: list[MemoryRemoval] = await self._shared.workers.run_sync(
             lambda: self._writer.removals(limit=limit)
         )
         return result
@@ -217,24 +237,25 @@ class MemoryFiles:
 
     async def writers(self) -> Mapping[str, Any]:
         """Entry hash -> who wrote it (wire form), from the journal; read incrementally."""
+        shared = self._shared
         journal = Journal(self.home)
 
         def refresh() -> None:
             try:
                 st = journal.path.stat()
             except FileNotFoundError:
-                self._writers, self._journal_seen = {}, (0, 0)
+                shared.writers, shared.journal_seen = {}, (0, 0)
                 return
-            ino, offset = self._journal_seen
+            ino, offset = shared.journal_seen
             if st.st_ino != ino or st.st_size < offset:
-                self._writers, offset = {}, 0  # rewritten by a purge: read it again
+                shared.writers, offset = {}, 0  # rewritten by a purge: read it again
             if st.st_size == offset:
                 return
             records, end = journal.read_from(offset)
             if offset == 0:
                 records = live(records)
-            self._writers.update(provenance_map(records))
-            self._journal_seen = (st.st_ino, end)
+            shared.writers.update(provenance_map(records))
+            shared.journal_seen = (st.st_ino, end)
 
-        await self._workers.run_sync(refresh)
-        return self._writers
+        await shared.workers.run_sync(refresh)
+        return shared.writers

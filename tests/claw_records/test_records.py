@@ -6,6 +6,7 @@ import pytest
 
 import claw
 from claw.memory import MemoryGetRequest, MemoryReference, MemorySearchRequest
+from claw_records._store import MIGRATIONS
 
 from .conftest import PLUGIN, OpenRecordsHost, call_tool, operator, service_of
 
@@ -173,7 +174,8 @@ async def test_a_schema_migrated_by_a_newer_claw_is_refused_at_start(
         await service_of(host).database().transaction(
             lambda conn: conn.execute(
                 "INSERT INTO claw_migrations (component, position, name)"
-                " VALUES ('memory-records', 2, 'records-99-from-the-future')"
+                " VALUES ('memory-records', %s, 'records-99-from-the-future')",
+                (len(MIGRATIONS) + 1,),
             )
         )
     with pytest.raises(claw.SchemaVersionError, match="records-99-from-the-future"):
