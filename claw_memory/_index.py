@@ -429,6 +429,29 @@ class MemoryIndex:
             path=path, session_id=session_id, agent_id=agent_id, source=source, dry_run=dry_run
         )
 
+    # -- purge --------------------------------------------------------------------
+    async def memory_hashes(self, paths: tuple[str, ...]) -> frozenset[str]:
+        """The content hashes of the chunks of memory files ``paths`` (see :meth:`purged`)."""
+        self._view.check_open()
+        return frozenset(await self._workers.run_sync(self._store.memory_hashes, paths))
+
+    async def purged(self, paths: tuple[str, ...], before: frozenset[str]) -> None:
+        """Bring the index up to a purge of ``paths`` and leave no byte of what went.
+
+        ``before`` is :meth:`memory_hashes` of ``paths`` taken before the purge changed
+        them: the sync drops the chunks that went, and the vectors cached for them go
+        too; then the database, the tantivy directory and the published files are
+        rewritten without any deleted chunk (:meth:`IndexWriter.scrub`).
+        """
+        await self.sync()
+        after = await self.memory_hashes(paths)
+        await self._writer.scrub(before - after)
+
+    async def count_containing(self, text: str) -> int:
+        """How many chunks still hold ``text`` (see :mod:`claw_memory._purge`)."""
+        self._view.check_open()
+        return await self._workers.run_sync(self._store.count_containing, text)
+
     def source_paths(self, source: SourceKind = "memory") -> tuple[str, ...]:
         """The virtual paths of the indexed (not skipped) sources of one kind, sorted."""
         return self._view.source_paths(source)

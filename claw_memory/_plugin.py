@@ -73,6 +73,35 @@ _MAX_DIR_NAME = 120
 _HASH_CHARS = 40
 
 
+def agent_of_dir_name(name: str) -> str | None:
+    """The agent id :func:`agent_dir_name` made ``name`` from, or ``None`` when it cannot
+    be told (a long id's name ends in a hash) or ``name`` is no such name."""
+    if name == "%":
+        return ""
+    if "~" in name:
+        return None
+    raw = bytearray()
+    i = 0
+    while i < len(name):
+        c = name[i]
+        if c == "%":
+            try:
+                raw.append(int(name[i + 1 : i + 3], 16))
+            except ValueError:
+                return None
+            i += 3
+        elif c in _DIR_SAFE:
+            raw.extend(c.encode())
+            i += 1
+        else:
+            return None
+    try:
+        agent = raw.decode("utf-8", errors="surrogatepass")
+    except UnicodeDecodeError:
+        return None
+    return agent if agent_dir_name(agent) == name else None
+
+
 def agent_dir_name(agent_id: str) -> str:
     """The directory name of an agent's index: injective, and safe on any file system.
 
@@ -281,6 +310,28 @@ class MemoryCoreService:
 
     def index_dir(self, agent_id: str) -> Path:
         return self.api.state_dir / "memory" / agent_dir_name(agent_id)
+
+    async def index_agents(self) -> tuple[str, ...]:
+        """Every agent with an index in this state directory (open or not), plus the open
+        ones: what a purge must reach. An agent whose directory name cannot be read back
+        (an id longer than 120 characters) is left out, with a warning."""
+
+        def listed() -> list[str]:
+            root = self.api.state_dir / "memory"
+            return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+        agents = dict.fromkeys(self.open_agents())
+        for name in await self.api.workers.run_sync(listed):
+            agent = agent_of_dir_name(name)
+            if agent is None:
+                self.api.logger.warning(
+                    "memory index %s: its agent cannot be told from its name; a purge "
+                    "does not reach it (delete the directory to rebuild it)",
+                    name,
+                )
+                continue
+            agents.setdefault(agent)
+        return tuple(agents)
 
     def open_agents(self) -> tuple[str, ...]:
         """The agents whose index is open, least recently used first."""

@@ -64,15 +64,19 @@ def open_lexical(store: Store, lex_dir: Path, recover: bool = True) -> LexicalIn
 
 
 def rebuild_lexical(
-    store: Store, lexical: LexicalIndex | None, lex_dir: Path, cause: Exception
+    store: Store, lexical: LexicalIndex | None, lex_dir: Path, cause: Exception | str
 ) -> LexicalIndex:
-    """Replace the tantivy directory with one rebuilt from every chunk in SQLite."""
-    logger.warning(
-        "lexical index %s cannot be opened or updated (%s); rebuilding it from %s",
-        lex_dir,
-        cause,
-        store.path,
-    )
+    """Replace the tantivy directory with one rebuilt from every chunk in SQLite
+    (``cause``: the error that made it necessary, or why it was asked for)."""
+    if isinstance(cause, str):
+        logger.info("rebuilding lexical index %s from %s for %s", lex_dir, store.path, cause)
+    else:
+        logger.warning(
+            "lexical index %s cannot be opened or updated (%s); rebuilding it from %s",
+            lex_dir,
+            cause,
+            store.path,
+        )
     if lexical is not None:
         with contextlib.suppress(Exception):
             lexical.close()

@@ -48,6 +48,8 @@ from claw.plugin_sdk import (
     MemoryHealth,
     MemoryPluginCapability,
     MemoryProvenance,
+    MemoryPurgeRequest,
+    MemoryPurgeResult,
     MemoryReference,
     MemoryRemoval,
     MemoryRestoreResult,
@@ -74,6 +76,7 @@ from claw.plugin_sdk import build_capability as sdk_build_capability
 
 from ._errors import MemoryCoreError, SourcePathError
 from ._index import MemoryIndex
+from ._purge import purge_memory
 from ._ranking import RankedRow
 from ._records import ChunkRecord
 from ._search import SearchPage
@@ -676,6 +679,17 @@ class MemoryCoreMaintenance(ProviderMaintenance["MemoryCoreService"]):
         return await forget_reference(
             self.service, agent_id, context, reference, dry_run=dry_run, whole_range=whole_range
         )
+
+    async def purge(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        request: MemoryPurgeRequest,
+        dry_run: bool = False,
+    ) -> MemoryPurgeResult:
+        """Delete memory for good, every copy (see :mod:`claw_memory._purge`)."""
+        return await purge_memory(self.service, context, request, dry_run=dry_run)
 
     async def restore(
         self,

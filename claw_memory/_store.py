@@ -486,6 +486,48 @@ class Store:
     def cache_size(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM embedding_cache").fetchone()[0])
 
+    # -- purge --------------------------------------------------------------------
+    def memory_hashes(self, paths: Iterable[str]) -> set[str]:
+        """The content hashes of the memory-file chunks of ``paths`` (a purge compares
+        them before and after, to drop the cached vectors of the chunks that went)."""
+        found: set[str] = set()
+        for path in paths:
+            rows = self._db.execute(
+                "SELECT hash FROM chunks WHERE source = 'memory' AND path = ?", (path,)
+            )
+            found.update(r[0] for r in rows)
+        return found
+
+    def count_containing(self, text: str) -> int:
+        """How many chunks still hold ``text`` (a purge reports what it could not reach)."""
+        row = self._db.execute("SELECT COUNT(*) FROM chunks WHERE instr(text, ?) > 0", (text,))
+        return int(row.fetchone()[0])
+
+    def scrub(self, dropped_hashes: Iterable[str]) -> None:
+        """Drop the cached vectors of ``dropped_hashes``, then rewrite the database so
+        that no free page or WAL frame keeps a deleted chunk's bytes: ``VACUUM`` builds
+        the file anew, and a ``TRUNCATE`` checkpoint empties the WAL (retried while a
+        reader in another process pins it)."""
+        hashes = sorted(set(dropped_hashes))
+        with self._transaction():
+            self._db.executemany(
+                "DELETE FROM embedding_cache WHERE text_hash = ?", [(h,) for h in hashes]
+            )
+        self._db.execute("PRAGMA secure_delete = ON")
+        try:
+            self._db.execute("VACUUM")
+        finally:
+            self._db.execute("PRAGMA secure_delete = OFF")
+        for attempt in range(50):
+            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            time.sleep(0.01 * (attempt + 1))
+        raise IndexStoreError(
+            f"Memory Core index database {self.path}: another process kept reading it, so "
+            "its write-ahead log could not be emptied after a purge; run the purge again"
+        )
+
 
 # Every operation of the store names its file when SQLite fails, and holds its lock.
 for _name, _fn in list(vars(Store).items()):

@@ -173,6 +173,43 @@ class IndexWriter:
         # The directory was replaced: search it through a fresh reader.
         self.view.lexical = await self.workers.run_sync(LexicalIndex.open_reader, writer.path)
 
+    # -- purge -------------------------------------------------------------------------
+    async def scrub(self, dropped_hashes: frozenset[str]) -> None:
+        """After a purge's sync: leave no byte of a deleted chunk in this index.
+
+        The sync already removed the chunks; their bytes may live on in SQLite's free
+        pages and WAL, in tantivy segments (a deleted document stays until a merge), in
+        the published record log (append-only until a compaction) and as cached
+        vectors. So: drop those vectors and rebuild the database file
+        (:meth:`Store.scrub`), rebuild the tantivy directory from SQLite, and publish a
+        new epoch from SQLite (the flip unlinks the older epochs' files; a process that
+        still maps them keeps only pages no path reaches).
+        """
+        async with self.write():
+            run = self.workers.run_sync
+            view = self.view
+            view.check_open()
+            await run(self.store.scrub, dropped_hashes)
+            old = self._open_writer()
+            self._lexical = await run(
+                rebuild_lexical, self.store, old, old.path, "a purge (no deleted byte may stay)"
+            )
+            view.lexical = await run(LexicalIndex.open_reader, old.path)
+            pointer = await run(read_pointer, view.index_dir)
+            assert pointer is not None  # the take-over published one
+            await run(
+                functools.partial(
+                    publish_from_store,
+                    self.store,
+                    view.index_dir,
+                    pointer,
+                    index_generation=pointer.index_generation,
+                    identity=self.identity_key,
+                    dims=self.dims,
+                )
+            )
+            await self.follower.follow_locked()
+
     # -- forget ------------------------------------------------------------------------
     async def forget(
         self,

@@ -37,6 +37,8 @@ from claw.plugin_sdk import (
     MemoryHealth,
     MemoryPluginCapability,
     MemoryProvenance,
+    MemoryPurgeRequest,
+    MemoryPurgeResult,
     MemoryReference,
     MemoryRemoval,
     MemoryRestoreResult,
@@ -62,7 +64,14 @@ from ._errors import InvalidRecordError
 from ._index import PartitionFilter, RankedRecord, RecordIndex
 from ._policy import OWNER, ReadScope, partition_session_key, read_scope, source_of
 from ._service import PLUGIN_ID, RecordsService
-from ._writes import add_record, forget_record, is_reference, list_removals, restore_record
+from ._writes import (
+    add_record,
+    forget_record,
+    is_reference,
+    list_removals,
+    purge_records,
+    restore_record,
+)
 
 RECALL_TOOLS = ("record_search", "record_get")
 PERSISTENCE_TOOLS = ("record_add", "record_update")
@@ -426,6 +435,32 @@ class RecordsMaintenance(ProviderMaintenance[RecordsService]):
             start_line=1,
             end_line=_line_count(record.text),
             entries=1,
+        )
+
+    async def purge(
+        self,
+        *,
+        agent_id: str,
+        context: MemoryCallerContext,
+        request: MemoryPurgeRequest,
+        dry_run: bool = False,
+    ) -> MemoryPurgeResult:
+        """Delete for good: records, revisions and kept copies (see ``_store.purge_records``)."""
+        ref = None if request.reference is None else request.reference.id
+        purged = await purge_records(
+            self.service,
+            context,
+            agent_id,
+            text=request.text,
+            ref=ref,
+            removal_id=request.removal_id,
+            dry_run=dry_run,
+        )
+        return MemoryPurgeResult(
+            dry_run=dry_run,
+            paths=purged.refs,
+            entries=len(purged.refs),
+            removals=purged.removals,
         )
 
     async def restore(

@@ -575,9 +575,7 @@ def restore_record(
     keeps its reference and who wrote it; the restore itself is journalled.
     """
     seq = 0 if edit.dry_run else _bump(conn, agent_id)
-    row = conn.execute(
-        _REMOVAL + " AND id = %s FOR UPDATE", (agent_id, edit.removal_id)
-    ).fetchone()
+    row = conn.execute(_REMOVAL + " AND id = %s FOR UPDATE", (agent_id, edit.removal_id)).fetchone()
     if row is None:
         raise InvalidRecordError(f"there is no removal {edit.removal_id!r} to restore")
     removal = _removal(row)
@@ -626,6 +624,119 @@ def restore_record(
     _notify(conn, agent_id)
     restored = conn.execute(_CURRENT, (agent_id, removal.ref)).fetchone()
     return removal, None if restored is None else _stored(restored), False
+
+
+@attrs.frozen
+class PurgeEdit:
+    """What a purge deletes for good: every record, revision and kept copy whose text
+    holds ``text``; or record ``ref`` with its revisions and kept copies; or the kept
+    copy of removal ``removal_id``. ``partitions=None``: any partition (an operator)."""
+
+    partitions: frozenset[str] | None
+    now: float
+    text: str | None = None
+    ref: str | None = None
+    removal_id: str | None = None
+    by: Mapping[str, Any] | None = None
+    dry_run: bool = False
+
+
+@attrs.frozen
+class Purged:
+    """What a purge deleted (or would): records taken out, kept copies erased."""
+
+    refs: tuple[str, ...]
+    removals: tuple[str, ...]
+
+
+def _purge_where(edit: PurgeEdit) -> tuple[str, tuple[Any, ...]]:
+    """The condition (and its parameters) a row's ``ref``/``text`` meets to be purged."""
+    if edit.text is not None:
+        return "strpos(text, %s) > 0", (edit.text,)
+    return "ref = %s", (edit.ref,)
+
+
+def purge_records(conn: Connection, agent_id: str, edit: PurgeEdit) -> Purged:
+    """Delete for good what ``edit`` names (see :class:`PurgeEdit`), in one transaction.
+
+    A live record that holds the text (or is ``ref``) is taken out as a forget would
+    (tombstone for the change feed, so every host's index drops it) but keeps no copy;
+    every revision and every kept copy (``memory_record_removals``) that holds it is
+    erased (the copy's row stays, ``purged``, without text). The journal records the
+    purge, never the text. The caller vacuums afterwards (:func:`vacuum`).
+    """
+    scope = "" if edit.partitions is None else " AND partition = ANY(%s)"
+    scoped: tuple[Any, ...] = () if edit.partitions is None else (sorted(edit.partitions),)
+    seq = 0 if edit.dry_run else _bump(conn, agent_id)
+    if edit.removal_id is not None:
+        rows = conn.execute(
+            "SELECT id FROM memory_record_removals WHERE agent_id = %s AND id = %s"
+            " AND text IS NOT NULL" + scope + " FOR UPDATE",
+            (agent_id, edit.removal_id, *scoped),
+        ).fetchall()
+        removals = tuple(r[0] for r in rows)
+        refs: tuple[str, ...] = ()
+    else:
+        where, args = _purge_where(edit)
+        refs = tuple(
+            r[0]
+            for r in conn.execute(
+                "SELECT ref FROM memory_records WHERE agent_id = %s AND NOT forgotten AND "
+                + where
+                + scope
+                + " ORDER BY ref FOR UPDATE",
+                (agent_id, *args, *scoped),
+            ).fetchall()
+        )
+        removals = tuple(
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM memory_record_removals WHERE agent_id = %s AND text IS NOT NULL"
+                " AND " + where + scope + " ORDER BY id FOR UPDATE",
+                (agent_id, *args, *scoped),
+            ).fetchall()
+        )
+    if edit.dry_run:
+        return Purged(refs, removals)
+    for ref in refs:
+        conn.execute(
+            "UPDATE memory_records SET text = '', metadata = '{}'::jsonb, updated_at = %s,"
+            " forgotten = true, seq = %s, embedder = NULL, embedding = NULL"
+            " WHERE agent_id = %s AND ref = %s",
+            (edit.now, seq, agent_id, ref),
+        )
+        conn.execute(
+            "DELETE FROM memory_record_revisions WHERE agent_id = %s AND ref = %s", (agent_id, ref)
+        )
+        _journal(conn, agent_id, "purge", ref, at=edit.now, by=edit.by)
+    if edit.text is not None:
+        # Older revisions of records whose current text no longer holds it.
+        conn.execute(
+            "DELETE FROM memory_record_revisions WHERE agent_id = %s AND strpos(text, %s) > 0",
+            (agent_id, edit.text),
+        )
+    if removals:
+        conn.execute(
+            "UPDATE memory_record_removals SET text = NULL, metadata = NULL, status = 'purged'"
+            " WHERE agent_id = %s AND id = ANY(%s)",
+            (agent_id, list(removals)),
+        )
+        for rid in removals:
+            _journal(conn, agent_id, "purge", "", at=edit.now, by=edit.by, removal=rid)
+    if refs:
+        _notify(conn, agent_id)
+    return Purged(refs, removals)
+
+
+#: The tables a purge vacuums, so that deleted row versions leave their pages.
+PURGED_TABLES = ("memory_records", "memory_record_revisions", "memory_record_removals")
+
+
+def vacuum(conn: Connection) -> None:
+    """``VACUUM`` the records' tables (on an autocommit connection): the dead row versions
+    a purge left stop holding the deleted text in the tables' pages."""
+    for table in PURGED_TABLES:
+        conn.execute(f"VACUUM {table}")
 
 
 def get_record(

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from claw.plugin_sdk import CapabilityDeniedError, MemoryCallerContext
+from claw.plugin_sdk import CapabilityDeniedError, MemoryCallerContext, OperatorAuthority
 from claw.plugin_sdk import check_text as check_input_text
 
 from . import _store
@@ -222,8 +222,7 @@ async def restore_record(
     found = await db.run(_store.find_removal, agent_id, wanted, partitions)
     if len({r.id for r in found}) != 1:
         raise InvalidRecordError(
-            f"no removal {wanted!r} among this caller's records (claw memory forgotten lists "
-            "them)"
+            f"no removal {wanted!r} among this caller's records (claw memory forgotten lists them)"
             if not found
             else f"{wanted!r} names several removals; give more of its digits"
         )
@@ -256,3 +255,47 @@ async def list_removals(
     )
     context.assert_current()
     return removals
+
+
+async def purge_records(
+    service: RecordsService,
+    context: MemoryCallerContext,
+    agent_id: str,
+    *,
+    text: str | None = None,
+    ref: str | None = None,
+    removal_id: str | None = None,
+    dry_run: bool = False,
+) -> _store.Purged:
+    """Delete for good (an operator with ``operator.admin`` only): every record, revision
+    and kept copy holding ``text``, or record ``ref``, or removal ``removal_id``'s copy;
+    then vacuum and bring this host's index up to it (other hosts follow the feed)."""
+    context.assert_current()
+    authority = context.authority
+    if not (isinstance(authority, OperatorAuthority) and authority.has_scope("operator.admin")):
+        raise CapabilityDeniedError("purging memory needs an operator with operator.admin")
+    if ref is not None and not is_reference(ref):
+        raise InvalidRecordError(f"{str(ref)[:80]!r} is not a memory record reference")
+    wanted = None if removal_id is None else _check_removal_id(removal_id)
+    if wanted is not None:
+        found = await service.database().run(_store.find_removal, agent_id, wanted, None)
+        if len({r.id for r in found}) != 1:
+            raise InvalidRecordError(f"no single removal {wanted!r} to purge")
+        wanted = found[0].id
+    db = service.database()
+    context.assert_current()
+    edit = _store.PurgeEdit(
+        partitions=None,
+        now=service.clock(),
+        text=text,
+        ref=ref,
+        removal_id=wanted,
+        by=_by(service, context),
+        dry_run=dry_run,
+    )
+    purged = await db.transaction(_store.purge_records, agent_id, edit)
+    if not dry_run:
+        await db.run(_store.vacuum)
+        await service.catch_up(agent_id)
+    context.assert_current()
+    return purged

@@ -43,7 +43,7 @@ from ._common import (
     with_operator,
 )
 from ._progress import Progress, warm
-from ._undo import add_undo_parsers, forget_cited, forgotten, restore
+from ._undo import add_undo_parsers, forget_cited, forgotten, purge, restore
 
 # What `claw memory add -` reads from stdin at most (a memory entry is far smaller: the
 # provider refuses what it will not store, naming its own limit).
@@ -311,6 +311,8 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
             return await restore(args, host, caller, out)
         if command == "forgotten":
             return await forgotten(args, host, caller, out)
+        if command == "purge":
+            return await purge(args, host, caller, out, err)
         if args.reference is not None:
             return await forget_cited(args, host, caller, out, err)
         return await _forget_derived(args, host, caller, out)

@@ -21,13 +21,13 @@ from .._capabilities import MemoryCallerContext
 from .._host import Host
 from .._local import parse_reference
 from ..gateway._memory import wire_forget, wire_restore
-from ..memory import MemoryForgetResult, MemoryRemoval
+from ..memory import MemoryForgetResult, MemoryPurgeResult, MemoryRemoval
 from ..memory_files import lines_revision
 from ._common import EXIT_OK, AddCommand, CliError, agent_flag, emit_json, json_flag, positive_int
 
 
 def add_undo_parsers(msub: Any, command: AddCommand) -> None:
-    """``claw memory restore`` and ``claw memory forgotten``."""
+    """``claw memory restore``, ``forgotten`` and ``purge``."""
     restore = command(
         msub,
         "restore",
@@ -54,6 +54,28 @@ def add_undo_parsers(msub: Any, command: AddCommand) -> None:
     )
     agent_flag(forgotten)
     json_flag(forgotten)
+    purge = command(
+        msub,
+        "purge",
+        "delete a memory for good, every copy",
+        "Delete for good, with no undo: every entry holding --text (in every memory file, "
+        "every copy a forget kept, and every index of this state directory: database, "
+        "tantivy, published files and cached vectors, all rewritten so that no byte is "
+        "left), or the entry REFERENCE names with every copy of it, or the copy removal "
+        "--removal ID kept. It shows what it would delete and asks on a terminal; "
+        "elsewhere it needs --yes. Needs operator.admin (the local operator has it).",
+    )
+    purge.add_argument(
+        "reference", nargs="?", default=None, help="path#L<a>-L<b>, as search prints"
+    )
+    purge.add_argument("--text", default=None, help="purge every entry holding this text")
+    purge.add_argument(
+        "--removal", default=None, metavar="ID", help="purge the copy this forget kept"
+    )
+    purge.add_argument("--yes", action="store_true", help="do not ask")
+    purge.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    agent_flag(purge)
+    json_flag(purge)
 
 
 async def _confirm(question: str, err: TextIO) -> bool:
@@ -190,3 +212,76 @@ async def forgotten(
             first = next((line for line in r.text.splitlines() if line.strip()), "")
             out.write(f"    {' '.join(first.split())[:150]}\n")
     return EXIT_OK
+
+
+def _purge_wire(result: MemoryPurgeResult) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "dryRun": result.dry_run,
+        "paths": list(result.paths),
+        "entries": result.entries,
+        "removals": list(result.removals),
+    }
+    if result.warning is not None:
+        wire["warning"] = result.warning
+    return wire
+
+
+async def purge(
+    args: argparse.Namespace, host: Host, caller: MemoryCallerContext, out: TextIO, err: TextIO
+) -> int:
+    """``claw memory purge``: shows what goes, asks (or ``--yes``), deletes for good."""
+    given = [a for a in (args.reference, args.text, args.removal) if a is not None]
+    if len(given) != 1:
+        raise CliError("purge needs exactly one of REFERENCE, --text or --removal")
+    reference = (
+        None
+        if args.reference is None
+        else parse_reference(host.slots.memory_plugin or "", args.reference)
+    )
+    whole = bool(args.yes and reference is not None and reference.fragment is not None)
+
+    async def run(dry_run: bool) -> MemoryPurgeResult:
+        return await host.memory.purge(
+            caller,
+            text=args.text,
+            reference=reference,
+            removal_id=args.removal,
+            whole_range=whole,
+            dry_run=dry_run,
+            agent_id=args.agent,
+        )
+
+    seen = await run(True)
+    if args.dry_run:
+        if args.json:
+            emit_json(out, _purge_wire(seen))
+        else:
+            _show_purge(out, "would purge", seen)
+        return EXIT_OK
+    if not seen.entries and not seen.removals:
+        raise CliError("nothing to purge: no memory holds it")
+    if not args.yes:
+        if args.json or not sys.stdin.isatty():
+            if not args.json:
+                _show_purge(err, "it would purge", seen)
+            raise CliError("a purge cannot be undone; pass --yes to delete these for good")
+        _show_purge(err, "this would purge", seen)
+        if not await _confirm("Delete these for good? This cannot be undone.", err):
+            raise CliError("nothing was purged")
+    done = await run(False)
+    if args.json:
+        emit_json(out, _purge_wire(done))
+    else:
+        _show_purge(out, "purged", done)
+    return EXIT_OK
+
+
+def _show_purge(out: TextIO, verb: str, result: MemoryPurgeResult) -> None:
+    out.write(
+        f"{verb} {result.entries} entr{'y' if result.entries == 1 else 'ies'} from "
+        f"{len(result.paths)} source(s) and {len(result.removals)} kept cop"
+        f"{'y' if len(result.removals) == 1 else 'ies'}\n"
+    )
+    out.writelines(f"  {path}\n" for path in result.paths)
+    if result.warning:
+        out.write(f"note: {result.warning}\n")

@@ -58,6 +58,8 @@ from ._types import MemoryGetRequest as MemoryGetRequest
 from ._types import MemoryGetResult as MemoryGetResult
 from ._types import MemoryHealth as MemoryHealth
 from ._types import MemoryProvenance as MemoryProvenance
+from ._types import MemoryPurgeRequest as MemoryPurgeRequest
+from ._types import MemoryPurgeResult as MemoryPurgeResult
 from ._types import MemoryReference as MemoryReference
 from ._types import MemoryRemoval as MemoryRemoval
 from ._types import MemoryRestoreResult as MemoryRestoreResult

@@ -76,6 +76,8 @@ from ._types import (
     MemoryGetRequest,
     MemoryGetResult,
     MemoryHealth,
+    MemoryPurgeRequest,
+    MemoryPurgeResult,
     MemoryReference,
     MemoryRemoval,
     MemoryRestoreResult,
@@ -88,8 +90,9 @@ from ._writes import (
     add_memory,
     forget_memory,
     list_removals,
-    require_writer,
+    purge_memory,
     restore_memory,
+    writer_refusal,
 )
 
 logger = logging.getLogger("claw.memory")
@@ -429,6 +432,29 @@ class MemoryRuntime:
         it never overwrites. Restoring twice answers the first restore."""
         return await restore_memory(self, context, removal_id, agent_id=agent_id, dry_run=dry_run)
 
+    async def purge(
+        self,
+        context: MemoryCallerContext,
+        *,
+        text: str | None = None,
+        reference: MemoryReference | None = None,
+        removal_id: str | None = None,
+        whole_range: bool = False,
+        dry_run: bool = False,
+        agent_id: str | None = None,
+    ) -> MemoryPurgeResult:
+        """Delete memory for good, through the selected provider: every entry containing
+        ``text``, what ``reference`` names (and every copy of it), or the undo copy of
+        removal ``removal_id``. Unlike :meth:`forget` it cannot be undone, so only an
+        operator with ``operator.admin`` may. Memory Core then leaves no byte of it in
+        the workspace or the state directory (files, journal, database, tantivy,
+        published files, cached vectors); Memory Records in no row or revision.
+        """
+        request = MemoryPurgeRequest(
+            text=text, reference=reference, removal_id=removal_id, whole_range=whole_range
+        )
+        return await purge_memory(self, context, request, agent_id=agent_id, dry_run=dry_run)
+
     async def removals(
         self, context: MemoryCallerContext, *, limit: int = 50, agent_id: str | None = None
     ) -> tuple[MemoryRemoval, ...]:
@@ -444,16 +470,21 @@ class MemoryRuntime:
         *,
         plugin_id: str | None = None,
         reference: MemoryReference | None = None,
+        refusal: Callable[[MemoryCallerContext], str | None] = writer_refusal,
     ) -> WriteTarget:
         """Where a host-route write goes, after the checks made before any provider code:
         the host is open, the release check (the committed lineage: a write checks it
-        before its effect), the caller may address the agent and is a writer, the agent
-        is known, ``reference`` (if any) is the target provider's, and its maintenance
-        offers ``operation``. Nothing is awaited between the last check and the effect."""
+        before its effect), the caller may address the agent and may make this write
+        (``refusal`` says why not: a writer, or for a purge an ``operator.admin``), the
+        agent is known, ``reference`` (if any) is the target provider's, and its
+        maintenance offers ``operation``. Nothing is awaited between the last check and
+        the effect."""
         self._lifecycle.check_open()
         await self._currency.await_committed(context)
         agent = self._agent_for(context, agent_id)
-        require_writer(context)
+        refused = refusal(context)
+        if refused is not None:
+            raise CapabilityDeniedError(refused)
         if await self._require_known_agent(agent_id, agent):
             await self._currency.await_committed(context)
         target, cap = self._target(plugin_id)

@@ -594,3 +594,57 @@ class MemoryRestoreResult:
     mode: RestoreMode
     dry_run: bool = False
     already: bool = False
+
+
+@attrs.frozen
+class MemoryPurgeRequest:
+    """What to delete for good (exactly one of ``text``, ``reference``, ``removal_id``).
+
+    ``text``: every memory entry containing it, everywhere the provider keeps one.
+    ``reference``: what it names (Memory Core: the entry its lines lie in, every exact
+    copy of that entry, and every undo copy; ``whole_range`` as for forget).
+    ``removal_id``: the undo copy a forget kept.
+    """
+
+    text: str | None = None
+    reference: MemoryReference | None = None
+    removal_id: str | None = None
+    whole_range: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        given = [n for n in ("text", "reference", "removal_id") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ContractError(
+                "purge needs exactly one of text, reference or removal_id"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        if self.text is not None:
+            if not isinstance(self.text, str) or not self.text.strip():
+                raise ContractError("text must be non-empty text to purge")
+            if "\x00" in self.text or "\n" in self.text:
+                raise ContractError("text to purge must be one line without NUL characters")
+            if len(self.text) > 4096:
+                raise ContractError("text to purge is longer than 4096 characters")
+        if self.reference is not None and not isinstance(self.reference, MemoryReference):
+            raise ContractError("reference must be a MemoryReference")
+        if self.removal_id is not None and (
+            not isinstance(self.removal_id, str) or not self.removal_id.strip()
+        ):
+            raise ContractError("removal_id must be the id of a removal")
+
+
+@attrs.frozen
+class MemoryPurgeResult:
+    """What a purge deleted (or, with ``dry_run``, would delete).
+
+    ``paths``: the sources it changed (Memory Core: memory files; Memory Records: record
+    references); ``entries``: how many entries (records) it deleted; ``removals``: the
+    undo copies it erased. ``warning`` names copies the provider could not reach (text
+    in transcripts, or in files it does not write).
+    """
+
+    dry_run: bool
+    paths: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    entries: int = 0
+    removals: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    warning: str | None = None

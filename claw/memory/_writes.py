@@ -37,6 +37,8 @@ from ._types import (
     MemoryAddResult,
     MemoryForgetResult,
     MemoryProvenance,
+    MemoryPurgeRequest,
+    MemoryPurgeResult,
     MemoryReference,
     MemoryRemoval,
     MemoryRestoreResult,
@@ -56,6 +58,7 @@ class WriteRoute(Protocol):
         *,
         plugin_id: str | None = None,
         reference: MemoryReference | None = None,
+        refusal: Callable[[MemoryCallerContext], str | None] = ...,
     ) -> WriteTarget: ...
 
 
@@ -149,6 +152,19 @@ def describe_writer(
         )
     assert isinstance(authority, HostAuthority)
     return MemoryProvenance(kind="host", tool=tool, plugin_id=plugin_id, at=at)
+
+
+def purger_refusal(context: MemoryCallerContext) -> str | None:
+    """Why ``context`` may not purge memory (delete it for good), or ``None`` when it may.
+
+    Only an operator with ``operator.admin``: a purge cannot be undone, so no agent run
+    (whatever its audience) and no ``operator.write`` client (an MCP client, say) may
+    make one. The local ``claw`` command's operator has it.
+    """
+    authority = context.authority
+    if isinstance(authority, OperatorAuthority) and authority.has_scope("operator.admin"):
+        return None
+    return "purging memory (deleting it for good) needs an operator with operator.admin"
 
 
 def require_writer(context: MemoryCallerContext) -> None:
@@ -248,3 +264,24 @@ async def list_removals(
             f'memory provider "{target.plugin_id}" answered removals with non-removals'
         )
     return removals[:limit]
+
+
+async def purge_memory(
+    route: WriteRoute,
+    context: MemoryCallerContext,
+    request: MemoryPurgeRequest,
+    *,
+    agent_id: str | None,
+    dry_run: bool,
+) -> MemoryPurgeResult:
+    """See :meth:`MemoryRuntime.purge`: the write route, for an ``operator.admin`` only."""
+    target = await route.write_target(
+        context, agent_id, "purge", reference=request.reference, refusal=purger_refusal
+    )
+    result = await target.run("purge", request=request, dry_run=dry_run)
+    if not isinstance(result, MemoryPurgeResult):
+        raise ContractError(
+            f'memory provider "{target.plugin_id}" answered purge with '
+            f"{type(result).__name__}, not a MemoryPurgeResult"
+        )
+    return result

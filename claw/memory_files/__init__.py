@@ -23,8 +23,10 @@ from ._errors import StaleReferenceError as StaleReferenceError
 from ._service import DescribeWriter as DescribeWriter
 from ._service import MemoryFiles as MemoryFiles
 from ._writer import HOME as HOME
+from ._writer import Cited as Cited
 from ._writer import MemoryFileWriter as MemoryFileWriter
 from ._writer import Placement as Placement
+from ._writer import Purged as Purged
 from ._writer import Removal as Removal
 from ._writer import Restoration as Restoration
 from ._writer import Written as Written

@@ -27,8 +27,10 @@ from .._util import final
 from ..memory._types import MemoryProvenance, MemoryRemoval
 from ._journal import Journal
 from ._writer import (
+    Cited,
     MemoryFileWriter,
     Placement,
+    Purged,
     Removal,
     Restoration,
     Written,
@@ -218,6 +220,27 @@ class MemoryFiles:
         by = self._by(caller, None, tool)
         result: Restoration = await self._run(
             lambda: self._writer.restore(removal_id, by=by, dry_run=dry_run)
+        )
+        return result
+
+    async def purge(
+        self,
+        caller: MemoryCallerContext,
+        paths: Sequence[str],
+        *,
+        text: str | None = None,
+        cited: Cited | None = None,
+        removal_id: str | None = None,
+        dry_run: bool = False,
+    ) -> Purged:
+        """Delete for good, with no undo, what one of ``text`` / ``cited`` /
+        ``removal_id`` names from ``paths`` and from the journal (see
+        :meth:`MemoryFileWriter.purge`). Derived copies are the caller's to scrub."""
+        by = self._by(caller, None, None)
+        result: Purged = await self._run(
+            lambda: self._writer.purge(
+                paths, by=by, text=text, cited=cited, removal_id=removal_id, dry_run=dry_run
+            )
         )
         return result
 

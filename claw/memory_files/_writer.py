@@ -44,6 +44,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -81,6 +82,7 @@ DISPLACED_GRACE = 5.0
 CONTEXT_LINES = 3
 RESTORED_HEADING = "## Restored by claw"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_HEADING_LINE = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 
 
 def _sha(data: bytes) -> str:
@@ -208,6 +210,82 @@ class Restoration:
     mode: Literal["in-place", "appended", "present"]
     already: bool = False
     dry_run: bool = False
+
+
+@attrs.frozen
+class Cited:
+    """Lines cited for a forget or purge: where, and how they must still read.
+
+    ``revision`` and ``also_matches`` are :meth:`MemoryFileWriter.remove`'s revision rule;
+    ``whole_range`` its matched-entry rule.
+    """
+
+    path: str
+    start: int
+    end: int
+    revision: str | None = None
+    also_matches: Callable[[Sequence[str]], bool] | None = None
+    whole_range: bool = False
+
+
+@attrs.frozen
+class _Plan:
+    start: int
+    end: int
+    entries: int
+    moved_from: tuple[int, int] | None
+
+
+@attrs.frozen
+class Purged:
+    """What a purge deleted (or, with ``dry_run``, would delete) from files and journal:
+    the files it changed, how many entries it took out of them, and the forgets whose
+    kept text it erased."""
+
+    paths: tuple[str, ...]
+    entries: int
+    removals: tuple[str, ...]
+    dry_run: bool
+
+
+@attrs.frozen
+class _Pattern:
+    """What a purge looks for: a piece of ``text`` anywhere in a line, or an exact entry
+    (``block``, its lines)."""
+
+    text: str | None = None
+    block: tuple[str, ...] = ()
+
+    def matches(self, lines: Sequence[str]) -> bool:
+        """Whether the entry of ``lines`` is one to purge."""
+        if self.text is not None:
+            return any(self.text in line for line in lines)
+        return tuple(lines) == self.block
+
+    def found_in(self, text: str) -> bool:
+        """Whether ``text`` (a forget's kept copy) holds what is purged."""
+        if self.text is not None:
+            return self.text in text
+        return "\n".join(self.block) in text
+
+    def touches(self, line: str) -> bool:
+        """Whether a context line kept beside a forget holds what is purged."""
+        if self.text is not None:
+            return self.text in line
+        return bool(line.strip()) and line in self.block
+
+
+def _patterns(blocks: Sequence[Sequence[str]]) -> list[_Pattern]:
+    """The entries of ``blocks`` to purge every copy of (headings alone are no copy: many
+    files share ``## Decisions``)."""
+    found: list[_Pattern] = []
+    for block in blocks:
+        spans = entry_spans(block)
+        entries = [
+            tuple(block[a - 1 : b]) for a, b in spans if not _HEADING_LINE.match(block[a - 1])
+        ]
+        found.extend(_Pattern(block=e) for e in (entries or [tuple(block)]))
+    return found
 
 
 @attrs.frozen
@@ -789,52 +867,18 @@ class MemoryFileWriter:
         lie within one entry, and that whole entry goes; a citation of several entries
         is refused naming them. ``whole_range`` removes exactly the cited lines.
         """
+        cited = Cited(vpath, start, end, revision, also_matches, whole_range)
         target = self.resolve(vpath)
-        wanted = None if revision is None else check_revision(revision)
-        if start < 1 or end < start:
-            raise StaleReferenceError(f"lines {start}-{end} are not a line range")
-
-        def matches(lines: Sequence[str], file_sha: str) -> bool:
-            if wanted is None:
-                return True
-            if file_sha.startswith(wanted) or lines_revision(lines).startswith(wanted):
-                return True
-            return also_matches is not None and also_matches(lines)
 
         def attempt() -> Removal:
-            if not target.is_file():
-                raise StaleReferenceError(f"{vpath} was not found in the workspace")
-            seen = self._read(target, vpath)
+            seen, plan = self._plan(cited)
+            a, b = plan.start, plan.end
             text = _decode(seen.data, vpath)
             kept = text.splitlines(keepends=True)
             lines = text.splitlines()
-            a, b = start, end
-            moved: tuple[int, int] | None = None
-            if b > len(lines) or not matches(lines[a - 1 : b], seen.sha):
-                n = b - a + 1
-                found = (
-                    [
-                        i + 1
-                        for i in range(0, len(lines) - n + 1)
-                        if matches(lines[i : i + n], seen.sha)
-                    ]
-                    if wanted is not None
-                    else []
-                )
-                if len(found) != 1:
-                    raise StaleReferenceError(_stale_message(vpath, lines, a, b, len(found)))
-                moved = (a, b)
-                a, b = found[0], found[0] + n - 1
-            spans = entries_within(lines, a, b)
-            if not whole_range:
-                if not spans:
-                    raise ForgetScopeError(f"{vpath}#L{a}-L{b} holds only blank lines")
-                if len(spans) > 1:
-                    raise ForgetScopeError(_scope_message(vpath, lines, a, b, spans))
-                a, b = spans[0]
             removed = "".join(kept[a - 1 : b])
             if dry_run:
-                return Removal(vpath, a, b, removed, len(spans), None, True, moved)
+                return Removal(vpath, a, b, removed, plan.entries, None, True, plan.moved_from)
             new = "".join(kept[: a - 1] + kept[b:]).encode("utf-8", "surrogatepass")
             gone = lines[a - 1 : b]
             hashes = [lines_revision(gone[x - 1 : y]) for x, y in entry_spans(gone)]
@@ -856,11 +900,53 @@ class MemoryFileWriter:
                 "by": dict(by),
             }
             self._commit_rewrite(target, vpath, seen, new, record)
-            return Removal(vpath, a, b, removed, len(spans), rid, False, moved)
+            return Removal(vpath, a, b, removed, plan.entries, rid, False, plan.moved_from)
 
         with self.exclusive():
             result: Removal = self._retrying(vpath, attempt)
             return result
+
+    def _plan(self, cited: Cited) -> tuple[_Seen, _Plan]:
+        """Read the cited file and decide which lines a forget (or purge) of ``cited``
+        takes: the revision rule and the matched-entry rule of :meth:`remove`."""
+        vpath, start, end = cited.path, cited.start, cited.end
+        if start < 1 or end < start:
+            raise StaleReferenceError(f"lines {start}-{end} are not a line range")
+        wanted = None if cited.revision is None else check_revision(cited.revision)
+        target = self.resolve(vpath)
+        if not target.is_file():
+            raise StaleReferenceError(f"{vpath} was not found in the workspace")
+        seen = self._read(target, vpath)
+        lines = _decode(seen.data, vpath).splitlines()
+
+        def matches(cut: Sequence[str]) -> bool:
+            if wanted is None:
+                return True
+            if seen.sha.startswith(wanted) or lines_revision(cut).startswith(wanted):
+                return True
+            return cited.also_matches is not None and cited.also_matches(cut)
+
+        a, b = start, end
+        moved: tuple[int, int] | None = None
+        if b > len(lines) or not matches(lines[a - 1 : b]):
+            n = b - a + 1
+            found = (
+                [i + 1 for i in range(0, len(lines) - n + 1) if matches(lines[i : i + n])]
+                if wanted is not None
+                else []
+            )
+            if len(found) != 1:
+                raise StaleReferenceError(_stale_message(vpath, lines, a, b, len(found)))
+            moved = (a, b)
+            a, b = found[0], found[0] + n - 1
+        spans = entries_within(lines, a, b)
+        if not cited.whole_range:
+            if not spans:
+                raise ForgetScopeError(f"{vpath}#L{a}-L{b} holds only blank lines")
+            if len(spans) > 1:
+                raise ForgetScopeError(_scope_message(vpath, lines, a, b, spans))
+            a, b = spans[0]
+        return seen, _Plan(a, b, len(spans), moved)
 
     def _writers_of(self, hashes: Sequence[str]) -> dict[str, Any]:
         wanted = set(hashes)
@@ -952,6 +1038,142 @@ class MemoryFileWriter:
         if not dry_run:
             self._commit_rewrite(target, vpath, seen, seen.data + (prefix + body).encode(), record)
         return Restoration(rid, vpath, start, start + len(gone) - 1, "appended", dry_run=dry_run)
+
+    def purge(
+        self,
+        vpaths: Sequence[str],
+        *,
+        by: Mapping[str, Any],
+        text: str | None = None,
+        cited: Cited | None = None,
+        removal_id: str | None = None,
+        dry_run: bool = False,
+    ) -> Purged:
+        """Delete for good, with no undo, one of:
+
+        * ``text``: every entry of ``vpaths`` with a line containing it, and every
+          forget in the journal whose text contains it;
+        * ``cited``: the cited entry (the revision and matched-entry rules of
+          :meth:`remove`), every exact copy of it in ``vpaths``, and every forget that
+          kept a copy of it;
+        * ``removal_id``: what that forget kept (and every other forget that kept it).
+
+        The journal is rewritten without the text (its only rewrite); forget records
+        that lose their text are listed as ``purged``; a ``purge`` record says who
+        purged how much, never what. Files a rename displaced are dropped (after their
+        late bytes are carried over). Derived copies (an index) are the caller's.
+        """
+        if sum(x is not None for x in (text, cited, removal_id)) != 1:
+            raise ValueError("purge needs exactly one of text, cited or removal_id")
+        if text is not None and not text.strip():
+            raise StaleReferenceError("the text to purge must not be blank")
+        with self.exclusive():
+            self._settle_stragglers(drop_all=not dry_run)
+            records = live(self.journal.records())
+            blocks: list[list[str]] = []
+            removed: dict[str, list[tuple[int, int]]] = {}
+            if cited is not None:
+                one = self._cited_block(cited)
+                removed[cited.path] = [one]
+                lines = _decode(self._read(self.resolve(cited.path), cited.path).data, cited.path)
+                blocks.append(lines.splitlines()[one[0] - 1 : one[1]])
+            elif removal_id is not None:
+                forget = _find_removal(records, removal_id)
+                if _purged(records, forget["id"]) or forget.get("text") is None:
+                    raise NothingToRestoreError(f"removal {forget['id']} was purged already")
+                blocks.append(str(forget["text"]).splitlines())
+            patterns = [_Pattern(text=text)] if text is not None else _patterns(blocks)
+            for vpath in vpaths:
+                target = self.resolve(vpath)
+                if not target.is_file():
+                    continue
+                spans = self._matching_entries(target, vpath, patterns)
+                if spans:
+                    removed.setdefault(vpath, [])
+                    removed[vpath] = sorted(set(removed[vpath]) | set(spans))
+            named = None if removal_id is None else _find_removal(records, removal_id)["id"]
+            scrubbed = [
+                r["id"]
+                for r in records
+                if r.get("op") == "forget"
+                and r.get("text") is not None
+                and (r["id"] == named or any(p.found_in(str(r["text"])) for p in patterns))
+            ]
+            entries = sum(len(v) for v in removed.values())
+            if dry_run:
+                return Purged(tuple(sorted(removed)), entries, tuple(scrubbed), True)
+            for vpath, spans in removed.items():
+                self._drop_lines(vpath, spans)
+            # The rewrites just displaced the files that held the text: keep no copy.
+            self._settle_stragglers(drop_all=True)
+            self._scrub_journal(set(scrubbed), patterns, by, tuple(sorted(removed)), entries)
+            return Purged(tuple(sorted(removed)), entries, tuple(scrubbed), False)
+
+    def _cited_block(self, cited: Cited) -> tuple[int, int]:
+        """The lines a cited purge removes (what :meth:`remove` would, with its rules)."""
+        _, plan = self._plan(cited)
+        return plan.start, plan.end
+
+    def _matching_entries(
+        self, target: Path, vpath: str, patterns: Sequence[_Pattern]
+    ) -> list[tuple[int, int]]:
+        try:
+            lines = _decode(self._read(target, vpath).data, vpath).splitlines()
+        except MemoryFileError:
+            return []  # not text: nothing claw wrote, nothing a search could return
+        return [
+            (a, b)
+            for a, b in entry_spans(lines)
+            if any(p.matches(lines[a - 1 : b]) for p in patterns)
+        ]
+
+    def _drop_lines(self, vpath: str, spans: Sequence[tuple[int, int]]) -> None:
+        """Remove ``spans`` from ``vpath`` (a checked rewrite; an outside change since
+        the spans were found makes the purge start over on the new text)."""
+        target = self.resolve(vpath)
+
+        def attempt() -> None:
+            seen = self._read(target, vpath)
+            kept = _decode(seen.data, vpath).splitlines(keepends=True)
+            drop = {i for a, b in spans for i in range(a - 1, b)}
+            new = "".join(line for i, line in enumerate(kept) if i not in drop)
+            self._commit_rewrite(target, vpath, seen, new.encode("utf-8", "surrogatepass"), None)
+
+        self._retrying(vpath, attempt)
+
+    def _scrub_journal(
+        self,
+        scrubbed: set[str],
+        patterns: Sequence[_Pattern],
+        by: Mapping[str, Any],
+        paths: tuple[str, ...],
+        entries: int,
+    ) -> None:
+        """Rewrite the journal without the purged text, then record the purge."""
+        out = []
+        for original in self.journal.records():
+            record = dict(original)
+            if record.get("op") == "forget":
+                if record.get("id") in scrubbed:
+                    record.update(text=None, before=[], after=[])
+                for side in ("before", "after"):
+                    context = record.get(side) or []
+                    record[side] = [
+                        "" if any(p.touches(line) for p in patterns) else line for line in context
+                    ]
+            out.append(record)
+        out.append(
+            {
+                "id": new_id(),
+                "op": "purge",
+                "at": self.now(),
+                "paths": list(paths),
+                "entries": entries,
+                "removals": sorted(scrubbed),
+                "by": dict(by),
+            }
+        )
+        self.journal.rewrite(out)
 
     def removals(self, *, limit: int = 50) -> list[MemoryRemoval]:
         """The most recent forgets (newest first) and what became of each."""

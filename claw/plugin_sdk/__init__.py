@@ -92,6 +92,8 @@ from ..memory import MemoryMaintenance as MemoryMaintenance
 from ..memory import MemoryPluginCapability as MemoryPluginCapability
 from ..memory import MemoryProvenance as MemoryProvenance
 from ..memory import MemoryProviderOpenResult as MemoryProviderOpenResult
+from ..memory import MemoryPurgeRequest as MemoryPurgeRequest
+from ..memory import MemoryPurgeResult as MemoryPurgeResult
 from ..memory import MemoryReference as MemoryReference
 from ..memory import MemoryRemoval as MemoryRemoval
 from ..memory import MemoryRestoreResult as MemoryRestoreResult
@@ -107,6 +109,7 @@ from ..memory import parse_line_fragment as parse_line_fragment
 from ..memory import writer_refusal as writer_refusal
 from ..memory_files import MIN_REVISION_CHARS as MIN_REVISION_CHARS
 from ..memory_files import BadRevisionError as BadRevisionError
+from ..memory_files import Cited as Cited
 from ..memory_files import ForgetScopeError as ForgetScopeError
 from ..memory_files import MemoryFileBusyError as MemoryFileBusyError
 from ..memory_files import MemoryFileChangedError as MemoryFileChangedError
@@ -116,6 +119,7 @@ from ..memory_files import MemoryFileTooLargeError as MemoryFileTooLargeError
 from ..memory_files import MemoryPathError as MemoryPathError
 from ..memory_files import NothingToRestoreError as NothingToRestoreError
 from ..memory_files import Placement as Placement
+from ..memory_files import Purged as Purged
 from ..memory_files import Removal as Removal
 from ..memory_files import RemovalNotFoundError as RemovalNotFoundError
 from ..memory_files import Restoration as Restoration

@@ -113,3 +113,19 @@ def test_on_a_terminal_forget_shows_the_lines_and_asks(tmp_path: Path) -> None:
     code, text = on_a_terminal(b"y\n")
     assert code == 0, text
     assert "## Decisions" not in memory.read_text(encoding="utf-8")
+
+
+def test_purge_asks_for_yes_and_then_leaves_no_byte_of_the_text(tmp_path: Path) -> None:
+    workspace = tmp_path / "w"
+    assert claw("init", str(workspace)).returncode == 0
+    ws = ("--workspace", str(workspace))
+    assert claw("memory", "add", "The safe code is zq9clipurge", *ws).returncode == 0
+    assert "zq9clipurge" in claw("memory", "search", "safe code", *ws).stdout
+    refused = claw("memory", "purge", "--text", "zq9clipurge", *ws)
+    assert refused.returncode == 2 and "pass --yes" in refused.stderr
+    assert "would purge 1 entry" in refused.stderr
+    done = claw("memory", "purge", "--text", "zq9clipurge", "--yes", "--json", *ws)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["entries"] == 1
+    holding = [p for p in workspace.rglob("*") if p.is_file() and b"zq9clipurge" in p.read_bytes()]
+    assert holding == []
