@@ -38,9 +38,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Final, NoReturn, final
+from typing import Any, Final, NoReturn, final
 
 import attrs
 import trio
@@ -63,7 +63,7 @@ from ._schedule import RankScheduler
 from ._search import Searcher, SearchPage, search_hit
 from ._settings import MemoryCoreSettings, SearchMode, SourceKind
 from ._sources import MEMORY_CHUNKING
-from ._store import SCHEMA_VERSION, Store
+from ._store import SCHEMA_VERSION, IndexForget, Store
 from ._sync import Syncer, SyncProgress
 from ._transcripts import TURN_VECTORS, TranscriptSource
 from ._types import ForgetResult, IndexStatus, ReadResult, SearchFilter, SearchResult, SyncReport
@@ -417,17 +417,38 @@ class MemoryIndex:
         agent_id: str | None = None,
         source: str | None = None,
         dry_run: bool = False,
+        by: Mapping[str, Any] | None = None,
     ) -> ForgetResult:
         """Remove the chunks derived from a path, a session or a whole source.
 
         Criteria combine with AND; at least one is required. Forgotten chunks are
         tombstoned: they are filtered out of every generation (including ones
-        searches already hold), and a later sync does not index the same chunk again.
-        Source files and transcripts are left untouched.
+        searches already hold), and a later sync (a forced one too) does not index the
+        same chunk again. Source files and transcripts are left untouched. The forget is
+        recorded (``by``: who made it): :meth:`forgotten` lists it and :meth:`unforget`
+        takes it back.
         """
         return await self._writer.forget(
-            path=path, session_id=session_id, agent_id=agent_id, source=source, dry_run=dry_run
+            path=path,
+            session_id=session_id,
+            agent_id=agent_id,
+            source=source,
+            dry_run=dry_run,
+            by=by,
         )
+
+    async def forgotten(self) -> list[IndexForget]:
+        """The forgets in effect (what they hid, when, by whom), newest first."""
+        self._view.check_open()
+        return await self._workers.run_sync(self._store.forgets)
+
+    async def unforget(self, forget_id: str) -> IndexForget | None:
+        """Take forget ``forget_id`` back and sync, so that what it hid is indexed again
+        (as its sources stand now); ``None`` when there is no such forget."""
+        found = await self._writer.unforget(forget_id)
+        if found is not None:
+            await self.sync()
+        return found
 
     # -- purge --------------------------------------------------------------------
     async def memory_hashes(self, paths: tuple[str, ...]) -> frozenset[str]:

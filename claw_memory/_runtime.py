@@ -74,7 +74,7 @@ from claw.plugin_sdk import (
 )
 from claw.plugin_sdk import build_capability as sdk_build_capability
 
-from ._errors import MemoryCoreError, SourcePathError
+from ._errors import InvalidSearchError, MemoryCoreError, SourcePathError
 from ._index import MemoryIndex
 from ._purge import purge_memory
 from ._ranking import RankedRow
@@ -608,7 +608,9 @@ class MemoryCoreMaintenance(ProviderMaintenance["MemoryCoreService"]):
         self.operator(context)
         async with self.service.use(agent_id, sync_on_open=False) as index:
             report = await index.sync(force=force, progress=progress)
+            hidden = await index.forgotten()
             return {
+                "forgotten": len(hidden),
                 "indexed": list(report.indexed),
                 "removed": list(report.removed),
                 "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
@@ -643,15 +645,54 @@ class MemoryCoreMaintenance(ProviderMaintenance["MemoryCoreService"]):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         self.operator(context)
+        by = self.service.api.describe_writer(context).to_wire()
         async with self.service.use(agent_id) as index:
             result = await index.forget(
-                path=path, session_id=session_id, source=source, dry_run=dry_run
+                path=path, session_id=session_id, source=source, dry_run=dry_run, by=by
             )
-            return {
+            report: dict[str, Any] = {
                 "dryRun": result.dry_run,
                 "chunks": len(result.chunk_ids),
                 "paths": list(result.paths),
             }
+            if result.forget_id is not None:
+                report["forgetId"] = result.forget_id
+            return report
+
+    async def forgotten(
+        self, *, agent_id: str, context: MemoryCallerContext
+    ) -> list[dict[str, Any]]:
+        """The index-level forgets in effect (paths, sessions, sources hidden from search),
+        newest first: each one's id (for :meth:`unforget`), what it hid, when, by whom."""
+        self.operator(context)
+        async with self.service.use(agent_id) as index:
+            found = await index.forgotten()
+        return [
+            {
+                "id": f.id,
+                "criteria": dict(f.criteria),
+                "paths": list(f.paths),
+                "chunks": f.chunks,
+                "at": f.at,
+                **({"by": dict(f.by)} if f.by is not None else {}),
+            }
+            for f in found
+        ]
+
+    async def unforget(
+        self, *, agent_id: str, context: MemoryCallerContext, forget_id: str
+    ) -> dict[str, Any]:
+        """Take an index-level forget back: what it hid is indexed again (as it is now)."""
+        self.operator(context)
+        if not isinstance(forget_id, str) or not forget_id.strip():
+            raise InvalidSearchError("unforget needs the id of a forget (claw memory forgotten)")
+        async with self.service.use(agent_id) as index:
+            found = await index.unforget(forget_id.strip().lower())
+        if found is None:
+            raise InvalidSearchError(
+                f"no forget {forget_id[:40]!r} in this index (claw memory forgotten lists them)"
+            )
+        return {"id": found.id, "criteria": dict(found.criteria), "paths": list(found.paths)}
 
     async def add(
         self,

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import operator
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -83,12 +84,37 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
 );
 CREATE INDEX IF NOT EXISTS embedding_cache_by_use ON embedding_cache (used);
 CREATE TABLE IF NOT EXISTS lexical_pending (provenance TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS forgets (
+    id TEXT PRIMARY KEY,
+    criteria TEXT NOT NULL,
+    paths TEXT NOT NULL,
+    chunks INTEGER NOT NULL,
+    at REAL NOT NULL,
+    by TEXT
+);
+CREATE TABLE IF NOT EXISTS forget_chunks (
+    forget_id TEXT NOT NULL,
+    chunk_id TEXT NOT NULL,
+    PRIMARY KEY (forget_id, chunk_id)
+);
 """
 
 _CHUNK_COLUMNS = (
     "id, key, provenance, source, path, start_line, end_line, hash, revision, text, context,"
     " agent_id, session_key, session_id, entry_ids, ts, vector"
 )
+
+
+@attrs.frozen
+class IndexForget:
+    """A forget of the index (a path, a session, a source): what it hid, when, by whom."""
+
+    id: str
+    criteria: Mapping[str, str]
+    paths: tuple[str, ...]
+    chunks: int
+    at: float
+    by: Mapping[str, Any] | None = None
 
 
 @attrs.frozen
@@ -222,10 +248,35 @@ class Store:
             # WAL in the middle of the transaction and reads them back (64 MiB here).
             self._db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
             self._db.executescript(_SCHEMA)
+            self._adopt_tombstones()
         except BaseException:
             # Not left to the garbage collector: an open file keeps its directory busy.
             self._db.close()
             raise
+
+    def _adopt_tombstones(self) -> None:
+        """Give tombstones written before forgets were recorded a forget each (one per
+        path), so that every hidden chunk is listed and can be brought back."""
+        orphans = self._db.execute(
+            "SELECT path, provenance, MIN(forgotten_at), COUNT(*) FROM tombstones"
+            " WHERE id NOT IN (SELECT chunk_id FROM forget_chunks) GROUP BY path, provenance"
+        ).fetchall()
+        if not orphans:
+            return
+        with self._transaction():
+            for path, prov, at, count in orphans:
+                fid = hashlib.sha256(f"legacy\x1f{prov}".encode()).hexdigest()[:12]
+                self._db.execute(
+                    "INSERT OR IGNORE INTO forgets (id, criteria, paths, chunks, at, by)"
+                    " VALUES (?, ?, ?, ?, ?, NULL)",
+                    (fid, json.dumps({"path": path}), json.dumps([path]), count, at),
+                )
+                self._db.execute(
+                    "INSERT OR IGNORE INTO forget_chunks (forget_id, chunk_id)"
+                    " SELECT ?, id FROM tombstones WHERE provenance = ?"
+                    " AND id NOT IN (SELECT chunk_id FROM forget_chunks)",
+                    (fid, prov),
+                )
 
     def close(self) -> None:
         self._db.close()
@@ -408,9 +459,15 @@ class Store:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
-    def forget(self, chunks: Sequence[tuple[str, str, str]]) -> None:
-        """Tombstone and delete chunks, journalling their provenances for the lexical index."""
-        now = time.time()
+    def forget(
+        self,
+        chunks: Sequence[tuple[str, str, str]],
+        forget: IndexForget | None = None,
+    ) -> None:
+        """Tombstone and delete chunks, journalling their provenances for the lexical
+        index, and record the forget that hid them (what :meth:`forgets` lists and
+        :meth:`unforget` takes back)."""
+        now = time.time() if forget is None else forget.at
         with self._transaction():
             self._bump_version()
             self._db.executemany(
@@ -418,6 +475,23 @@ class Store:
                 " VALUES (?, ?, ?, ?)",
                 [(cid, prov, path, now) for cid, prov, path in chunks],
             )
+            if forget is not None:
+                self._db.execute(
+                    "INSERT INTO forgets (id, criteria, paths, chunks, at, by)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        forget.id,
+                        json.dumps(dict(forget.criteria), sort_keys=True),
+                        json.dumps(list(forget.paths)),
+                        forget.chunks,
+                        forget.at,
+                        None if forget.by is None else json.dumps(dict(forget.by)),
+                    ),
+                )
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO forget_chunks (forget_id, chunk_id) VALUES (?, ?)",
+                    [(forget.id, c[0]) for c in chunks],
+                )
             self._db.executemany("DELETE FROM chunks WHERE id = ?", [(c[0],) for c in chunks])
             self._db.executemany(
                 "INSERT OR IGNORE INTO lexical_pending (provenance) VALUES (?)",
@@ -426,6 +500,54 @@ class Store:
 
     def tombstones(self) -> set[str]:
         return {r[0] for r in self._db.execute("SELECT id FROM tombstones")}
+
+    def forgets(self) -> list[IndexForget]:
+        """The forgets in effect, newest first."""
+        rows = self._db.execute(
+            "SELECT id, criteria, paths, chunks, at, by FROM forgets ORDER BY at DESC, id"
+        )
+        return [
+            IndexForget(
+                id=r[0],
+                criteria=json.loads(r[1]),
+                paths=tuple(json.loads(r[2])),
+                chunks=int(r[3]),
+                at=float(r[4]),
+                by=None if r[5] is None else json.loads(r[5]),
+            )
+            for r in rows
+        ]
+
+    def unforget(self, forget_id: str) -> IndexForget | None:
+        """Take forget ``forget_id`` back (``None``: no such forget).
+
+        Its tombstones go (those no other forget also holds), and the sources its chunks
+        came from are forgotten as sources, so the next sync reads them again and
+        indexes what they hold now.
+        """
+        found = [f for f in self.forgets() if f.id == forget_id]
+        if not found:
+            return None
+        with self._transaction():
+            self._bump_version()
+            provs = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT DISTINCT t.provenance FROM tombstones t JOIN forget_chunks f"
+                    " ON f.chunk_id = t.id WHERE f.forget_id = ?",
+                    (forget_id,),
+                )
+            ]
+            self._db.execute(
+                "DELETE FROM tombstones WHERE id IN (SELECT chunk_id FROM forget_chunks"
+                " WHERE forget_id = ?) AND id NOT IN (SELECT chunk_id FROM forget_chunks"
+                " WHERE forget_id != ?)",
+                (forget_id, forget_id),
+            )
+            self._db.execute("DELETE FROM forget_chunks WHERE forget_id = ?", (forget_id,))
+            self._db.execute("DELETE FROM forgets WHERE id = ?", (forget_id,))
+            self._db.executemany("DELETE FROM sources WHERE provenance = ?", [(p,) for p in provs])
+        return found[0]
 
     # -- embedding cache ----------------------------------------------------------
     def cached_vectors(

@@ -126,6 +126,8 @@ class ForgetResult:
     dry_run: bool
     chunk_ids: tuple[str, ...]
     paths: tuple[str, ...]
+    forget_id: str | None = None
+    """The forget's id (``claw memory unforget`` takes it); ``None`` for a dry run."""
 
 
 @attrs.frozen

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Sequence
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import attrs
 import trio
@@ -29,7 +32,7 @@ from ._publication import Publisher, publish_from_store
 from ._published import read_pointer
 from ._records import ChunkRecord
 from ._repair import open_lexical, prepare_lexical_dir, rebuild_lexical
-from ._store import Store
+from ._store import IndexForget, Store
 from ._types import ForgetResult
 from ._view import IndexView
 
@@ -219,6 +222,7 @@ class IndexWriter:
         agent_id: str | None = None,
         source: str | None = None,
         dry_run: bool = False,
+        by: Mapping[str, Any] | None = None,
     ) -> ForgetResult:
         """Remove the chunks derived from a path, a session or a whole source (see
         :meth:`claw_memory.MemoryIndex.forget`)."""
@@ -241,9 +245,37 @@ class IndexWriter:
                 return ForgetResult(dry_run=dry_run, chunk_ids=ids, paths=paths)
             # Visible to every search from now on, before anything is deleted.
             view.tombstones = view.tombstones | frozenset(ids)
-            await self.workers.run_sync(self.store.forget, matches)
+            criteria = {
+                k: v
+                for k, v in (
+                    ("path", path),
+                    ("session_id", session_id),
+                    ("agent_id", agent_id),
+                    ("source", source),
+                )
+                if v is not None
+            }
+            record = IndexForget(
+                id=uuid.uuid4().hex[:12],
+                criteria=criteria,
+                paths=paths,
+                chunks=len(ids),
+                at=time.time(),
+                by=by,
+            )
+            await self.workers.run_sync(self.store.forget, matches, record)
             provs = sorted({m[1] for m in matches})
             remaining = await self.workers.run_sync(self.store.chunks_for, provs)
             await self.replace_lexical(provs, remaining)
             await self.publisher.publish(removed_ids=frozenset(ids), within=provs)
-            return ForgetResult(dry_run=False, chunk_ids=ids, paths=paths)
+            return ForgetResult(dry_run=False, chunk_ids=ids, paths=paths, forget_id=record.id)
+
+    async def unforget(self, forget_id: str) -> IndexForget | None:
+        """Take an index forget back (see :meth:`Store.unforget`); the caller then syncs,
+        which indexes the sources again as they are now."""
+        async with self.write():
+            self.view.check_open()
+            found = await self.workers.run_sync(self.store.unforget, forget_id)
+            if found is not None:
+                self.view.tombstones = frozenset(await self.workers.run_sync(self.store.tombstones))
+            return found

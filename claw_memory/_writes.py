@@ -31,7 +31,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from claw.plugin_sdk import (
     CapabilityDeniedError,
@@ -171,6 +171,11 @@ def section_placement(entry: str, section: str | None) -> Callable[[str], Placem
     return compose
 
 
+def _by(service: MemoryCoreService, context: MemoryCallerContext) -> dict[str, Any]:
+    """Who ``context`` is, as the host records it (for an index forget's record)."""
+    return service.api.describe_writer(context).to_wire()
+
+
 def write_refusal(service: MemoryCoreService, context: MemoryCallerContext) -> str | None:
     """Why ``context`` may not write Memory Core's files (the owner's), or ``None``."""
     refusal = writer_refusal(context)
@@ -300,17 +305,27 @@ async def forget_reference(
             raise CapabilityDeniedError(f"{path!r} is a transcript of another agent")
         async with service.use(agent_id) as index:
             context.assert_current()
-            result = await index.forget(session_id=parts[2], agent_id=agent_id, dry_run=dry_run)
+            result = await index.forget(
+                session_id=parts[2], agent_id=agent_id, dry_run=dry_run, by=_by(service, context)
+            )
         return MemoryForgetResult(
-            reference=reference, dry_run=dry_run, paths=result.paths, chunks=len(result.chunk_ids)
+            reference=reference,
+            dry_run=dry_run,
+            paths=result.paths,
+            chunks=len(result.chunk_ids),
+            forget_id=result.forget_id,
         )
     if reference.fragment is None:
         memory_file_path(service.workspace_dir, path)
         async with service.use(agent_id) as index:
             context.assert_current()
-            result = await index.forget(path=path, dry_run=dry_run)
+            result = await index.forget(path=path, dry_run=dry_run, by=_by(service, context))
         return MemoryForgetResult(
-            reference=reference, dry_run=dry_run, paths=result.paths, chunks=len(result.chunk_ids)
+            reference=reference,
+            dry_run=dry_run,
+            paths=result.paths,
+            chunks=len(result.chunk_ids),
+            forget_id=result.forget_id,
         )
     try:
         start, end = parse_line_fragment(reference.fragment)

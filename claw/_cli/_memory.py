@@ -43,7 +43,7 @@ from ._common import (
     with_operator,
 )
 from ._progress import Progress, warm
-from ._undo import add_undo_parsers, forget_cited, forgotten, purge, restore
+from ._undo import add_undo_parsers, forget_cited, forgotten, purge, restore, unforget
 
 # What `claw memory add -` reads from stdin at most (a memory entry is far smaller: the
 # provider refuses what it will not store, naming its own limit).
@@ -269,6 +269,12 @@ async def _index(
         )
         for skipped in report["skipped"]:
             out.write(f"  skipped {skipped['path']}: {skipped['reason']}\n")
+        if report.get("forgotten"):
+            out.write(
+                f"  {report['forgotten']} forget(s) keep hiding what they hid (a forced "
+                "index keeps them): claw memory forgotten lists them, claw memory "
+                "unforget ID ends one\n"
+            )
     return EXIT_OK
 
 
@@ -289,7 +295,10 @@ async def _forget_derived(
         emit_json(out, result)
     else:
         verb = "would forget" if result["dryRun"] else "forgot"
-        out.write(f"{verb} {result['chunks']} chunk(s) from {len(result['paths'])} source(s)\n")
+        undo = f" (undo: claw memory unforget {result['forgetId']})" if "forgetId" in result else ""
+        out.write(
+            f"{verb} {result['chunks']} chunk(s) from {len(result['paths'])} source(s){undo}\n"
+        )
         for path in result["paths"]:
             out.write(f"  {path}\n")
     return EXIT_OK
@@ -313,6 +322,8 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
             return await forgotten(args, host, caller, out)
         if command == "purge":
             return await purge(args, host, caller, out, err)
+        if command == "unforget":
+            return await unforget(args, host, caller, out)
         if args.reference is not None:
             return await forget_cited(args, host, caller, out, err)
         return await _forget_derived(args, host, caller, out)

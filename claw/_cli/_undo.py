@@ -45,15 +45,27 @@ def add_undo_parsers(msub: Any, command: AddCommand) -> None:
         msub,
         "forgotten",
         "list what was forgotten",
-        "List the most recent removals from memory files, newest first: their id (for "
-        "claw memory restore), where they were, when, by whom, and whether they were "
-        "restored or purged since.",
+        "List what was forgotten, newest first: removals from memory files (their id is "
+        "for claw memory restore; when, by whom, and whether restored or purged since), "
+        "and what the index hides (paths, sessions, sources forgotten with --path, "
+        "--session, --source or a path reference; their id is for claw memory unforget).",
     )
     forgotten.add_argument(
         "--limit", type=positive_int, default=20, metavar="N", help="how many (default: 20)"
     )
     agent_flag(forgotten)
     json_flag(forgotten)
+    unforget = command(
+        msub,
+        "unforget",
+        "index again what a forget hid",
+        "Take back a forget of a path, a session or a source: what it hid is indexed "
+        "again, as its sources stand now. ID is a forget id (claw memory forgotten lists "
+        "them). claw memory index --force keeps every forget: only unforget ends one.",
+    )
+    unforget.add_argument("forget_id", metavar="ID", help="the forget to take back")
+    agent_flag(unforget)
+    json_flag(unforget)
     purge = command(
         msub,
         "purge",
@@ -137,7 +149,8 @@ async def forget_cited(
         _show(out, "would forget" if forgot.dry_run else "forgot", forgot, args.reference)
     else:
         verb = "would forget" if forgot.dry_run else "forgot"
-        out.write(f"{verb} {forgot.chunks} chunk(s) of {args.reference}\n")
+        undo = f" (undo: claw memory unforget {forgot.forget_id})" if forgot.forget_id else ""
+        out.write(f"{verb} {forgot.chunks} chunk(s) of {args.reference}{undo}\n")
     return EXIT_OK
 
 
@@ -192,16 +205,55 @@ def _removal_wire(r: MemoryRemoval) -> dict[str, Any]:
     return wire
 
 
+def _index_maintenance(host: Host, operation: str) -> Any:
+    _, capability = host.memory.selection()
+    maintenance = capability.maintenance if capability is not None else None
+    found = getattr(maintenance, operation, None)
+    return found if callable(found) else None
+
+
+async def unforget(
+    args: argparse.Namespace, host: Host, caller: MemoryCallerContext, out: TextIO
+) -> int:
+    """``claw memory unforget ID``."""
+    fn = _index_maintenance(host, "unforget")
+    if fn is None:
+        raise CliError(f"memory plugin {host.slots.memory_plugin!r} keeps no index forgets")
+    done = await fn(
+        agent_id=args.agent or host.config.default_agent_id,
+        context=caller,
+        forget_id=args.forget_id,
+    )
+    if args.json:
+        emit_json(out, done)
+    else:
+        out.write(f"unforgot {done['id']}: indexed again {', '.join(done['paths'])}\n")
+    return EXIT_OK
+
+
 async def forgotten(
     args: argparse.Namespace, host: Host, caller: MemoryCallerContext, out: TextIO
 ) -> int:
     """``claw memory forgotten``."""
     removals = await host.memory.removals(caller, limit=args.limit, agent_id=args.agent)
+    fn = _index_maintenance(host, "forgotten")
+    hidden: list[dict[str, Any]] = (
+        []
+        if fn is None
+        else list(await fn(agent_id=args.agent or host.config.default_agent_id, context=caller))
+    )
     if args.json:
-        emit_json(out, {"removals": [_removal_wire(r) for r in removals]})
+        emit_json(out, {"removals": [_removal_wire(r) for r in removals], "hidden": hidden})
         return EXIT_OK
-    if not removals:
-        out.write("nothing was forgotten from memory files\n")
+    for h in hidden:
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(h["at"]))
+        what = ", ".join(f"{k} {v}" for k, v in sorted(h["criteria"].items()))
+        out.write(
+            f"{h['id']}  {stamp}  hidden     {what} ({h['chunks']} chunk(s); "
+            f"claw memory unforget {h['id']})\n"
+        )
+    if not removals and not hidden:
+        out.write("nothing was forgotten\n")
     for r in removals:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.at))
         out.write(

@@ -364,6 +364,8 @@ def wire_forget(result: MemoryForgetResult) -> dict[str, Any]:
         payload["endLine"] = result.end_line
     if result.entries is not None:
         payload["entries"] = result.entries
+    if result.forget_id is not None:
+        payload["forgetId"] = result.forget_id
     return payload
 
 

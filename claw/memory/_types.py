@@ -538,7 +538,8 @@ class MemoryForgetResult:
     ``removal_id`` names the removal in the provider's undo journal (pass it to
     ``host.memory.restore``; ``None`` for a dry run or a provider without undo);
     ``start_line``/``end_line`` are the lines removed, ``entries`` how many entries they
-    held (see the provider's matched-entry rule).
+    held (see the provider's matched-entry rule). ``forget_id`` names an index-level
+    forget (a whole source's chunks hidden): the provider's ``unforget`` takes it back.
     """
 
     reference: MemoryReference
@@ -550,6 +551,7 @@ class MemoryForgetResult:
     start_line: int | None = None
     end_line: int | None = None
     entries: int | None = None
+    forget_id: str | None = None
 
 
 RemovalStatus = Literal["forgotten", "restored", "purged"]

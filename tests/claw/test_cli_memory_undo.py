@@ -129,3 +129,28 @@ def test_purge_asks_for_yes_and_then_leaves_no_byte_of_the_text(tmp_path: Path) 
     assert json.loads(done.stdout)["entries"] == 1
     holding = [p for p in workspace.rglob("*") if p.is_file() and b"zq9clipurge" in p.read_bytes()]
     assert holding == []
+
+
+def test_a_forgotten_path_is_listed_survives_a_forced_index_and_comes_back(
+    tmp_path: Path,
+) -> None:
+    """Issue 24: forgetting a path hid the file for good, even from index --force, and
+    nothing listed it or brought it back."""
+    workspace = tmp_path / "w"
+    assert claw("init", str(workspace)).returncode == 0
+    ws = ("--workspace", str(workspace))
+    gone = claw("memory", "forget", "memory/2026-11-28.md", *ws)
+    assert gone.returncode == 0, gone.stderr
+    forced = claw("memory", "index", "--force", *ws)
+    assert "1 forget(s) keep hiding" in forced.stdout
+    assert "2026-11-28" not in claw("memory", "search", "rollback plan", *ws).stdout
+    listed = json.loads(claw("memory", "forgotten", "--json", *ws).stdout)
+    (hidden,) = listed["hidden"]
+    assert hidden["paths"] == ["memory/2026-11-28.md"]
+    assert hidden["by"]["kind"] == "operator" and hidden["by"]["connectionId"] == "cli"
+    back = claw("memory", "unforget", hidden["id"], *ws)
+    assert back.returncode == 0, back.stderr
+    assert "2026-11-28" in claw("memory", "search", "rollback plan", *ws).stdout
+    assert json.loads(claw("memory", "forgotten", "--json", *ws).stdout)["hidden"] == []
+    unknown = claw("memory", "unforget", "0123456789ab", *ws)
+    assert unknown.returncode == 2 and "no forget" in unknown.stderr
