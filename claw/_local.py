@@ -37,6 +37,7 @@ from .memory import (
     MemoryGetRequest,
     MemoryGetResult,
     MemoryHealth,
+    MemoryPurgeResult,
     MemoryReference,
     MemoryRemoval,
     MemoryRestoreResult,
@@ -175,6 +176,28 @@ class LocalMemory:
             self.caller, removal_id, dry_run=dry_run, agent_id=self.agent_id
         )
 
+    async def purge(
+        self,
+        *,
+        text: str | None = None,
+        reference: str | MemoryReference | None = None,
+        removal_id: str | None = None,
+        whole_range: bool = False,
+        dry_run: bool = False,
+    ) -> MemoryPurgeResult:
+        """Delete memory for good (see ``host.memory.purge``); needs ``operator.admin``,
+        which :func:`open_memory` grants only when asked for in ``scopes``."""
+        ref = None if reference is None else parse_reference(self.provider_id, reference)
+        return await self.host.memory.purge(
+            self.caller,
+            text=text,
+            reference=ref,
+            removal_id=removal_id,
+            whole_range=whole_range,
+            dry_run=dry_run,
+            agent_id=self.agent_id,
+        )
+
     async def removals(self, *, limit: int = 50) -> tuple[MemoryRemoval, ...]:
         """The most recent removals, newest first, with what became of each."""
         return await self.host.memory.removals(self.caller, limit=limit, agent_id=self.agent_id)
@@ -195,7 +218,8 @@ async def open_memory(
     """Open the memory of ``workspace`` (a directory, or a :class:`HostConfig`).
 
     The host lives for the ``async with`` block; ``scopes`` are the local operator's
-    (pass ``("operator.read",)`` for a read-only handle).
+    (pass ``("operator.read",)`` for a read-only handle, and add ``"operator.admin"``
+    to :meth:`LocalMemory.purge`).
     """
     host_config = (
         workspace if isinstance(workspace, HostConfig) else load_workspace_config(workspace, config)

@@ -53,3 +53,19 @@ def test_workspace_config_refuses_a_missing_directory_and_a_missing_named_file(
         claw.load_workspace_config(tmp_path / "nope")
     with pytest.raises(claw.ConfigError, match="config file not found"):
         claw.load_workspace_config(tmp_path, tmp_path / "nope.toml")
+
+
+async def test_open_memory_restores_lists_and_purges_with_the_admin_scope(workspace: Path) -> None:
+    async with claw.open_memory(workspace) as mem:
+        added = await mem.add("The gate code is zq9local")
+        gone = await mem.forget(added.reference)
+        assert [r.id for r in await mem.removals()] == [gone.removal_id]
+        back = await mem.restore(gone.removal_id or "")
+        assert back.mode == "in-place"
+        with pytest.raises(claw.CapabilityDeniedError, match="operator.admin"):
+            await mem.purge(text="zq9local")
+    scopes = ("operator.read", "operator.write", "operator.admin")
+    async with claw.open_memory(workspace, scopes=scopes) as mem:
+        done = await mem.purge(text="zq9local")
+        assert done.entries == 1
+        assert not any("zq9local" in h.excerpt for h in (await mem.search("gate code")).hits)
