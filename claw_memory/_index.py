@@ -468,6 +468,34 @@ class MemoryIndex:
         after = await self.memory_hashes(paths)
         await self._writer.scrub(before - after)
 
+    async def purge_mark(self, current: int) -> int:
+        """The workspace purge mark this index last scrubbed at. An index that never
+        recorded one cannot hold a purged byte (it is new, or older than purges): it
+        takes ``current``, the workspace's mark now."""
+        self._view.check_open()
+        mark = await self._workers.run_sync(self._store.purge_mark)
+        if mark is None:
+            await self._workers.run_sync(self._store.set_purge_mark, current)
+            return current
+        return mark
+
+    async def caught_up_with_purge(
+        self, mark: int, paths: tuple[str, ...] | None = None, before: frozenset[str] | None = None
+    ) -> None:
+        """Leave no byte of a purge in this index, and remember ``mark``.
+
+        With ``paths`` and ``before`` (this process made the purge) only the vectors of
+        the chunks that went are dropped; otherwise (a purge made through another state
+        directory) every cached vector no chunk has.
+        """
+        if paths is not None and before is not None:
+            await self.purged(paths, before)
+        else:
+            await self.sync()
+            dropped = await self._workers.run_sync(self._store.unreferenced_cache)
+            await self._writer.scrub(frozenset(dropped))
+        await self._workers.run_sync(self._store.set_purge_mark, mark)
+
     async def count_containing(self, text: str) -> int:
         """How many chunks still hold ``text`` (see :mod:`claw_memory._purge`)."""
         self._view.check_open()

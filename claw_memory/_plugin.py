@@ -265,6 +265,9 @@ class _OpenIndex:
     stack: AsyncExitStack
     watch_scope: trio.CancelScope | None = None
     users: int = 0
+    #: The workspace purge mark the index scrubbed at (read from it on first use).
+    purge_mark: int | None = None
+    purge_lock: trio.Lock = attrs.field(factory=trio.Lock)
 
     async def aclose(self) -> None:
         if self.watch_scope is not None:
@@ -344,6 +347,7 @@ class MemoryCoreService:
         *,
         sync_on_open: bool = True,
         progress: SyncProgress | None = None,
+        check_purges: bool = True,
     ) -> AsyncIterator[MemoryIndex]:
         """Hold the open index of ``agent_id`` (opened, and synced, on first use).
 
@@ -351,6 +355,10 @@ class MemoryCoreService:
         reindex), so that its own sync does the work and reports it. ``progress``
         follows the sync of a first use (see :meth:`MemoryIndex.sync`). The index stays
         open while it is held; once released it may be closed to make room for another.
+
+        Before handing it out this checks the workspace's purge mark (one ``stat``): a
+        purge made through another state directory is then scrubbed from this index too
+        (:mod:`claw_memory._purge`); ``check_purges=False`` is for the purge itself.
         """
         entry = self._indexes.get(agent_id)
         if entry is None:
@@ -359,11 +367,31 @@ class MemoryCoreService:
             self._indexes.move_to_end(agent_id)
         entry.users += 1
         try:
+            if check_purges:
+                await self._catch_up_purges(entry)
             yield entry.index
         finally:
             entry.users -= 1
             if entry.users == 0:
                 self._released.set()
+
+    async def _catch_up_purges(self, entry: _OpenIndex) -> None:
+        # One stat of a small file, inline: every use of an index pays it, and a worker
+        # hop would cost more than the stat.
+        mark = self.api.memory_files.purge_mark_nowait()
+        if entry.purge_mark is None:
+            entry.purge_mark = await entry.index.purge_mark(mark)
+        if mark > entry.purge_mark:
+            async with entry.purge_lock:
+                if mark > entry.purge_mark:
+                    await entry.index.caught_up_with_purge(mark)
+                    entry.purge_mark = mark
+
+    def purge_checked(self, agent_id: str, mark: int) -> None:
+        """Record that ``agent_id``'s open index scrubbed up to purge mark ``mark``."""
+        entry = self._indexes.get(agent_id)
+        if entry is not None:
+            entry.purge_mark = mark
 
     async def _open(
         self, agent_id: str, sync_on_open: bool, progress: SyncProgress | None

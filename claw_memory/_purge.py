@@ -10,7 +10,10 @@ leaves nothing:
    (:meth:`claw.plugin_sdk.MemoryFiles.purge`);
 2. every agent index of this state directory syncs, drops the vectors cached for the
    chunks that went, rewrites its database (``VACUUM``, the WAL emptied), rebuilds its
-   tantivy directory and publishes a new epoch (:meth:`MemoryIndex.purged`).
+   tantivy directory and publishes a new epoch (:meth:`MemoryIndex.purged`);
+3. the purge moves the workspace's purge mark, so an index of another state directory
+   on the same workspace scrubs itself the same way when it is next used (it cannot
+   know which vectors went: it drops every cached vector no chunk has).
 
 The text may also stand in session transcripts or in files Memory Core indexes but
 does not write (``extra_paths``): a purge by text says so in its warning, since it
@@ -102,10 +105,12 @@ async def purge_memory(
         async with service.use(agent) as index:
             before[agent] = await index.memory_hashes(plan.paths)
     done = await files.purge(context, vpaths, text=text, cited=cited, removal_id=removal_id)
+    mark = await files.purge_mark()
     still = 0
     for agent in agents:
-        async with service.use(agent) as index:
-            await index.purged(done.paths, before[agent])
+        async with service.use(agent, check_purges=False) as index:
+            await index.caught_up_with_purge(mark, done.paths, before[agent])
+            service.purge_checked(agent, mark)
             if request.text is not None:
                 still += await index.count_containing(request.text)
     context.assert_current()

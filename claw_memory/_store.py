@@ -620,6 +620,27 @@ class Store:
             found.update(r[0] for r in rows)
         return found
 
+    def purge_mark(self) -> int | None:
+        """The workspace purge mark this index last scrubbed at (see MemoryFiles);
+        ``None`` for an index that never recorded one (new, or older than purges)."""
+        value = self.get_meta("purge_mark")
+        return None if value is None else int(value)
+
+    def set_purge_mark(self, mark: int) -> None:
+        with self._transaction():
+            self._set_meta("purge_mark", str(mark))
+
+    def unreferenced_cache(self) -> set[str]:
+        """Cached vectors' hashes no chunk has (a purge made elsewhere cannot say which
+        went, so catching up with it drops all of these)."""
+        return {
+            r[0]
+            for r in self._db.execute(
+                "SELECT text_hash FROM embedding_cache"
+                " WHERE text_hash NOT IN (SELECT hash FROM chunks)"
+            )
+        }
+
     def count_containing(self, text: str) -> int:
         """How many chunks still hold ``text`` (a purge reports what it could not reach)."""
         row = self._db.execute("SELECT COUNT(*) FROM chunks WHERE instr(text, ?) > 0", (text,))

@@ -244,6 +244,17 @@ class MemoryFiles:
         )
         return result
 
+    async def purge_mark(self) -> int:
+        """What :meth:`MemoryFileWriter.purge_mark` says (a number that grows with every
+        purge of this workspace)."""
+        mark: int = await self._shared.workers.run_sync(self._writer.purge_mark)
+        return mark
+
+    def purge_mark_nowait(self) -> int:
+        """:meth:`purge_mark` without a worker: one ``stat`` of a small local file (for a
+        check on every use, where the hop to a worker would cost more)."""
+        return self._writer.purge_mark()
+
     async def removals(
         self, caller: MemoryCallerContext, *, limit: int = 50
     ) -> list[MemoryRemoval]:

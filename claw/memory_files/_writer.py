@@ -74,6 +74,7 @@ logger = logging.getLogger("claw.memory_files")
 HOME = PurePosixPath(".claw/memory-writes")
 LOCK_NAME = "LOCK"
 PENDING_NAME = "pending.json"
+PURGES_NAME = "purges"
 DISPLACED_DIR = "displaced"
 _APPEND_ROUNDS = 20
 #: How long a file a rename displaced is watched for late appends (seconds): longer than
@@ -1107,7 +1108,27 @@ class MemoryFileWriter:
             # The rewrites just displaced the files that held the text: keep no copy.
             self._settle_stragglers(drop_all=True)
             self._scrub_journal(set(scrubbed), patterns, by, tuple(sorted(removed)), entries)
+            # Tell every index of the workspace, whatever its state directory, that a
+            # purge happened (see purge_mark): one line, no text.
+            fd = os.open(
+                self.home / PURGES_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            )
+            try:
+                write_all(fd, f"{new_id()} {self.now():.3f}\n".encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             return Purged(tuple(sorted(removed)), entries, tuple(scrubbed), False)
+
+    def purge_mark(self) -> int:
+        """A number that grows with every purge of this workspace (0 before the first:
+        the size of its ``purges`` file): an index that last scrubbed at a lower mark
+        may hold bytes of a purge made through another state directory, and scrubs
+        itself."""
+        try:
+            return (self.home / PURGES_NAME).stat().st_size
+        except FileNotFoundError:
+            return 0
 
     def _cited_block(self, cited: Cited) -> tuple[int, int]:
         """The lines a cited purge removes (what :meth:`remove` would, with its rules)."""

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import claw
@@ -127,3 +128,23 @@ async def test_a_purge_by_reference_takes_the_entry_and_every_copy_and_says_what
     ref = MemoryReference(provider_id="memory-core", id="MEMORY.md")
     with pytest.raises(claw.ClawError, match="names lines"):
         await _as(host, admin, lambda ctx: host.memory.purge(ctx, reference=ref))
+
+
+async def test_a_purge_reaches_the_index_of_another_state_directory_on_its_next_use(
+    tmp_path: Path,
+) -> None:
+    marker = f"zq9two{uuid.uuid4().hex[:12]}"
+    admin = {"operator.read", "operator.write", "operator.admin"}
+    config = _config(tmp_path)
+    other = attrs.evolve(config, state_dir=tmp_path / "state-b")
+    async with (
+        claw.open_host(config, plugins=[claw_memory.plugin]) as a,
+        claw.open_host(other, plugins=[claw_memory.plugin]) as b,
+    ):
+        await _as(a, admin, lambda ctx: a.memory.add(ctx, f"Pin {marker}", path="memory/p.md"))
+        assert any(marker in hit for hit in await _hits(b, marker))
+        assert occurrences([tmp_path / "state-b"], marker.encode())
+        await _as(a, admin, lambda ctx: a.memory.purge(ctx, text=marker))
+        assert occurrences([tmp_path / "ws", tmp_path / "state"], marker.encode()) == {}
+        assert not any(marker in hit for hit in await _hits(b, marker))
+        assert occurrences([tmp_path / "state-b"], marker.encode()) == {}
