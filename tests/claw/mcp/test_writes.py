@@ -67,9 +67,7 @@ async def test_the_write_tools_are_annotated_as_writes(core_host: claw.Host) -> 
 
 async def test_an_added_memory_is_found_read_and_forgotten(core_host: claw.Host) -> None:
     async with in_process_client(core_host, allow_writes=True) as client:
-        added = structured(
-            await client.call_tool("memory_add", {"text": NOTE, "section": "House"})
-        )
+        added = structured(await client.call_tool("memory_add", {"text": NOTE, "section": "House"}))
         assert (added["version"], added["agentId"], added["providerId"]) == (
             2,
             "main",
@@ -101,6 +99,29 @@ async def test_an_added_memory_is_found_read_and_forgotten(core_host: claw.Host)
             await client.call_tool("memory_search", {"query": "spare key blue flowerpot"})
         )
         assert all(NOTE not in hit["excerpt"] for hit in after["hits"])
+
+
+async def test_a_hit_covering_several_entries_is_refused_unless_the_range_is_asked_for(
+    core_host: claw.Host,
+) -> None:
+    """Issue 24: an agent forgets exactly one entry unless told a range; whatever goes
+    can be restored with the removal id the result carries."""
+    before = _memory_files(core_host.config.workspace_dir)
+    async with in_process_client(core_host, allow_writes=True) as client:
+        search = structured(await client.call_tool("memory_search", {"query": "staging"}))
+        reference = next(h["reference"] for h in search["hits"] if "fragment" in h["reference"])
+        refused = await client.call_tool("memory_forget", {"reference": reference})
+        assert refused.is_error and text_of(refused).startswith("INVALID_REQUEST: ")
+        assert "entries" in text_of(refused) and "nothing was removed" in text_of(refused)
+        assert _memory_files(core_host.config.workspace_dir) == before
+        whole = structured(
+            await client.call_tool("memory_forget", {"reference": reference, "wholeRange": True})
+        )
+        assert whole["entries"] > 1 and whole["removalId"]
+    async with core_host.open_scope("op") as scope:
+        ctx = scope.mint_caller_context(scope.mint_operator_authority({"operator.write"}))
+        await core_host.memory.restore(ctx, whole["removalId"])
+    assert _memory_files(core_host.config.workspace_dir) == before
 
 
 async def test_a_client_without_the_write_scope_cannot_write(core_host: claw.Host) -> None:
