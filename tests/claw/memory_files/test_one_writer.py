@@ -23,6 +23,7 @@ WRITERS = {
     "claw/_session_locks.py": "session lock files under <state_dir>/session-locks",
     "claw/_demo.py": "claw init / demo: copies the sample workspace into an empty directory",
     "claw/_cli/_app.py": "stdout pointed at /dev/null after a closed pipe",
+    "claw/gateway/_slots.py": "claw serve's worker-slot status under <state_dir>/gateway",
     "claw_memory/_repair.py": "sets a corrupt index aside and rebuilds it (state directory)",
     "claw_memory/_lease.py": "the index's writer-lease lock file (state directory)",
     "claw_memory/_published.py": "the published generations (state directory)",
