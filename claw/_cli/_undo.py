@@ -205,25 +205,13 @@ def _removal_wire(r: MemoryRemoval) -> dict[str, Any]:
     return wire
 
 
-def _index_maintenance(host: Host, operation: str) -> Any:
-    _, capability = host.memory.selection()
-    maintenance = capability.maintenance if capability is not None else None
-    found = getattr(maintenance, operation, None)
-    return found if callable(found) else None
-
-
 async def unforget(
     args: argparse.Namespace, host: Host, caller: MemoryCallerContext, out: TextIO
 ) -> int:
     """``claw memory unforget ID``."""
-    fn = _index_maintenance(host, "unforget")
-    if fn is None:
+    if not host.memory.offers("unforget"):
         raise CliError(f"memory plugin {host.slots.memory_plugin!r} keeps no index forgets")
-    done = await fn(
-        agent_id=args.agent or host.config.default_agent_id,
-        context=caller,
-        forget_id=args.forget_id,
-    )
+    done = await host.memory.unforget(caller, args.forget_id, agent_id=args.agent)
     if args.json:
         emit_json(out, done)
     else:
@@ -236,11 +224,10 @@ async def forgotten(
 ) -> int:
     """``claw memory forgotten``."""
     removals = await host.memory.removals(caller, limit=args.limit, agent_id=args.agent)
-    fn = _index_maintenance(host, "forgotten")
-    hidden: list[dict[str, Any]] = (
-        []
-        if fn is None
-        else list(await fn(agent_id=args.agent or host.config.default_agent_id, context=caller))
+    hidden = (
+        [dict(h) for h in await host.memory.forgotten(caller, agent_id=args.agent)]
+        if host.memory.offers("forgotten")
+        else []
     )
     if args.json:
         emit_json(out, {"removals": [_removal_wire(r) for r in removals], "hidden": hidden})

@@ -42,6 +42,9 @@ class Memory(metaclass=NoPublicConstructor):
     get = awaitable(LocalMemory.get)
     add = awaitable(LocalMemory.add)
     forget = awaitable(LocalMemory.forget)
+    restore = awaitable(LocalMemory.restore)
+    removals = awaitable(LocalMemory.removals)
+    purge = awaitable(LocalMemory.purge)
     status = awaitable(LocalMemory.status)
 
     async def call(self, async_fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:

@@ -42,6 +42,9 @@ class Memory(metaclass=NoPublicConstructor):
     get = blocking(LocalMemory.get)
     add = blocking(LocalMemory.add)
     forget = blocking(LocalMemory.forget)
+    restore = blocking(LocalMemory.restore)
+    removals = blocking(LocalMemory.removals)
+    purge = blocking(LocalMemory.purge)
     status = blocking(LocalMemory.status)
 
     def call(self, async_fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:

@@ -219,10 +219,16 @@ class MemoryMaintenance(Protocol):
     ) -> MemoryForgetResult: ...
 
     # Optional: ``forget_reference`` may accept ``whole_range=True`` (the host passes it
-    # only when the caller asks to remove a range of several entries), and a provider
-    # with undo offers ``restore(agent_id=, context=, removal_id=, dry_run=)`` ->
-    # MemoryRestoreResult and ``removals(agent_id=, context=, limit=)`` ->
-    # sequence of MemoryRemoval.
+    # only when the caller asks to remove a range of several entries) and ``add`` may
+    # accept ``tool=`` (passed, when accepted, for a write through a tool's
+    # ``context.memory``: the tool's name, for the entry's provenance). A provider with
+    # undo offers ``restore(agent_id=, context=, removal_id=, dry_run=)`` ->
+    # MemoryRestoreResult and ``removals(agent_id=, context=, limit=)`` -> sequence of
+    # MemoryRemoval; one that deletes for good ``purge(agent_id=, context=, request=,
+    # dry_run=)`` -> MemoryPurgeResult; one whose index forgets are reversible
+    # ``forgotten(agent_id=, context=)`` -> sequence of mappings and
+    # ``unforget(agent_id=, context=, forget_id=)`` -> mapping. The host reaches each
+    # through its write route (``claw.memory._writes``), never directly.
 
 
 def _names(value: Iterable[str]) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ the answer leaves.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
@@ -89,9 +89,11 @@ from ._writes import (
     WriteTarget,
     add_memory,
     forget_memory,
+    index_forgets,
     list_removals,
     purge_memory,
     restore_memory,
+    unforget_memory,
     writer_refusal,
 )
 
@@ -461,6 +463,28 @@ class MemoryRuntime:
         """The most recent removals, newest first, with what became of each (a writer
         only: they carry the removed text)."""
         return await list_removals(self, context, agent_id=agent_id, limit=limit)
+
+    async def forgotten(
+        self, context: MemoryCallerContext, *, agent_id: str | None = None
+    ) -> tuple[Mapping[str, Any], ...]:
+        """The index-level forgets in effect, through the selected provider (a writer
+        only; Memory Core: the paths, sessions and sources hidden from search, each with
+        the id :meth:`unforget` takes). See :meth:`offers` for a provider without them."""
+        return await index_forgets(self, context, agent_id=agent_id)
+
+    async def unforget(
+        self, context: MemoryCallerContext, forget_id: str, *, agent_id: str | None = None
+    ) -> Mapping[str, Any]:
+        """Take an index-level forget back through the selected provider (a writer only):
+        what it hid is indexed again, as its sources stand now."""
+        return await unforget_memory(self, context, forget_id, agent_id=agent_id)
+
+    def offers(self, operation: str) -> bool:
+        """Whether the selected provider's maintenance offers ``operation`` (``restore``,
+        ``purge``, ``forgotten``, ...): the optional parts of the write contract."""
+        _, cap = self.selection()
+        maintenance = cap.maintenance if cap is not None else None
+        return callable(getattr(maintenance, operation, None))
 
     async def write_target(
         self,

@@ -1,4 +1,5 @@
-"""The host's write route into memory: ``host.memory.add``, ``forget``, ``restore``, ``removals``.
+"""The host's write route into memory: ``host.memory.add``, ``forget``, ``restore``,
+``removals``, ``purge``, ``forgotten`` and ``unforget``.
 
 Writing goes through the selected provider's own operation (its
 :class:`~claw.memory.MemoryMaintenance` ``add`` and ``forget_reference``), never around
@@ -18,7 +19,7 @@ after the provider's awaits, as for reads.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -283,5 +284,34 @@ async def purge_memory(
         raise ContractError(
             f'memory provider "{target.plugin_id}" answered purge with '
             f"{type(result).__name__}, not a MemoryPurgeResult"
+        )
+    return result
+
+
+async def index_forgets(
+    route: WriteRoute, context: MemoryCallerContext, *, agent_id: str | None
+) -> tuple[Mapping[str, Any], ...]:
+    """See :meth:`MemoryRuntime.forgotten`."""
+    target = await route.write_target(context, agent_id, "forgotten")
+    found = tuple(await target.run("forgotten"))
+    if not all(isinstance(f, Mapping) for f in found):
+        raise ContractError(
+            f'memory provider "{target.plugin_id}" answered forgotten with non-mappings'
+        )
+    return found
+
+
+async def unforget_memory(
+    route: WriteRoute, context: MemoryCallerContext, forget_id: str, *, agent_id: str | None
+) -> Mapping[str, Any]:
+    """See :meth:`MemoryRuntime.unforget`."""
+    if not isinstance(forget_id, str) or not forget_id.strip():
+        raise ContractError("forget_id must be the id of a forget (claw memory forgotten)")
+    target = await route.write_target(context, agent_id, "unforget")
+    result = await target.run("unforget", forget_id=forget_id)
+    if not isinstance(result, Mapping):
+        raise ContractError(
+            f'memory provider "{target.plugin_id}" answered unforget with '
+            f"{type(result).__name__}, not a mapping"
         )
     return result

@@ -69,6 +69,10 @@ def test_memory_search_add_forget_and_status_from_asyncio(workspace: Path) -> No
             forgotten = await mem.forget(added.reference)
             assert "Bob is the release manager" in (forgotten.removed_text or "")
             assert (await mem.search("release manager apollo")).hits == ()
+            assert forgotten.removal_id is not None
+            assert [r.id for r in await mem.removals()] == [forgotten.removal_id]
+            await mem.restore(forgotten.removal_id)
+            assert (await mem.search("release manager apollo")).hits != ()
 
     run(main)
 

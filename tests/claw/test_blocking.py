@@ -39,8 +39,12 @@ def test_memory_search_add_forget_from_plain_code(workspace: Path) -> None:
         assert [h.citation.path for h in hits if h.citation] == [added.reference.id]
         assert "Bob" in (mem.get(added.reference).text or "")
         assert mem.status().status == "ready"
-        mem.forget(added.reference)
+        gone = mem.forget(added.reference)
         assert mem.search("release manager apollo").hits == ()
+        assert gone.removal_id is not None
+        assert [r.id for r in mem.removals()] == [gone.removal_id]
+        mem.restore(gone.removal_id)
+        assert mem.search("release manager apollo").hits != ()
     assert mem.local.host.closed
     assert bridge_threads() == []
 

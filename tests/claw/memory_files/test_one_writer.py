@@ -19,8 +19,8 @@ PACKAGES = ("claw", "claw_memory", "claw_records")
 WRITERS = {
     "claw/memory_files/_journal.py": "the workspace's memory journal (the writer's own)",
     "claw/memory_files/_writer.py": "THE writer of workspace memory files",
-    "claw/_owners.py": "owner lock files under <state_dir>/owners",
-    "claw/_session_locks.py": "session lock files under <state_dir>/session-locks",
+    "claw/state/sqlite/_owners.py": "owner lock files under <state_dir>/owners",
+    "claw/state/sqlite/_session_locks.py": "session lock files under <state_dir>/session-locks",
     "claw/_demo.py": "claw init / demo: copies the sample workspace into an empty directory",
     "claw/_cli/_app.py": "stdout pointed at /dev/null after a closed pipe",
     "claw/gateway/_slots.py": "claw serve's worker-slot status under <state_dir>/gateway",
@@ -41,6 +41,7 @@ MEMORY_ROUTES = (
 )
 
 _WRITE_MODE = set("wax+")
+_MODE_CHARS = set("rwxabt+")
 _WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_APPEND", "O_CREAT", "O_TRUNC"}
 _ALWAYS = {
     "write_text",
@@ -100,7 +101,8 @@ def writes_in(path: Path) -> list[tuple[int, str]]:
                 found.append((node.lineno, "os.open for writing"))
         elif name in ("open", "fdopen"):
             mode = _mode(node, 1 if name == "fdopen" or receiver == "" else 0)
-            if mode is not None and set(mode) & _WRITE_MODE:
+            # A mode is made of mode letters (``scopes.open("a-name")`` opens no file).
+            if mode is not None and set(mode) <= _MODE_CHARS and set(mode) & _WRITE_MODE:
                 found.append((node.lineno, f"open({mode!r})"))
     return found
 
@@ -132,7 +134,8 @@ def test_the_detector_sees_each_kind_of_write(tmp_path: Path) -> None:
         "os.fdopen(fd, 'wb')\n"
         "text.replace('a', 'b')\n"
         "open(p)\n"
-        "os.open(p, os.O_RDONLY)\n",
+        "os.open(p, os.O_RDONLY)\n"
+        "scopes.open('post-compaction-refresh')\n",
         encoding="utf-8",
     )
     assert [line for line, _ in writes_in(sample)] == [2, 3, 4, 5, 6, 7, 8, 9]
