@@ -167,6 +167,18 @@ class MemoryProvenance:
                 f"provenance kind must be one of {', '.join(WRITER_KINDS)}, got {self.kind!r}"
             )
 
+    @property
+    def label(self) -> str:
+        """Who, in a few words (``operator cli``, ``run agent:main:main via memory_add``):
+        what a table or a listing shows."""
+        who = {
+            "operator": f"operator {self.connection_id or '(unnamed connection)'}",
+            "run": f"run {self.session_key}",
+            "flush": f"flush {self.flush_id} of {self.session_key}",
+            "host": "host",
+        }[self.kind]
+        return who + (f" via {self.tool}" if self.tool is not None else "")
+
     def to_wire(self) -> dict[str, Any]:
         """The camelCase form the journal, the gateway and MCP carry (``None``s left out)."""
         wire: dict[str, Any] = {"kind": self.kind}
@@ -220,9 +232,8 @@ class MemorySearchHit:
             "reference": self.reference.id
             + (f"#{self.reference.fragment}" if self.reference.fragment else ""),
         }
-        provenance = getattr(self, "provenance", None)
-        if provenance is not None:
-            row["provenance"] = provenance
+        if self.provenance:
+            row["provenance"] = "; ".join(p.label for p in self.provenance)
         return row
 
     def _repr_html_(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 import claw
@@ -10,6 +11,7 @@ from claw.jupyter import Table, table
 from claw.memory import (
     Citation,
     MemoryHealth,
+    MemoryProvenance,
     MemoryReference,
     MemorySearchHit,
     MemorySearchResult,
@@ -44,6 +46,15 @@ def test_a_search_result_is_a_table_of_ranked_hits_with_its_notes() -> None:
         "reference": "MEMORY.md#L2-L3",
     }
     assert [r["rank"] for r in rows] == [1, 2]
+    # Who wrote the hit's entries, when the provider knows (issue 24's provenance).
+    written = attrs.evolve(
+        result.hits[0],
+        provenance=(
+            MemoryProvenance(kind="operator", connection_id="cli"),
+            MemoryProvenance(kind="run", session_key="agent:main:main", tool="memory_add"),
+        ),
+    )
+    assert written.row()["provenance"] == "operator cli; run agent:main:main via memory_add"
     page = result._repr_html_()
     assert page.startswith('<table class="claw"><caption style="text-align:left">2 hit(s)')
     assert "&lt;prefers&gt;" in page and "<prefers>" not in page  # escaped

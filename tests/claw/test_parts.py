@@ -7,6 +7,7 @@ part be understood, and tested, on its own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from claw.context._engines import ContextEngineSlot
 from claw.flush import FlushCoordinator
 from claw.memory import MemoryPluginCapability, MemoryRuntime, MemorySearchRequest
 from claw.memory._refresh import PostCompactionRefresh
+from claw.memory._writes import describe_writer
+from claw.memory_files import MemoryFiles
 from claw.models import ModelRegistry, ToolCall, UserMessage
 from claw.sessions import SessionRow
 from claw.state import StateStores
@@ -81,6 +84,16 @@ def _slots(registry: PluginRegistry, memory_plugin: str | None) -> SlotView:
         memory_sidecars=(),
     )
     return SlotView.of(selection, registry)
+
+
+def _memory_files(workspace: Path) -> MemoryFiles:
+    clock = lambda: 1_000.0  # noqa: E731
+    return MemoryFiles.create(
+        workspace,
+        workers=InlineWorkerPool(),
+        describe=functools.partial(describe_writer, clock=clock),
+        now=clock,
+    )
 
 
 def _memory(kernel: Kernel, provider: RecordingMemoryProvider) -> MemoryRuntime:
@@ -217,6 +230,7 @@ async def test_a_turn_runner_runs_a_turn_without_a_host(kernel: Kernel, tmp_path
                 events=events,
                 tools=dispatch,
                 clock=lambda: 1_000.0,
+                memory_files=_memory_files(tmp_path),
             ),
             refresh=refresh,
         ),
@@ -227,3 +241,27 @@ async def test_a_turn_runner_runs_a_turn_without_a_host(kernel: Kernel, tmp_path
     assert result.commit == "legacy" and result.flush is None
     assert {"turn.admitted", "turn.terminal"} <= set(events.kinds())
     assert refreshed == []
+
+
+async def test_the_memory_file_writer_records_a_run_without_a_host(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """What the writer records of a caller comes from its minted authority alone."""
+    (tmp_path / "ws").mkdir()
+    files = _memory_files(tmp_path / "ws")
+    await kernel.stores.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    async with kernel.runs.open("dm:alice", sender_is_owner=True) as run:
+        written = await files.append(run.caller, "memory/notes.md", "- Alice likes tea.")
+        by = files.describe(run.caller, tool="memory_add")
+    assert (tmp_path / "ws" / "memory/notes.md").read_text() == "- Alice likes tea.\n"
+    assert written.path == "memory/notes.md"
+    row = await kernel.stores.sessions.get("dm:alice")
+    assert row is not None
+    assert (by.kind, by.session_key, by.session_id, by.lifecycle_revision, by.owner) == (
+        "run",
+        "dm:alice",
+        row.session_id,
+        row.lifecycle_revision,
+        True,
+    )
+    assert (by.tool, by.plugin_id, by.at) == ("memory_add", "claw", 1_000.0)
