@@ -141,6 +141,7 @@ def _run(workspace: Path, states: list[Path], seconds: float, rng: random.Random
         Child.start(mode, workspace, states[i % len(states)], next(seeds))
         for i, mode in enumerate(WRITERS)
     ]
+    oracle.counts["processes"] = len(children)
     try:
         # The clock starts once every writer is writing (opening a host takes a while).
         started = time.monotonic()
@@ -160,6 +161,7 @@ def _run(workspace: Path, states: list[Path], seconds: float, rng: random.Random
             oracle.counts["kills"] += 1
             oracle.feed(victim.lines)
             children[i] = Child.start(victim.mode, workspace, states[i % len(states)], next(seeds))
+            oracle.counts["processes"] += 1
     finally:
         for child in children:
             child.kill()
@@ -239,9 +241,11 @@ def _report(name: str, oracle: Oracle, checked: dict[str, int], seconds: float) 
     counts = dict(sorted(oracle.counts.items()))
     writes = sum(n for k, n in counts.items() if k.startswith("add "))
     print(
-        f"\nmemory faults ({name}): {seconds:.1f} s, {writes} acknowledged writes, "
-        f"{counts.get('forget', 0)} forgets, {counts.get('restore', 0)} restores, "
-        f"{counts.get('kills', 0)} kills; {counts}; {checked}; lost 0, doubled 0, torn 0"
+        f"\nmemory faults ({name}): {SECONDS:.0f} s of kills ({seconds:.1f} s in all), "
+        f"{counts.get('processes', 0)} processes ({len(WRITERS)} at a time), "
+        f"{writes} acknowledged writes, {counts.get('forget', 0)} forgets, "
+        f"{counts.get('restore', 0)} restores, {counts.get('kills', 0)} kills; {counts}; "
+        f"{checked}; lost 0, doubled 0, torn 0"
     )
 
 
