@@ -20,6 +20,21 @@ from claw.memory import MemoryReference, MemorySearchRequest
 from .test_plugin import _config
 
 
+def scanned(roots: list[Path]) -> tuple[int, int]:
+    """How many files, and bytes, :func:`occurrences` reads under ``roots``."""
+    files = [p for r in roots for p in r.rglob("*") if p.is_file() and not p.is_symlink()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def report(provider: str, before: dict[str, int], roots: list[Path], after: dict[str, int]) -> str:
+    """One line for the record: where the marker was, and what the scan after found."""
+    files, size = scanned(roots)
+    return (
+        f"purge marker scan ({provider}): before {sum(before.values())} occurrence(s) in "
+        f"{len(before)} file(s); after {sum(after.values())} in {files} files ({size} bytes)"
+    )
+
+
 def occurrences(roots: list[Path], marker: bytes) -> dict[str, int]:
     """Every file under ``roots`` whose bytes hold ``marker``, and how often."""
     found: dict[str, int] = {}
@@ -90,7 +105,9 @@ async def test_a_purged_text_is_in_no_byte_of_the_workspace_or_the_state_directo
     began = time.time_ns() - 5_000_000  # file times come from a coarser clock
     done = await _as(host, admin, lambda ctx: host.memory.purge(ctx, text=marker))
     assert (done.paths, done.entries, done.warning) == (("MEMORY.md", "memory/x.md"), 3, None)
-    assert occurrences([workspace, state], marker.encode()) == {}
+    after = occurrences([workspace, state], marker.encode())
+    print("\n" + report("Memory Core", before, [workspace, state], after))
+    assert after == {}
     # tantivy compresses what it stores, so bytes alone prove little there: every file of
     # the lexical directory was written by the purge (rebuilt from SQLite), none deletes.
     lexical = [p for p in (state / "memory" / "main" / "lexical").rglob("*") if p.is_file()]

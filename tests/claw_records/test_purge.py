@@ -10,7 +10,7 @@ import pytest
 import claw
 from claw.memory import MemoryReference
 
-from ..claw_memory.test_purge import occurrences
+from ..claw_memory.test_purge import occurrences, report
 from .conftest import PLUGIN, OpenRecordsHost, call_tool, operator, service_of
 from .test_records import ref_of, search
 
@@ -53,7 +53,9 @@ async def test_a_purged_text_is_in_no_row_and_no_hosts_index(
                 total += int(row[0])
             return total
 
-        assert await rows_holding() >= 4
+        rows_before = await rows_holding()
+        files_before = occurrences([tmp_path / "a", tmp_path / "b"], marker.encode())
+        assert rows_before >= 4
         async with operator(a, ("operator.read", "operator.write")) as writer:
             with pytest.raises(claw.CapabilityDeniedError, match="operator.admin"):
                 await a.memory.purge(writer, text=marker)
@@ -63,10 +65,15 @@ async def test_a_purged_text_is_in_no_row_and_no_hosts_index(
             done = await a.memory.purge(op, text=marker)
             assert (done.entries, len(done.removals)) == (1, 1)
             assert [r.status for r in await a.memory.removals(op)] == ["purged"]
-        assert await rows_holding() == 0
+        rows_after = await rows_holding()
+        assert rows_after == 0
         await service_of(b).catch_up("main")
         for host in (a, b):
             async with operator(host, ADMIN) as op:
                 assert not any(marker in hit for hit in await search(host, op, marker))
                 assert await search(host, op, "boiler") == ["The boiler is serviced in March"]
-        assert occurrences([tmp_path / "a", tmp_path / "b"], marker.encode()) == {}
+        after = occurrences([tmp_path / "a", tmp_path / "b"], marker.encode())
+        dirs = [tmp_path / "a", tmp_path / "b"]
+        line = report("Memory Records, both hosts", files_before, dirs, after)
+        print(f"\n{line}; rows holding it in {len(TABLES)} tables: {rows_before} -> {rows_after}")
+        assert after == {}
