@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import claw
@@ -64,7 +65,10 @@ async def test_the_newcomers_forget_of_a_search_chunk_no_longer_empties_memory_m
     memory = sample.config.workspace_dir / "MEMORY.md"
     before = memory.read_text(encoding="utf-8")
     hit = (await _search(sample, "deploy window")).hits[0]
-    assert (hit.reference.id, hit.reference.fragment) == ("MEMORY.md", "L1-L14")
+    # Search cites one entry now (entries are indexed one at a time); the whole chunk it
+    # cited before is still a citation a caller may hold.
+    assert (hit.reference.id, hit.reference.fragment) == ("MEMORY.md", "L9-L9")
+    hit = attrs.evolve(hit, reference=attrs.evolve(hit.reference, fragment="L1-L14", revision=None))
     with pytest.raises(ForgetScopeError, match=r"covers 11 entries .*L1-L1 '# Memory'"):
         await _operator(sample, lambda ctx: sample.memory.forget(ctx, hit.reference))
     assert memory.read_text(encoding="utf-8") == before
@@ -128,8 +132,10 @@ async def test_search_hits_and_get_say_who_wrote_each_entry(host: claw.Host) -> 
         workspace.read_text(encoding="utf-8") + "- typed by hand: the bin day is Tuesday.\n",
         encoding="utf-8",
     )
-    hit = next(h for h in (await _search(host, "code")).hits if h.reference.id == "memory/codes.md")
-    by_line = {p.start_line: p for p in hit.provenance}
+    hits = [h for h in (await _search(host, "code")).hits if h.reference.id == "memory/codes.md"]
+    by_line = {p.start_line: p for h in hits for p in h.provenance}
+    whole = attrs.evolve(hits[0].reference, fragment="L1-L3", revision=None)
+    hit = attrs.evolve(hits[0], reference=whole)
     operator, run = by_line[1], by_line[2]
     assert (operator.kind, operator.connection_id, operator.tool) == ("operator", None, None)
     assert (run.kind, run.tool, run.plugin_id, run.owner) == (

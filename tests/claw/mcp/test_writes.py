@@ -109,7 +109,10 @@ async def test_a_hit_covering_several_entries_is_refused_unless_the_range_is_ask
     before = _memory_files(core_host.config.workspace_dir)
     async with in_process_client(core_host, allow_writes=True) as client:
         search = structured(await client.call_tool("memory_search", {"query": "staging"}))
-        reference = next(h["reference"] for h in search["hits"] if "fragment" in h["reference"])
+        hit = next(h["reference"] for h in search["hits"] if "fragment" in h["reference"])
+        # A hit cites one entry; an agent citing several (the whole file) must say so.
+        lines = (core_host.config.workspace_dir / hit["id"]).read_text().count("\n")
+        reference = {"providerId": hit["providerId"], "id": hit["id"], "fragment": f"L1-L{lines}"}
         refused = await client.call_tool("memory_forget", {"reference": reference})
         assert refused.is_error and text_of(refused).startswith("INVALID_REQUEST: ")
         assert "entries" in text_of(refused) and "nothing was removed" in text_of(refused)
