@@ -102,8 +102,8 @@ async def test_v2_search_get_and_status_for_an_operator_read_client(core_host: c
         assert hit["reference"]["providerId"] == "memory-core"
         assert hit["citation"] == {
             "path": "MEMORY.md",
-            "startLine": 1,
-            "endLine": 3,
+            "startLine": 2,
+            "endLine": 2,
             "source": "memory",
         }
         got = await client.request(

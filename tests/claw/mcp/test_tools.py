@@ -53,8 +53,8 @@ async def test_search_get_and_status_answer_structured_content_and_the_same_text
         assert set(hit) >= {"reference", "excerpt", "score", "citation"}
         assert hit["citation"] == {
             "path": "MEMORY.md",
-            "startLine": 1,
-            "endLine": 3,
+            "startLine": 2,
+            "endLine": 2,
             "source": "memory",
         }
         got = structured(
