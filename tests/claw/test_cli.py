@@ -65,7 +65,7 @@ def test_search_json_prints_the_v2_payload(workspace: Path) -> None:
 def test_search_table_defaults_to_the_current_directory(workspace: Path) -> None:
     result = claw("memory", "search", "storage budget", cwd=workspace)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"^ 1  \d\.\d{3}  memory/2026-11-30\.md#L1-L5", result.stdout, re.MULTILINE)
+    assert re.search(r"^ 1  \d\.\d{3}  memory/2026-11-30\.md#L3-L3", result.stdout, re.MULTILINE)
 
 
 def test_index_status_get_and_forget(workspace: Path) -> None:
