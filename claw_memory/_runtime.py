@@ -459,14 +459,20 @@ class MemoryCoreProviderRuntime(ProviderRuntime["MemoryCoreService", MemoryCoreH
     """Memory Core's provider-neutral runtime."""
 
     handle_class = MemoryCoreHandle
+    # What every handle declares: fixed by the configuration for the service's life,
+    # so made (and its fields checked) once, not on every open.
+    _capabilities: ProviderCapabilities | None = attrs.field(default=None, init=False)
 
     def capabilities(self) -> ProviderCapabilities:
-        return ProviderCapabilities(
-            sources=self.service.config.settings.sources,
-            pagination=True,
-            candidates=(),
-            project_filter=True,
-        )
+        caps = self._capabilities
+        if caps is None:
+            caps = self._capabilities = ProviderCapabilities(
+                sources=self.service.config.settings.sources,
+                pagination=True,
+                candidates=(),
+                project_filter=True,
+            )
+        return caps
 
     async def authorize_search_hits(
         self, request: AuthorizeSearchHitsRequest

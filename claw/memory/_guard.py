@@ -151,19 +151,21 @@ class GuardedMemoryHandle:
         return await self._search(request, checked=False, release=True)
 
     def _declared_search(self, request: MemorySearchRequest) -> MemorySearchRequest:
+        """``request`` if the provider declared what it asks for (``sources=None``, every
+        declared source, is passed on as it is: it means the same to the provider)."""
         caps = self.capabilities
-        sources = request.sources if request.sources is not None else caps.sources
-        undeclared = [s for s in sources if s not in caps.sources]
-        if undeclared:
-            raise self._unsupported(
-                "search source " + ", ".join(repr(s) for s in undeclared),
-                f"declared sources are {', '.join(repr(s) for s in caps.sources)}",
-            )
+        if request.sources is not None:
+            undeclared = [s for s in request.sources if s not in caps.sources]
+            if undeclared:
+                raise self._unsupported(
+                    "search source " + ", ".join(repr(s) for s in undeclared),
+                    f"declared sources are {', '.join(repr(s) for s in caps.sources)}",
+                )
         if request.cursor is not None and not caps.pagination:
             raise self._unsupported("pagination", "a cursor was supplied")
         if request.active_project_keys and not caps.project_filter:
             raise self._unsupported("project filtering", "active_project_keys were supplied")
-        return request if request.sources is sources else request._replace(sources=sources)
+        return request
 
     async def _search(
         self, request: MemorySearchRequest, *, checked: bool, release: bool
