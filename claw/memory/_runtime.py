@@ -88,10 +88,12 @@ from ._types import (
 from ._writes import (
     WriteTarget,
     add_memory,
+    forget_indexed_memory,
     forget_memory,
     index_forgets,
     list_removals,
     purge_memory,
+    reindex_memory,
     restore_memory,
     unforget_memory,
     writer_refusal,
@@ -478,6 +480,48 @@ class MemoryRuntime:
         """Take an index-level forget back through the selected provider (a writer only):
         what it hid is indexed again, as its sources stand now."""
         return await unforget_memory(self, context, forget_id, agent_id=agent_id)
+
+    async def reindex(
+        self,
+        context: MemoryCallerContext,
+        *,
+        force: bool = False,
+        progress: Callable[[str, int, int], None] | None = None,
+        agent_id: str | None = None,
+    ) -> Mapping[str, Any]:
+        """Bring the selected provider's index up to date (``force``: re-read
+        everything; index-level forgets stay in effect), through the write route, for an
+        operator with ``operator.write`` only; ``progress(stage, done, total)`` reports
+        it. Memory Core answers what it indexed, removed and skipped, and how many
+        forgets still hide something (``claw memory index``)."""
+        return await reindex_memory(
+            self, context, agent_id=agent_id, force=force, progress=progress
+        )
+
+    async def forget_indexed(
+        self,
+        context: MemoryCallerContext,
+        *,
+        path: str | None = None,
+        session_id: str | None = None,
+        source: str | None = None,
+        dry_run: bool = False,
+        agent_id: str | None = None,
+    ) -> Mapping[str, Any]:
+        """An index-level forget through the write route (an operator with
+        ``operator.write`` only): hide from search what the index holds of a path, a
+        session or a source, leaving the sources as they are. Memory Core records it
+        (:meth:`forgotten` lists it, :meth:`unforget` ends it) and answers its id
+        (``forgetId``), the chunks and the paths (``claw memory forget --path``)."""
+        return await forget_indexed_memory(
+            self,
+            context,
+            agent_id=agent_id,
+            path=path,
+            session_id=session_id,
+            source=source,
+            dry_run=dry_run,
+        )
 
     def offers(self, operation: str) -> bool:
         """Whether the selected provider's maintenance offers ``operation`` (``restore``,

@@ -1,5 +1,6 @@
 """The host's write route into memory: ``host.memory.add``, ``forget``, ``restore``,
-``removals``, ``purge``, ``forgotten`` and ``unforget``.
+``removals``, ``purge``, ``forgotten`` and ``unforget``, and the index maintenance
+``reindex`` and ``forget_indexed`` (an operator's only).
 
 Writing goes through the selected provider's own operation (its
 :class:`~claw.memory.MemoryMaintenance` ``add`` and ``forget_reference``), never around
@@ -312,6 +313,68 @@ async def unforget_memory(
     if not isinstance(result, Mapping):
         raise ContractError(
             f'memory provider "{target.plugin_id}" answered unforget with '
+            f"{type(result).__name__}, not a mapping"
+        )
+    return result
+
+
+def maintainer_refusal(context: MemoryCallerContext) -> str | None:
+    """Why ``context`` may not maintain a provider's index (reindex it, forget a whole
+    path, session or source from it), or ``None`` when it may.
+
+    Only an operator with ``operator.write`` (or ``operator.admin``): this maintenance is
+    the operator's (``claw memory index`` / ``forget --path``), never a run's, whatever
+    its audience; the provider refuses anyone but an operator again.
+    """
+    authority = context.authority
+    if isinstance(authority, OperatorAuthority) and any(
+        authority.has_scope(s) for s in WRITE_SCOPES
+    ):
+        return None
+    return (
+        "index maintenance (reindex, forget by path, session or source) needs an operator "
+        "with operator.write"
+    )
+
+
+async def reindex_memory(
+    route: WriteRoute,
+    context: MemoryCallerContext,
+    *,
+    agent_id: str | None,
+    force: bool,
+    progress: Callable[[str, int, int], None] | None,
+) -> Mapping[str, Any]:
+    """See :meth:`MemoryRuntime.reindex`."""
+    target = await route.write_target(context, agent_id, "reindex", refusal=maintainer_refusal)
+    result = await target.run("reindex", force=force, progress=progress)
+    return _report(target, "reindex", result)
+
+
+async def forget_indexed_memory(
+    route: WriteRoute,
+    context: MemoryCallerContext,
+    *,
+    agent_id: str | None,
+    path: str | None,
+    session_id: str | None,
+    source: str | None,
+    dry_run: bool,
+) -> Mapping[str, Any]:
+    """See :meth:`MemoryRuntime.forget_indexed`."""
+    if path is None and session_id is None and source is None:
+        raise ContractError("an index-level forget needs a path, a session_id or a source")
+    target = await route.write_target(context, agent_id, "forget", refusal=maintainer_refusal)
+    result = await target.run(
+        "forget", path=path, session_id=session_id, source=source, dry_run=dry_run
+    )
+    return _report(target, "forget", result)
+
+
+def _report(target: WriteTarget, operation: str, result: object) -> Mapping[str, Any]:
+    if not isinstance(result, Mapping):
+        raise ContractError(
+            f'memory provider "{target.plugin_id}" answered {operation} with '
             f"{type(result).__name__}, not a mapping"
         )
     return result
