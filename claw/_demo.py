@@ -218,13 +218,11 @@ async def _fresh_session(host: Host, key: str, chat_type: ChatType) -> str:
     if row is None:
         await host.sessions.create(key, agent_id="main", chat_type=chat_type)
         return "created"
-    _, capability = host.memory.selection()
-    maintenance = capability.maintenance if capability is not None else None
-    if maintenance is not None:
+    if host.memory.offers("forget"):
         async with host.open_scope("demo-operator") as scope:
             caller = scope.mint_caller_context(scope.mint_operator_authority({"operator.admin"}))
-            await maintenance.forget(
-                agent_id=row.agent_id, context=caller, session_id=row.session_id
+            await host.memory.forget_indexed(
+                caller, agent_id=row.agent_id, session_id=row.session_id
             )
     await host.sessions.reset(key, keep_session_id=False)
     return "reset"

@@ -1,8 +1,8 @@
 """``claw memory ...``: index, search, read, add, forget and restore memory as the local operator.
 
 Reads go through the gateway's memory methods (the same validation, payloads and
-messages as a remote client gets); writes through ``host.memory``; index-level
-maintenance through the selected provider's maintenance capability.
+messages as a remote client gets); writes and index-level maintenance (``index``,
+``forget --path/--session/--source``) through ``host.memory``'s write route, the guard's.
 """
 
 from __future__ import annotations
@@ -153,14 +153,11 @@ def _flag_names(message: str) -> str:
     return message
 
 
-def _maintenance(host: Host) -> Any:
-    _, capability = host.memory.selection()
-    maintenance = capability.maintenance if capability is not None else None
-    if maintenance is None:
+def _require_maintenance(host: Host, operation: str) -> None:
+    if not host.memory.offers(operation):
         raise CliError(
             f"memory plugin {host.slots.memory_plugin!r} offers no maintenance (index/forget)"
         )
-    return maintenance
 
 
 async def _read(
@@ -251,11 +248,11 @@ async def _add(
 async def _index(
     args: argparse.Namespace, host: Host, caller: MemoryCallerContext, out: TextIO, err: TextIO
 ) -> int:
-    agent = args.agent or host.config.default_agent_id
+    _require_maintenance(host, "reindex")
     progress = Progress(err)
     try:
-        report = await _maintenance(host).reindex(
-            agent_id=agent, context=caller, force=args.force, progress=progress
+        report = await host.memory.reindex(
+            caller, force=args.force, progress=progress, agent_id=args.agent
         )
     finally:
         progress.close()
@@ -283,9 +280,10 @@ async def _forget_derived(
 ) -> int:
     if not (args.path or args.session or args.source):
         raise CliError("forget needs a REFERENCE, --path, --session or --source")
-    result = await _maintenance(host).forget(
-        agent_id=args.agent or host.config.default_agent_id,
-        context=caller,
+    _require_maintenance(host, "forget")
+    result = await host.memory.forget_indexed(
+        caller,
+        agent_id=args.agent,
         path=args.path,
         session_id=args.session,
         source=args.source,

@@ -118,6 +118,22 @@ def test_index_status_get_and_forget(workspace: Path) -> None:
         ).stdout
     )
     assert "memory/2026-11-28.md" not in {h["reference"]["id"] for h in after["hits"]}
+
+
+def test_index_and_forget_by_path_pass_the_memory_guard(workspace: Path) -> None:
+    """Issue 24's residual: ``index`` and ``forget --path/--session/--source`` went to the
+    provider's maintenance around the guard, which made an index for any agent name."""
+    ws = ("--workspace", str(workspace))
+    for command in (
+        ("index", "--agent", "nobody"),
+        ("forget", "--session", "s1", "--agent", "nobody"),
+        ("forget", "--path", "MEMORY.md", "--agent", "nobody", "--json"),
+    ):
+        refused = claw("memory", *command, *ws)
+        assert refused.returncode == 2, refused.stdout
+        assert "'nobody' is not an agent of this host" in refused.stderr
+    assert json.loads(refused.stdout)["error"]["code"] == "ERROR"
+    assert not (workspace / ".claw" / "memory" / "nobody").exists()
     assert (workspace / "memory" / "2026-11-28.md").is_file()
 
 
