@@ -9,6 +9,7 @@ a list of flat ``dict`` rows (:class:`Table`), which is what ``pandas.DataFrame(
 
 from __future__ import annotations
 
+import datetime
 import html
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -33,6 +34,13 @@ def cell_text(value: object) -> str:
         return ", ".join(cell_text(v) for v in value)
     text = " ".join(str(value).split())
     return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
+
+
+def utc_text(seconds: float | None) -> str | None:
+    """A wall-clock time (seconds since the epoch) as ``YYYY-MM-DD HH:MM:SS`` in UTC."""
+    if seconds is None:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _cell(value: object) -> str:
@@ -100,6 +108,13 @@ class Table:
         for row in self.rows:
             seen.update(dict.fromkeys(row))
         return tuple(seen)
+
+    def without_empty_columns(self) -> Table:
+        """The same table without the columns that are ``None`` in every row (a record
+        type whose fields apply to some kinds only: provenance)."""
+        keep = [c for c in self.columns if any(row.get(c) is not None for row in self.rows)]
+        rows = tuple({c: row[c] for c in keep if c in row} for row in self.rows)
+        return attrs.evolve(self, rows=rows)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.rows)

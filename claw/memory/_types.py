@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import attrs
 
 from .._capabilities import CallerAuthority, SessionAuthority
-from .._display import Table, html_record
+from .._display import Table, html_record, utc_text
 from .._errors import ContractError
 from .._input import check_text
 
@@ -179,6 +179,32 @@ class MemoryProvenance:
         }[self.kind]
         return who + (f" via {self.tool}" if self.tool is not None else "")
 
+    def row(self) -> dict[str, Any]:
+        """The provenance as one flat row, every field in a fixed order (``None`` where
+        it does not apply): ``hit.provenance_table()`` draws several."""
+        lines = None
+        if self.start_line is not None:
+            lines = f"L{self.start_line}-L{self.end_line or self.start_line}"
+        return {
+            "who": self.label,
+            "kind": self.kind,
+            "lines": lines,
+            "written": utc_text(self.at),
+            "agent": self.agent_id,
+            "connection": self.connection_id,
+            "session": self.session_key,
+            "session id": self.session_id,
+            "revision": self.lifecycle_revision,
+            "owner": self.owner,
+            "flush": self.flush_id,
+            "tool": self.tool,
+            "plugin": self.plugin_id,
+        }
+
+    def _repr_html_(self) -> str:
+        fields = {k: v for k, v in self.row().items() if v is not None}
+        return html_record("memory provenance", fields)
+
     def to_wire(self) -> dict[str, Any]:
         """The camelCase form the journal, the gateway and MCP carry (``None``s left out)."""
         wire: dict[str, Any] = {"kind": self.kind}
@@ -199,6 +225,27 @@ class MemoryProvenance:
 
 def _provenance_tuple(value: Iterable[MemoryProvenance]) -> tuple[MemoryProvenance, ...]:
     return tuple(value)
+
+
+def _provenance_table(
+    provenance: Iterable[MemoryProvenance], *, caption: str = "who wrote it"
+) -> Table:
+    """Provenance as a table, one row per entry, without the fields no row has."""
+    return Table.of(provenance, caption=caption).without_empty_columns()
+
+
+def _with_provenance(page: str, provenance: tuple[MemoryProvenance, ...]) -> str:
+    return page + _provenance_table(provenance)._repr_html_() if provenance else page
+
+
+def _labels(provenance: tuple[MemoryProvenance, ...]) -> str:
+    """Who wrote the entries, in one cell: their labels joined by ``; ``."""
+    return "; ".join(p.label for p in provenance)
+
+
+def _reference_text(reference: MemoryReference) -> str:
+    """A reference in a row: its id and ``#fragment`` (when it has one)."""
+    return reference.id + (f"#{reference.fragment}" if reference.fragment else "")
 
 
 @attrs.frozen
@@ -229,15 +276,18 @@ class MemorySearchHit:
             "source": self.source,
             "citation": f"{c.path}#L{c.start_line}-L{c.end_line}" if c else None,
             "excerpt": self.excerpt,
-            "reference": self.reference.id
-            + (f"#{self.reference.fragment}" if self.reference.fragment else ""),
+            "reference": _reference_text(self.reference),
         }
         if self.provenance:
-            row["provenance"] = "; ".join(p.label for p in self.provenance)
+            row["provenance"] = _labels(self.provenance)
         return row
 
+    def provenance_table(self) -> Table:
+        """Who wrote the hit's entries, one row per entry (the lines each occupies)."""
+        return _provenance_table(self.provenance)
+
     def _repr_html_(self) -> str:
-        return html_record("memory search hit", self.row())
+        return _with_provenance(html_record("memory search hit", self.row()), self.provenance)
 
 
 #: The most hits one search may ask for (a page; more come through the cursor).
@@ -390,6 +440,30 @@ class MemoryGetResult:
     total_lines: int | None = None
     truncated: bool = False
     provenance: tuple[MemoryProvenance, ...] = attrs.field(default=(), converter=_provenance_tuple)
+
+    def row(self) -> dict[str, Any]:
+        """The answer as one flat row: status, reference, the lines returned, the text."""
+        lines = None
+        if self.from_line is not None and self.lines is not None:
+            lines = f"L{self.from_line}-L{self.from_line + max(self.lines, 1) - 1}"
+        row: dict[str, Any] = {
+            "status": self.status,
+            "reference": _reference_text(self.reference),
+            "lines": lines,
+            "of lines": self.total_lines,
+            "truncated": self.truncated,
+            "text": self.text,
+        }
+        if self.provenance:
+            row["provenance"] = _labels(self.provenance)
+        return row
+
+    def provenance_table(self) -> Table:
+        """Who wrote the entries of the text returned, one row per entry."""
+        return _provenance_table(self.provenance)
+
+    def _repr_html_(self) -> str:
+        return _with_provenance(html_record("memory get", self.row()), self.provenance)
 
     def __attrs_post_init__(self) -> None:
         if self.status not in ("ok", "not_found"):
@@ -586,6 +660,22 @@ class MemoryRemoval:
     status: RemovalStatus
     by: MemoryProvenance | None = None
     provenance: tuple[MemoryProvenance, ...] = attrs.field(default=(), converter=_provenance_tuple)
+
+    def row(self) -> dict[str, Any]:
+        """The removal as one flat row (``claw.jupyter.table(removals)`` draws several)."""
+        return {
+            "id": self.id,
+            "status": self.status,
+            "where": f"{self.path}#L{self.start_line}-L{self.end_line}",
+            "forgotten": utc_text(self.at),
+            "by": None if self.by is None else self.by.label,
+            "written by": _labels(self.provenance) or None,
+            "text": self.text,
+        }
+
+    def _repr_html_(self) -> str:
+        page = html_record(f"memory removal {self.id}", self.row())
+        return _with_provenance(page, self.provenance)
 
 
 RestoreMode = Literal["in-place", "appended", "present"]

@@ -8,14 +8,13 @@ so validation lives in :func:`validate_row` and runs on every write instead.
 
 from __future__ import annotations
 
-import datetime
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-from .._display import html_record
+from .._display import html_record, utc_text
 from ._errors import InvalidSessionError
 
 ChatType: TypeAlias = Literal["direct", "group", "channel", "thread"]
@@ -32,10 +31,6 @@ SESSION_ID_PATTERN: Final[re.Pattern[str]] = re.compile(
 
 #: Longest session key or agent id the store accepts.
 MAX_KEY_LENGTH: Final[int] = 512
-
-
-def _utc(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 @attrs.frozen
@@ -101,8 +96,8 @@ class SessionRow:
             "session id": self.session_id,
             "owner peer": self.peer_is_owner,
             "parent": self.parent_key,
-            "created": _utc(self.created_at),
-            "updated": _utc(self.updated_at),
+            "created": utc_text(self.created_at),
+            "updated": utc_text(self.updated_at),
         }
 
     def _repr_html_(self) -> str:

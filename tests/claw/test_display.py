@@ -10,9 +10,11 @@ import claw_memory
 from claw.jupyter import Table, table
 from claw.memory import (
     Citation,
+    MemoryGetResult,
     MemoryHealth,
     MemoryProvenance,
     MemoryReference,
+    MemoryRemoval,
     MemorySearchHit,
     MemorySearchResult,
     SearchCoverage,
@@ -110,3 +112,68 @@ def test_memory_core_results_rank_from_their_page_offset() -> None:
     assert [r["rank"] for r in page.table()] == [7, 8]
     assert page.table().rows[0]["where"] == "MEMORY.md#L1-L4"
     assert "more from offset 8" in page._repr_html_()
+
+
+def test_provenance_draws_itself_and_hits_gets_and_removals_show_who_wrote_them() -> None:
+    """Issue 28's provenance display: each entry a row, only the fields some row has."""
+    by_cli = MemoryProvenance(kind="operator", connection_id="cli", at=0.0, start_line=2)
+    by_run = MemoryProvenance(
+        kind="run", agent_id="main", session_key="dm:alice", session_id="s-1",
+        lifecycle_revision=3, owner=True, tool="memory_add", plugin_id="memory-core",
+        at=86400.0, start_line=3, end_line=4,
+    )  # fmt: skip
+    assert by_run.row() == {
+        "who": "run dm:alice via memory_add",
+        "kind": "run",
+        "lines": "L3-L4",
+        "written": "1970-01-02 00:00:00",
+        "agent": "main",
+        "connection": None,
+        "session": "dm:alice",
+        "session id": "s-1",
+        "revision": 3,
+        "owner": True,
+        "flush": None,
+        "tool": "memory_add",
+        "plugin": "memory-core",
+    }
+    assert by_cli.row()["lines"] == "L2-L2"
+    page = by_run._repr_html_()
+    assert "memory provenance" in page and ">dm:alice<" in page
+    assert ">flush<" not in page  # a field that does not apply is left out of the record
+
+    hit = attrs.evolve(_hit("MEMORY.md", 0.5, "tea"), provenance=(by_cli, by_run))
+    who = hit.provenance_table()
+    assert [r["who"] for r in who] == ["operator cli", "run dm:alice via memory_add"]
+    assert who.columns == (
+        "who", "kind", "lines", "written", "agent", "connection", "session",
+        "session id", "revision", "owner", "tool", "plugin",
+    )  # fmt: skip  (no row has a flush id: its column is left out)
+    assert who.rows[0]["agent"] is None and who.rows[1]["connection"] is None
+    shown = hit._repr_html_()
+    assert shown.count('<table class="claw">') == 2 and "who wrote it" in shown
+    assert _hit("USER.md", 0.5, "x")._repr_html_().count("<table") == 1  # none known: no table
+
+    got = MemoryGetResult(
+        status="ok", reference=MemoryReference("memory-core", "MEMORY.md", fragment="L2-L4"),
+        text="- a\n- b\n- c", from_line=2, lines=3, total_lines=9, provenance=(by_cli, by_run),
+    )  # fmt: skip
+    assert got.row()["lines"] == "L2-L4" and got.row()["of lines"] == 9
+    assert got.row()["provenance"] == "operator cli; run dm:alice via memory_add"
+    assert len(got.provenance_table()) == 2 and "memory get" in got._repr_html_()
+
+    removal = MemoryRemoval(
+        id="r-1", path="MEMORY.md", start_line=3, end_line=3, text="- b", at=0.0,
+        status="forgotten", by=by_cli, provenance=(by_run,),
+    )  # fmt: skip
+    assert removal.row() == {
+        "id": "r-1",
+        "status": "forgotten",
+        "where": "MEMORY.md#L3-L3",
+        "forgotten": "1970-01-01 00:00:00",
+        "by": "operator cli",
+        "written by": "run dm:alice via memory_add",
+        "text": "- b",
+    }
+    assert "memory removal r-1" in removal._repr_html_()
+    assert table([removal, removal]).columns[0] == "id"
