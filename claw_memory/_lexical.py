@@ -232,6 +232,59 @@ class LexicalIndex:
         """``text`` analysed as a document's text is (every word kept, stemmed)."""
         return list(self._document_analyzer.analyze(text))
 
+    def _filter_clauses(
+        self,
+        sources: frozenset[str] | None,
+        agent_ids: frozenset[str] | None,
+        session_keys: frozenset[str] | None,
+    ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+        """The clauses that keep a query to the documents a search filter lets through
+        (none without a filter). They score zero (:func:`any_of`)."""
+        schema = self.schema
+        clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        if sources is not None:
+            clauses.append((tantivy.Occur.Must, _any_of(schema, "source", sources)))
+        session_clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        if agent_ids is not None:
+            session_clauses.append((tantivy.Occur.Must, _any_of(schema, "agent", agent_ids)))
+        if session_keys is not None:
+            session_clauses.append((tantivy.Occur.Must, _any_of(schema, "skey", session_keys)))
+        if session_clauses:
+            # Memory-file chunks pass agent/session filters; transcript chunks must match.
+            clauses.append(
+                (
+                    tantivy.Occur.Must,
+                    tantivy.Query.boolean_query(
+                        [
+                            (tantivy.Occur.Should, _any_of(schema, "source", {"memory"})),
+                            (tantivy.Occur.Should, tantivy.Query.boolean_query(session_clauses)),
+                        ]
+                    ),
+                )
+            )
+        return clauses
+
+    def text_term_query(
+        self,
+        term: str,
+        *,
+        sources: frozenset[str] | None,
+        agent_ids: frozenset[str] | None,
+        session_keys: frozenset[str] | None,
+    ) -> tantivy.Query:
+        """The documents whose text holds the analysed ``term`` and that a search
+        filter lets through: tantivy intersects the term's postings with the filter's
+        (the smaller leads, skipping through the other), so the documents of other
+        agents are never collected."""
+        try:
+            query = tantivy.Query.term_query(self.schema, "text", term)
+            clauses = self._filter_clauses(sources, agent_ids, session_keys)
+            if not clauses:
+                return query
+            return tantivy.Query.boolean_query([(tantivy.Occur.Must, query), *clauses])
+        except ValueError as exc:
+            raise LexicalIndexError(f"cannot build a lexical query for {term!r}: {exc}") from exc
+
     def build_query(
         self,
         text: str,
@@ -286,31 +339,9 @@ class LexicalIndex:
             if not should:
                 return None
             clauses: list[tuple[tantivy.Occur, tantivy.Query]] = [
-                (tantivy.Occur.Must, tantivy.Query.boolean_query(should))
+                (tantivy.Occur.Must, tantivy.Query.boolean_query(should)),
+                *self._filter_clauses(sources, agent_ids, session_keys),
             ]
-            if sources is not None:
-                clauses.append((tantivy.Occur.Must, _any_of(schema, "source", sources)))
-            session_clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
-            if agent_ids is not None:
-                session_clauses.append((tantivy.Occur.Must, _any_of(schema, "agent", agent_ids)))
-            if session_keys is not None:
-                session_clauses.append((tantivy.Occur.Must, _any_of(schema, "skey", session_keys)))
-            if session_clauses:
-                # Memory-file chunks pass agent/session filters; transcript chunks must match.
-                clauses.append(
-                    (
-                        tantivy.Occur.Must,
-                        tantivy.Query.boolean_query(
-                            [
-                                (tantivy.Occur.Should, _any_of(schema, "source", {"memory"})),
-                                (
-                                    tantivy.Occur.Should,
-                                    tantivy.Query.boolean_query(session_clauses),
-                                ),
-                            ]
-                        ),
-                    )
-                )
             return tantivy.Query.boolean_query(clauses)
         except ValueError as exc:
             raise LexicalIndexError(f"cannot build a lexical query for {text!r}: {exc}") from exc

@@ -268,17 +268,29 @@ def _rows_terms(
 
 # A query term in at most this many documents has its rows read from the lexical index
 # (one term query, kept for the generation); a commoner one is looked up in the rows'
-# own analysed terms instead (reading its every document would cost more).
+# own analysed terms instead (reading its every document would cost more). A search
+# whose filter reaches few rows (:func:`reachable_rows`) reads every term's rows among
+# those only, however common the term.
 TERM_ROWS_MAX_DF = 16_384
 # The most row numbers the term-row memo of one generation keeps (then it starts over).
 MAX_TERM_ROW_ENTRIES = 1 << 20
 
 
+@attrs.frozen
+class _Within:
+    """What a filtered search reaches: its filter (already narrowed) and the live rows
+    that pass it (:func:`reachable_rows`, ascending)."""
+
+    filter: SearchFilter
+    rows: npt.NDArray[np.intp] = attrs.field(eq=False)
+
+
 @attrs.define(eq=False)
 class _TermRows:
-    """One generation's memo: term -> the rows whose text has it."""
+    """One generation's memo: (term, filter or ``None``) -> the rows whose text has the
+    term (among those the filter lets through)."""
 
-    rows: dict[str, frozenset[int]] = attrs.field(factory=dict)
+    rows: dict[tuple[str, SearchFilter | None], frozenset[int]] = attrs.field(factory=dict)
     entries: int = 0
 
 
@@ -289,11 +301,21 @@ _MAX_DATE_TERMS = 4096
 
 
 def _term_rows(
-    gen: Generation, lexical: LexicalIndex, memo: _TermRows, term: str, df: int
+    gen: Generation,
+    lexical: LexicalIndex,
+    memo: _TermRows,
+    term: str,
+    df: int,
+    *,
+    within: _Within | None = None,
 ) -> frozenset[int]:
     """The live rows of ``gen`` whose text field holds ``term`` (``df`` documents at
-    most: its document frequency, which also counts deleted documents)."""
-    found = memo.rows.get(term)
+    most: its document frequency, which also counts deleted documents); with
+    ``within``, only those its filter lets through, read by intersecting the term's
+    postings with the filter's in tantivy: the cost of the rows reached, not of the
+    term's every document in the index."""
+    f = None if within is None else within.filter
+    found = memo.rows.get((term, f))
     if found is not None:
         return found
     searcher = gen.searcher
@@ -301,8 +323,19 @@ def _term_rows(
     keys: list[Any] = []
     if df > 0:
         try:
-            query = tantivy.Query.term_query(lexical.schema, "text", term)
-            hits = searcher.search(query, limit=df, count=False).hits
+            if f is None:
+                query = tantivy.Query.term_query(lexical.schema, "text", term)
+                hits = searcher.search(query, limit=df, count=False).hits
+            else:
+                query = lexical.text_term_query(
+                    term, sources=f.sources, agent_ids=f.agent_ids, session_keys=f.session_keys
+                )
+                # One more than the rows reached: if that many documents pass (never
+                # expected: a dead row's document is deleted with it), read them all.
+                limit = min(df, len(within.rows) + 1) if within is not None else df
+                hits = searcher.search(query, limit=limit, count=False).hits
+                if len(hits) == limit < df:
+                    hits = searcher.search(query, limit=df, count=False).hits
             if hits:
                 keys = searcher.fast_field_values("key", [addr for _, addr in hits])
         except ValueError as exc:
@@ -311,7 +344,7 @@ def _term_rows(
     if memo.entries + len(found) > MAX_TERM_ROW_ENTRIES:
         memo.rows.clear()
         memo.entries = 0
-    memo.rows[term] = found
+    memo.rows[(term, f)] = found
     memo.entries += len(found)
     return found
 
@@ -331,27 +364,33 @@ def _membership(
     rows: Sequence[int],
     terms: Sequence[str],
     dfs: Sequence[int],
+    *,
+    within: _Within | None = None,
 ) -> npt.NDArray[np.bool_]:
     """Whether each of ``rows``'s own terms holds each of ``terms`` (terms x rows).
 
     A row's own terms are those of its text and, for a transcript turn, of its date's
     words: the same set :func:`_rows_terms` analyses. A rare term's rows come from the
     lexical index (whose text field holds exactly the analysed text); only a common
-    one needs the rows' text analysed.
+    one needs the rows' text analysed. When every one of ``rows`` is among the rows
+    ``within`` reaches, each term's rows are read among those only (the same
+    membership for these rows, at the cost of the reached rows).
     """
     out = np.zeros((len(terms), len(rows)), dtype=np.bool_)
     memo = _TERM_ROWS.get(gen)
     if memo is None:
         memo = _TERM_ROWS[gen] = _TermRows()
+    if within is not None and not np.isin(np.asarray(rows, dtype=np.intp), within.rows).all():
+        within = None
     analysed: list[frozenset[str]] | None = None
     dated: list[tuple[int, frozenset[str]]] | None = None
     for t, (term, df) in enumerate(zip(terms, dfs, strict=True)):
-        if df > TERM_ROWS_MAX_DF:
+        if within is None and df > TERM_ROWS_MAX_DF:
             if analysed is None:
                 analysed = _rows_terms(gen, lexical, rows)
             out[t] = [term in mine for mine in analysed]
             continue
-        having = _term_rows(gen, lexical, memo, term, df)
+        having = _term_rows(gen, lexical, memo, term, df, within=within)
         if having:
             out[t] = [row in having for row in rows]
         if dated is None:
@@ -372,13 +411,15 @@ def coverage(
     lexical: LexicalIndex,
     rows: Sequence[int],
     terms: Sequence[str],
+    within: _Within | None = None,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """The IDF-weighted share of ``terms`` each row covers, three ways (each 0..1).
 
     First its own text; then its text with the adjacent turns'; then with the turns
     up to two away. A transcript turn's own terms include the words of its date; rows
     that are not transcript turns have no neighbours here. IDF is BM25's, over the
-    text field of the whole index.
+    text field of the whole index. ``within``: the rows a filtered search reaches
+    (:func:`_membership` then reads term rows among those only).
     """
     n = len(rows)
     zeros = np.zeros(n, dtype=np.float64)
@@ -394,7 +435,7 @@ def coverage(
     weights = (idf / total).tolist()
     if not gen.is_session[rows].any():
         # No transcript turns: no neighbours, so every row covers the same three ways.
-        mine = _membership(gen, lexical, rows, terms, dfs)
+        mine = _membership(gen, lexical, rows, terms, dfs, within=within)
         own = np.zeros(n, dtype=np.float64)
         for t, w in enumerate(weights):
             own += np.where(mine[t], w, 0.0)
@@ -405,7 +446,7 @@ def coverage(
     at = {r: i for i, r in enumerate(wanted)}
     # One more column, never set: where a row has fewer than two neighbours.
     member = np.zeros((len(terms), len(wanted) + 1), dtype=np.bool_)
-    member[:, :-1] = _membership(gen, lexical, wanted, terms, dfs)
+    member[:, :-1] = _membership(gen, lexical, wanted, terms, dfs, within=within)
     none = len(wanted)
     one_at = np.array([[*(at[x] for x in one), none, none][:2] for one, _ in adjacent])
     two_at = np.array([[*(at[x] for x in two), none, none][:2] for _, two in adjacent])
@@ -741,7 +782,8 @@ def rank(
             # below it): what the page can reach, with room to move up into it.
             stage = np.argsort(-scores, kind="stable")[: max(2 * want, _SECOND_STAGE_MIN)]
             stage_rows = rows[stage].tolist()
-            parts = coverage(gen, lexical, stage_rows, terms)
+            within = None if reach is None else _Within(f, reach)
+            parts = coverage(gen, lexical, stage_rows, terms, within)
             bonus = np.zeros(len(rows), dtype=np.float64)
             bonus[stage] = sum(w * part for w, part in zip(weights, parts, strict=True))
             total = 1.0 + sum(weights)

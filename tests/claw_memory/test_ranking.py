@@ -286,13 +286,9 @@ def test_the_similarity_calibration_comes_from_the_settings_or_the_embedder() ->
 _WORDS = ["otter", "heron", "kiwi", "walrus", "plover", "badger", "lynx", "stoat", "ibis"]
 
 
-async def test_a_search_filtered_to_one_agent_reads_only_that_agents_rows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An index of many agents: a search restricted to one scores the cosines of that
-    agent's rows (and the memory files') only, and ranks exactly as scoring every row
-    and masking the others does."""
-    from claw_memory import _ranking
+def _many_agents(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """An index of 16 agents' sessions (12 turns each, a day apart, user and assistant
+    in turns, sharing words) and a memory file."""
     from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
 
     src = InMemoryTranscriptSource()
@@ -300,10 +296,10 @@ async def test_a_search_filtered_to_one_agent_reads_only_that_agents_rows(
         turns = [
             TranscriptTurn(
                 f"a{a}-{i}",
-                "user",
-                "Mel",
+                "user" if i % 2 else "assistant",
+                "",
                 f"{_WORDS[(a + i) % 9]} {_WORDS[(a * i) % 9]} seen near the {_WORDS[i % 9]}",
-                1_700_000_000.0 + i,
+                1_700_000_000.0 + 86_400.0 * i,
             )
             for i in range(12)
         ]
@@ -311,6 +307,24 @@ async def test_a_search_filtered_to_one_agent_reads_only_that_agents_rows(
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "notes.md").write_text("- an otter and a heron\n- a kiwi\n", "utf-8")
+    return open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=MemoryCoreSettings(min_score=0.0, sources=("memory", "sessions")),
+        embedder=HashEmbedder(),
+        transcripts=src,
+    )
+
+
+async def test_a_search_filtered_to_one_agent_reads_only_that_agents_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index of many agents: a search restricted to one scores the cosines of that
+    agent's rows (and the memory files') only, and ranks exactly as scoring every row
+    and masking the others does."""
+    from claw_memory import _ranking
+
     gathered: list[int] = []
     exact = _ranking.row_cosines
 
@@ -319,15 +333,7 @@ async def test_a_search_filtered_to_one_agent_reads_only_that_agents_rows(
         return exact(matrix, rows, query)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_ranking, "row_cosines", counting)
-    settings = MemoryCoreSettings(min_score=0.0, sources=("memory", "sessions"))
-    async with open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=InlineWorkerPool(),
-        settings=settings,
-        embedder=HashEmbedder(),
-        transcripts=src,
-    ) as index:
+    async with _many_agents(tmp_path) as index:
         total = index.status().chunks
         assert total == 16 * 12 + 2
         for query, agents in (
@@ -355,3 +361,66 @@ async def test_a_search_filtered_to_one_agent_reads_only_that_agents_rows(
         wide = frozenset(f"agent{a}" for a in range(1, 16))
         await index.search("otter", filter=SearchFilter(agent_ids=wide))
         assert not gathered or max(gathered) < total // 4
+
+
+async def test_a_lexical_search_filtered_to_one_agent_reads_only_that_agents_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In an index of many agents, a search restricted to one finds its candidates'
+    query terms among that agent's rows (and the memory files') only: no row of
+    another agent is looked up, decoded or analysed, and the hits and scores are
+    exactly those of reading each term's rows across the whole index."""
+    from claw_memory import _ranking
+    from claw_memory._generation import Generation, KeyIndex
+    from claw_memory._published import RowRecords
+
+    async with _many_agents(tmp_path) as index:
+        gen = index._view.generation
+        assert isinstance(gen.records, RowRecords)
+        read: list[int] = []
+        lookup, get, analyse = KeyIndex.lookup, RowRecords.__getitem__, Generation.rows_terms
+
+        def looked_up(self: KeyIndex, keys: list[int]) -> list[int]:
+            found = lookup(self, keys)
+            read.extend(r for r in found if r >= 0)
+            return found
+
+        def decoded(self: RowRecords, row: int) -> object:
+            read.append(row)
+            return get(self, row)
+
+        def analysed(self: Generation, rows: list[int], fn: object) -> object:
+            read.extend(rows)
+            return analyse(self, rows, fn)  # type: ignore[arg-type]
+
+        for query, agents in (
+            ("otter heron", {"agent3"}),
+            ("kiwi walrus lynx near", {"agent7", "agent9"}),
+            ("badger seen", {"agent0"}),
+        ):
+            codes = [gen.agent_index[a] for a in agents]
+            theirs = set(np.flatnonzero(np.isin(gen.agent_codes, codes) | ~gen.is_session).tolist())
+            f = SearchFilter(agent_ids=frozenset(agents))
+            for mode in ("lexical", "hybrid"):
+                read.clear()
+                with monkeypatch.context() as spy:
+                    spy.setattr(KeyIndex, "lookup", looked_up)
+                    spy.setattr(RowRecords, "__getitem__", decoded)
+                    spy.setattr(Generation, "rows_terms", analysed)
+                    sliced = await index.search(query, mode=mode, max_results=20, filter=f)
+                assert sliced.hits and read
+                assert set(read) <= theirs
+                # Unfiltered, a term's rows come from the whole index, or (a common
+                # term) from the candidates' analysed text: the same hits either way.
+                for common in (_ranking.TERM_ROWS_MAX_DF, 3):
+                    with monkeypatch.context() as whole:
+                        whole.setattr(_ranking, "REACH_SHARE", 0.0)
+                        whole.setattr(_ranking, "TERM_ROWS_MAX_DF", common)
+                        masked = await index.search(query, mode=mode, max_results=20, filter=f)
+                    assert [h.chunk_id for h in sliced.hits] == [h.chunk_id for h in masked.hits]
+                    if mode == "lexical":
+                        assert [h.score for h in sliced.hits] == [h.score for h in masked.hits]
+                    else:  # (the same cosines, to the float rounding of a gathered product)
+                        assert [h.score for h in sliced.hits] == pytest.approx(
+                            [h.score for h in masked.hits], abs=1e-6
+                        )
