@@ -73,6 +73,11 @@ class Freshness:
     # noticed after it scanned (it then runs once more).
     _background_sync: trio.CancelScope | None = attrs.field(default=None, init=False)
     _resync: bool = attrs.field(default=False, init=False)
+    # The last session listing found unchanged, as (agent, session key, session id) ->
+    # change token, and the view's sources epoch it was checked against.
+    _listed: tuple[dict[tuple[str, str, str], str], int] | None = attrs.field(
+        default=None, init=False
+    )
 
     async def start(self) -> None:
         """Watch the source directories (before the first sync, so no change can fall
@@ -202,6 +207,21 @@ class Freshness:
         if "sessions" not in self.settings.sources or self.listing.transcripts is None:
             return False
         sessions = await self.listing.list_sessions()
+        epoch = self.view.sources_epoch
+        listed = self._listed
+        if (
+            listed is not None
+            and listed[1] == epoch
+            and len(sessions) == len(listed[0])
+            and all(
+                listed[0].get((s.agent_id, s.session_key, s.session_id)) == s.change_token
+                for s in sessions
+            )
+        ):
+            # The listing found unchanged against these same sources: a search in an
+            # index of many agents' sessions need not build every session's provenance
+            # key again (most of the full check's cost).
+            return False
         sources = self.view.sources
         known = sum(1 for st in sources.values() if st.source == "sessions")
         if len(sessions) != known:
@@ -210,6 +230,10 @@ class Freshness:
             prev = sources.get(session_provenance(session))
             if prev is None or prev.token != session.change_token:
                 return True
+        self._listed = (
+            {(s.agent_id, s.session_key, s.session_id): s.change_token for s in sessions},
+            epoch,
+        )
         return False
 
     async def must_stat(self) -> bool:

@@ -46,6 +46,9 @@ class IndexView:
     #: a ``sessions/...`` path resolves against).
     sessions: dict[str, TranscriptSession] = attrs.field(factory=dict)
     closed: bool = False
+    #: Counts :meth:`sources_changed` calls: a check made against :attr:`sources` holds
+    #: while it is unchanged.
+    sources_epoch: int = 0
     #: The read-only view of the lexical index; set with the first follow, before the
     #: index is handed out.
     lexical: LexicalIndex = attrs.field(init=False)
@@ -72,6 +75,7 @@ class IndexView:
     def sources_changed(self) -> None:
         """The sources were synced or followed: :meth:`known_files` is built again."""
         self._known = None
+        self.sources_epoch += 1
 
     def skipped(self) -> tuple[SkippedSource, ...]:
         """Every source skipped as of the last sync, by path."""

@@ -806,3 +806,42 @@ async def test_the_generation_number_survives_a_reopen(
         assert report.generation == index.status().generation == first + 1
     async with _open(workspace, index_dir, workers) as index:
         assert index.status().generation == first + 1
+
+
+async def test_a_search_checks_an_unchanged_session_listing_without_rebuilding_its_keys(
+    workspace: Path, index_dir: Path, workers: InlineWorkerPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every search checks whether a transcript session changed. Once a listing was
+    found unchanged, the next searches compare theirs with it (no session's provenance
+    key is built again, which in an index of many agents' sessions was most of the
+    check) until the sources change; a changed, added or removed session is still
+    noticed and synced before the search ranks."""
+    from claw_memory import _freshness
+
+    src = InMemoryTranscriptSource()
+    for a in range(3):
+        _session(src, f"a{a}", f"s{a}", [f"the otter number {a} swims", "nice"])
+    built: list[object] = []
+    real = _freshness.session_provenance
+
+    def counting(session: object) -> str:
+        built.append(session)
+        return real(session)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_freshness, "session_provenance", counting)
+    settings = MemoryCoreSettings(min_score=0.0, sources=("sessions",))
+    async with _open(workspace, index_dir, workers, settings=settings, transcripts=src) as index:
+        await index.search("otter")
+        built.clear()
+        for _ in range(3):
+            found = (await index.search("otter", mode="lexical")).hits
+            assert {h.session_id for h in found} == {"s0", "s1", "s2"}
+        assert built == []
+        # A changed session is noticed (and synced) by the next search.
+        _session(src, "a1", "s1", ["the otter number 1 swims", "nice", "a heron too"])
+        assert {h.session_id for h in (await index.search("heron")).hits} == {"s1"}
+        # An added one, and a removed one.
+        _session(src, "a3", "s3", ["a kiwi was here"])
+        assert {h.session_id for h in (await index.search("kiwi")).hits} == {"s3"}
+        src.remove("a3", "s3")
+        assert (await index.search("kiwi")).hits == ()
