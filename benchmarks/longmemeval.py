@@ -21,19 +21,27 @@ made on. It is MIT-licensed and never copied into the repository.
 
     python -m benchmarks.longmemeval [--data FILE] [--json] [--configs default,lexical,hash]
                                      [--questions N] [--index-dir DIR]
+                                     [--agent-cost [--baseline CHECKOUT]]
 
 With ``--json`` the last line is one JSON object: the embedded default's figures at
 the top level (``session_recall_any@1`` ... ``turn_recall_any@10``), ``fts5`` (an object
 with the same keys), and every run in full under ``runs``.
+
+``--agent-cost`` measures cost instead of quality (:mod:`benchmarks._agent_cost`): p50
+and p95 per filtered search of each configuration in the index of every question's
+agent, beside FTS5 on a table per question, and with ``--baseline CHECKOUT`` the same
+searches through an earlier checkout's code over the same index, in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gzip
 import json
 import math
+import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -43,8 +51,8 @@ from typing import Any
 import attrs
 import trio
 
-from benchmarks import _retrieval
-from benchmarks._common import emit_json, machine, table
+from benchmarks import _agent_cost, _retrieval
+from benchmarks._common import emit_json, machine, percentile, table
 from benchmarks._retrieval import Config, Rankings, configs_for, cost_figures, ranked_sessions
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import TranscriptTurn
@@ -311,6 +319,54 @@ def report(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def agent_cost(
+    data: Path, configs: str, limit: int | None, every: int, args: argparse.Namespace
+) -> None:
+    """``--agent-cost``: the cost of a search restricted to one agent (see
+    :mod:`benchmarks._agent_cost`), printed beside FTS5 on a table per question."""
+    agents, questions = load(data, limit, every)
+    fts5 = fts5_run(agents, questions)
+    with contextlib.ExitStack() as stack:
+        index_dir = args.index_dir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="claw-agent-cost-"))
+        )
+        rows = _agent_cost.measure(
+            data=data,
+            configs=[n for n in configs.split(",") if n],
+            questions=len(questions),
+            index_dir=index_dir,
+            every=every,
+            limit=limit,
+            baseline=args.baseline,
+        )
+    rows.append(
+        {
+            "config": "fts5",
+            "system": "SQLite FTS5, a table per question",
+            "chunks": fts5.chunks,
+            "searches": len(fts5.latencies),
+            "p50_ms": percentile(fts5.latencies, 50),
+            "p95_ms": percentile(fts5.latencies, 95),
+            "cpu_p50_ms": math.nan,
+            "load_before": fts5.load[0],
+            "load_after": fts5.load[1],
+        }
+    )
+    print(
+        f"Per filtered search, {len(questions)} questions, each restricted to its own agent"
+        f" in one index of all {len(agents)}"
+    )
+    columns = ["config", "system", "chunks", "searches", "p50_ms", "p95_ms", "cpu_p50_ms"]
+    print(
+        table(
+            [*columns, "load before", "load after"],
+            [[r[c] for c in (*columns, "load_before", "load_after")] for r in rows],
+        )
+    )
+    if args.json:
+        emit_json({"agent_cost": rows, "questions": len(questions), "machine": machine()})
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.longmemeval", description=__doc__.split("\n")[0]
@@ -340,10 +396,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="a Memory Core setting for every claw configuration (repeatable), e.g."
         " --set context_boost=0.4",
     )
+    p.add_argument(
+        "--agent-cost",
+        action="store_true",
+        help="time each configuration's filtered searches (p50/p95) beside FTS5 instead of"
+        " scoring them",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="with --agent-cost: also time the searches through this checkout's claw",
+    )
     args = p.parse_args(argv)
     overrides = _retrieval.setting_overrides(args.set)
     if not args.data.exists():
         raise SystemExit(f"LongMemEval data not found at {args.data}; pass --data FILE")
+    if args.baseline is not None and not args.agent_cost:
+        raise SystemExit("--baseline needs --agent-cost")
+    if args.agent_cost:
+        if args.set:
+            raise SystemExit("--agent-cost times the settings as they are: drop --set")
+        agent_cost(args.data, args.configs, args.questions, args.every, args)
+        return
     t0 = time.perf_counter()
     if args.every < 1:
         raise SystemExit("--every must be at least 1")

@@ -163,6 +163,35 @@ def test_longmemeval_runs_as_the_acceptance_checks_run_it(tmp_path: Path) -> Non
         assert set(run["per_type"]) == {"single-session-user"}
 
 
+def test_longmemeval_agent_cost_times_filtered_searches_beside_fts5_and_a_baseline(
+    tmp_path: Path,
+) -> None:
+    """``--agent-cost`` times each question's search restricted to its agent, in one index
+    of every agent, for each configuration and (``--baseline``) an earlier checkout's
+    code over the same index; this checkout stands in for the earlier one here."""
+    data = _write(tmp_path / "lme.json.gz")
+    argv = [sys.executable, "-m", "benchmarks.longmemeval", "--data", str(data), "--json"]
+    argv += ["--agent-cost", "--configs", "lexical,default", "--baseline", str(REPO)]
+    argv += ["--index-dir", str(tmp_path / "idx")]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=True)
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = {(r["config"], r["system"]): r for r in last["agent_cost"]}
+    assert set(rows) == {
+        ("lexical", "this"),
+        ("lexical", "baseline"),
+        ("default", "this"),
+        ("default", "baseline"),
+        ("fts5", "SQLite FTS5, a table per question"),
+    }
+    for row in rows.values():
+        assert row["searches"] == 2
+        assert row["chunks"] == 2 * 13 * 2  # each question's 13 sessions of two turns
+        assert 0 < row["p50_ms"] <= row["p95_ms"]
+    assert "per filtered search" in done.stdout.lower()
+    # The index of each configuration was built once and kept.
+    assert {p.name for p in (tmp_path / "idx").iterdir()} == {"lexical", "default"}
+
+
 def test_embedders_benchmark_times_a_first_index_and_query_embedding(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
