@@ -642,12 +642,18 @@ def _lexical_head(
     Without a vector stage, a row's first-stage score is its BM25 score over the best
     one, and only the head of the ranking (``max(2 * want, 32)`` rows) is re-scored by
     the second stage, which only raises a score: a row below the head stays below it.
-    So the head and one more row (to see that the head's last score is not tied with
-    what follows) rank the same page, the same ``more``, as every candidate would:
-    tantivy then collects, and Python converts, a few dozen hits rather than hundreds
-    (at 100k rows, 400 of them). Not so when something can lower a head row below the
-    rows after it or drop one from it: temporal decay, MMR, the priors on transcript
-    turns, tombstoned chunks.
+    So the head and one more row rank the same page, the same ``more``, as every
+    candidate would, unless the row after the head scores as much as the page's last
+    row (a run of equal scores from the page past the head: a row beyond the head
+    could take a place on the page). A tie at the head's edge below the page changes
+    nothing: tantivy orders equal scores by document at every depth, so the head is
+    the same rows in the same order, the second stage re-scores the same ones, and the
+    rows beyond keep scores below the page's. BM25 scores tie often (fieldnorms are
+    quantised): at 100k rows, 128 of 150 benchmark queries tie at the head's edge, one
+    across the page. tantivy then collects, and Python converts, a few dozen hits
+    rather than hundreds (at 100k rows, 400 of them). Not so when something can lower
+    a head row below the rows after it or drop one from it: temporal decay, MMR, the
+    priors on transcript turns, tombstoned chunks.
     """
     if use_vec or params.temporal_decay or params.mmr or tombstones:
         return None
@@ -716,9 +722,10 @@ def rank(
             hits = lexical_search(gen.searcher, q, head + 1 if short and head else k)
             found = gen.row_of_key.lookup([key for key, _ in hits])
             if short and head and len(hits) > head and (
-                # A tie at the edge of the head (the rows beyond it could reach the page),
-                # or a hit that is no row of this generation (the head would be short).
-                hits[head][1] >= hits[head - 1][1] or min(found) < 0
+                # A tie at the edge of the head that reaches the page (the rows beyond
+                # the head could then take a place on it), or a hit that is no row of
+                # this generation (the head would be short).
+                hits[head][1] >= hits[want - 1][1] or min(found) < 0
             ):
                 hits = lexical_search(gen.searcher, q, k)
                 found = gen.row_of_key.lookup([key for key, _ in hits])

@@ -75,12 +75,11 @@ async def test_the_head_ranks_the_same_pages_as_every_candidate(
     ws = tmp_path / "ws"
     _write_notes(ws, 300)
     rng = random.Random(11)
-    queries = [
-        " ".join(rng.sample(WORDS, rng.randint(1, 4))) for _ in range(60)
-    ] + ["kiwi fruit", "kiwi w3"]
-    settings = MemoryCoreSettings(
-        min_score=0.0, candidate_growth=400.0, coverage_weight=coverage
-    )
+    queries = [" ".join(rng.sample(WORDS, rng.randint(1, 4))) for _ in range(60)] + [
+        "kiwi fruit",
+        "kiwi w3",
+    ]
+    settings = MemoryCoreSettings(min_score=0.0, candidate_growth=400.0, coverage_weight=coverage)
     async with open_memory_index(
         workspace_dir=ws,
         index_dir=tmp_path / "idx",
@@ -109,3 +108,47 @@ async def test_the_head_ranks_the_same_pages_as_every_candidate(
         headed = await pages()
         monkeypatch.setattr(_ranking, "_lexical_head", lambda *args: None)
         assert await pages() == headed
+
+
+async def test_a_tie_at_the_heads_edge_that_cannot_reach_the_page_keeps_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BM25 scores tie often (fieldnorms are quantised): a run of equal scores across
+    the edge of the head costs every candidate only when it reaches the page. Below the
+    page's last score, the rows past the head cannot reach the page (the second stage
+    re-scores the same head rows, tantivy returning equal scores in one order at every
+    depth), so the page, its scores and whether more follow are the same."""
+    ws = tmp_path / "ws"
+    _write_notes(ws, 300)
+    # Ten notes naming both words (distinct lengths: distinct scores), then sixty
+    # that name one (equal scores, past the head of a page of five).
+    for i in range(10):
+        text = " ".join(["plum", "pear", *WORDS[:i]])
+        (ws / "memory" / f"both{i}.md").write_text(text + "\n", encoding="utf-8")
+    for i in range(60):
+        (ws / "memory" / f"plum{i:02d}.md").write_text("plum\n", encoding="utf-8")
+    limits: list[int] = []
+    monkeypatch.setattr(_ranking, "lexical_search", _recording(limits))
+    for coverage in (0.0, 0.5):
+        settings = MemoryCoreSettings(
+            min_score=0.0, candidate_growth=400.0, coverage_weight=coverage
+        )
+        async with open_memory_index(
+            workspace_dir=ws,
+            index_dir=tmp_path / f"idx{coverage}",
+            workers=InlineWorkerPool(),
+            settings=settings,
+            embedder=HashEmbedder(),
+        ) as index:
+            limits.clear()
+            page = await index.search_page("plum pear", mode="lexical", max_results=5)
+            assert limits == [33]
+            scores = [r.score for _, r in page.hits]
+            assert len(set(scores)) == 5 and page.next_offset == 5
+            with monkeypatch.context() as every:
+                every.setattr(_ranking, "_lexical_head", lambda *args: None)
+                full = await index.search_page("plum pear", mode="lexical", max_results=5)
+            assert [(rec.chunk_id, r.score) for rec, r in page.hits] == [
+                (rec.chunk_id, r.score) for rec, r in full.hits
+            ]
+            assert page.next_offset == full.next_offset
