@@ -60,12 +60,9 @@ async def run(args: argparse.Namespace, out: TextIO, err: TextIO, warnings: list
         }
         if health.status != "ready":
             problems.append(f"memory provider is {health.status}: {health.message or ''}".strip())
-        _, capability = host.memory.selection()
-        if capability is not None and capability.maintenance is not None:
-            described = await capability.maintenance.describe(
-                agent_id=host.config.default_agent_id, context=caller
-            )
-            report["index"] = described
+        if host.memory.offers("describe"):
+            described = await host.memory.describe(caller)
+            report["index"] = dict(described)
             for skipped in described.get("skipped", []):
                 problems.append(f"skipped {skipped['path']}: {skipped['reason']}")
 

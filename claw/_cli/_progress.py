@@ -89,15 +89,12 @@ class Progress:
 
 
 async def warm(host: Host, caller: MemoryCallerContext, agent: str | None, err: TextIO) -> None:
-    """Do a first search's implicit indexing now, where it can show progress."""
-    _, capability = host.memory.selection()
-    warm_up = getattr(capability.maintenance if capability else None, "warm", None)
-    if not callable(warm_up):
+    """Do a first search's implicit indexing now, where it can show progress (through the
+    memory guard: an unknown agent is refused before the provider makes it an index)."""
+    if not host.memory.offers("warm"):
         return
     progress = Progress(err)
     try:
-        await warm_up(
-            agent_id=agent or host.config.default_agent_id, context=caller, progress=progress
-        )
+        await host.memory.warm(caller, agent_id=agent or None, progress=progress)
     finally:
         progress.close()

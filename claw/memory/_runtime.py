@@ -88,6 +88,7 @@ from ._types import (
 from ._writes import (
     WriteTarget,
     add_memory,
+    describe_index,
     forget_indexed_memory,
     forget_memory,
     index_forgets,
@@ -96,6 +97,7 @@ from ._writes import (
     reindex_memory,
     restore_memory,
     unforget_memory,
+    warm_index,
     writer_refusal,
 )
 
@@ -522,6 +524,26 @@ class MemoryRuntime:
             source=source,
             dry_run=dry_run,
         )
+
+    async def describe(
+        self, context: MemoryCallerContext, *, agent_id: str | None = None
+    ) -> Mapping[str, Any]:
+        """The selected provider's own description of the agent's index, through the
+        guard (an operator with ``operator.read`` only; it may name local paths, so it is
+        for the operator's terminal: ``claw doctor``). See :meth:`offers`."""
+        return await describe_index(self, context, agent_id=agent_id)
+
+    async def warm(
+        self,
+        context: MemoryCallerContext,
+        *,
+        progress: Callable[[str, int, int], None] | None = None,
+        agent_id: str | None = None,
+    ) -> None:
+        """Do now, through the guard, what a first search would do implicitly (Memory
+        Core: open and sync the agent's index), reporting ``progress(stage, done,
+        total)``; an operator with ``operator.read`` only (the CLI, before a search)."""
+        await warm_index(self, context, agent_id=agent_id, progress=progress)
 
     def offers(self, operation: str) -> bool:
         """Whether the selected provider's maintenance offers ``operation`` (``restore``,

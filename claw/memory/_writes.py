@@ -1,6 +1,7 @@
 """The host's write route into memory: ``host.memory.add``, ``forget``, ``restore``,
-``removals``, ``purge``, ``forgotten`` and ``unforget``, and the index maintenance
-``reindex`` and ``forget_indexed`` (an operator's only).
+``removals``, ``purge``, ``forgotten`` and ``unforget``, the index maintenance
+``reindex`` and ``forget_indexed`` (an operator's only), and on the same route the
+maintenance reads ``describe`` and ``warm`` (an operator with ``operator.read``).
 
 Writing goes through the selected provider's own operation (its
 :class:`~claw.memory.MemoryMaintenance` ``add`` and ``forget_reference``), never around
@@ -326,10 +327,7 @@ def maintainer_refusal(context: MemoryCallerContext) -> str | None:
     the operator's (``claw memory index`` / ``forget --path``), never a run's, whatever
     its audience; the provider refuses anyone but an operator again.
     """
-    authority = context.authority
-    if isinstance(authority, OperatorAuthority) and any(
-        authority.has_scope(s) for s in WRITE_SCOPES
-    ):
+    if _operator_with(context, WRITE_SCOPES):
         return None
     return (
         "index maintenance (reindex, forget by path, session or source) needs an operator "
@@ -378,3 +376,48 @@ def _report(target: WriteTarget, operation: str, result: object) -> Mapping[str,
             f"{type(result).__name__}, not a mapping"
         )
     return result
+
+
+READ_SCOPES = ("operator.read", "operator.admin")
+
+
+def index_reader_refusal(context: MemoryCallerContext) -> str | None:
+    """Why ``context`` may not describe or warm a provider's index, or ``None`` when it may.
+
+    Only an operator with ``operator.read`` (or ``operator.admin``): these are the
+    operator's terminal's (``claw doctor``, the CLI before a search), and a description
+    may name local paths. Nothing is written, but the route is the maintenance one: the
+    guard admits it (host open, caller current, agent known) before any provider code.
+    """
+    if _operator_with(context, READ_SCOPES):
+        return None
+    return (
+        "describing or warming a memory index (claw doctor, a search's warm-up) needs an "
+        "operator with operator.read"
+    )
+
+
+async def describe_index(
+    route: WriteRoute, context: MemoryCallerContext, *, agent_id: str | None
+) -> Mapping[str, Any]:
+    """See :meth:`MemoryRuntime.describe`."""
+    target = await route.write_target(context, agent_id, "describe", refusal=index_reader_refusal)
+    return _report(target, "describe", await target.run("describe"))
+
+
+async def warm_index(
+    route: WriteRoute,
+    context: MemoryCallerContext,
+    *,
+    agent_id: str | None,
+    progress: Callable[[str, int, int], None] | None,
+) -> None:
+    """See :meth:`MemoryRuntime.warm`."""
+    target = await route.write_target(context, agent_id, "warm", refusal=index_reader_refusal)
+    await target.run("warm", progress=progress)
+
+
+def _operator_with(context: MemoryCallerContext, scopes: tuple[str, ...]) -> bool:
+    """Whether ``context`` is an operator's granted one of ``scopes``."""
+    authority = context.authority
+    return isinstance(authority, OperatorAuthority) and any(authority.has_scope(s) for s in scopes)

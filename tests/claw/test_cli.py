@@ -137,10 +137,26 @@ def test_index_and_forget_by_path_pass_the_memory_guard(workspace: Path) -> None
     assert (workspace / "memory" / "2026-11-28.md").is_file()
 
 
+def test_a_search_warm_up_makes_no_index_for_an_unknown_agent(workspace: Path) -> None:
+    """The warm-up before a search called the provider around the guard: Memory Core made
+    an index for any agent name before the search itself refused it (issue 27 section 2)."""
+    for extra in ((), ("--json",)):
+        refused = claw(
+            "memory", "search", "rollback", "--agent", "nobody", *extra, "--workspace",
+            str(workspace),
+        )
+        assert refused.returncode == 2, refused.stdout
+        assert "'nobody' is not an agent of this host" in refused.stderr
+    assert json.loads(refused.stdout)["error"]["code"] == "ERROR"
+    assert not (workspace / ".claw" / "memory" / "nobody").exists()
+
+
 def test_doctor_is_ok_on_a_clean_workspace_and_fails_on_skipped_files(workspace: Path) -> None:
     ok = claw("doctor", "--workspace", str(workspace))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.strip().endswith("ok")
+    # The description (through the guard's read route) and the warm-up's index.
+    assert re.search(r"^index: [1-9]\d* chunks from [1-9]\d* sources, embedder ", ok.stdout, re.M)
     (workspace / "memory" / "blob.md").write_bytes(b"\x00\x01\x02binary")
     bad = claw("doctor", "--json", "--workspace", str(workspace))
     assert bad.returncode == 1

@@ -275,6 +275,23 @@ def test_progress_draws_every_stage_of_a_first_index_and_nothing_for_a_quiet_syn
     assert silent.getvalue() == ""
 
 
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_first_search_draws_its_warm_up_on_a_terminal(workspace: Path) -> None:
+    """The warm-up goes through the guard (host.memory.warm) and still draws its stages."""
+    search = ["memory", "search", "apollo", "--workspace", str(workspace)]
+    err = _Terminal()
+    assert claw_main(search, out=io.StringIO(), err=err) == 0, err.getvalue()
+    for label in ("scanning", "chunking", "embedding", "publishing"):
+        assert label in err.getvalue()
+    again = _Terminal()
+    assert claw_main(search, out=io.StringIO(), err=again) == 0
+    assert again.getvalue() == ""  # up to date: nothing to draw
+
+
 def _in_process(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = claw_main(list(args), out=out, err=err)
