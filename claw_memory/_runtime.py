@@ -188,8 +188,11 @@ def _context_grants(context: MemoryCallerContext) -> dict[str, Any]:
     }
 
 
-def neutral_hit(rec: ChunkRecord, ranked: RankedRow) -> MemorySearchHit:
-    """A ranked chunk as a provider-neutral hit (always with a citation).
+def neutral_hit(
+    rec: ChunkRecord, ranked: RankedRow, provenance: tuple[MemoryProvenance, ...] = ()
+) -> MemorySearchHit:
+    """A ranked chunk as a provider-neutral hit (always with a citation), with the
+    ``provenance`` of its entries.
 
     A memory-file hit's revision is its lines' hash (the chunk's content hash): it stays
     current while other lines of the file change, and goes stale when its own do (see
@@ -217,6 +220,7 @@ def neutral_hit(rec: ChunkRecord, ranked: RankedRow) -> MemorySearchHit:
             "text_score": ranked.text_score,
             "vector_score": ranked.vector_score,
         },
+        provenance=provenance,
     )
 
 
@@ -292,17 +296,17 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
                         sources=frozenset(effective), agent_ids=frozenset({self.agent_id})
                     ),
                 )
-                # Who wrote each memory-file entry: the workspace journal's record.
-                wrote = any(rec.source == "memory" for rec, _ in page.hits)
-                return page, (await files.writers() if wrote else {})
+                # Who wrote each memory-file entry: the workspace journal's record (read
+                # by a worker only when the journal changed since it was last read).
+                if not any(rec.source == "memory" for rec, _ in page.hits):
+                    return page, {}
+                writers = files.writers_nowait()
+                return page, (await files.writers() if writers is None else writers)
 
             result, writers = await self.effect(ranked)
             active = set(request.active_project_keys)
             hits = [
-                attrs.evolve(
-                    neutral_hit(rec, ranked),
-                    provenance=entry_provenance(rec.text, rec.start_line, writers),
-                )
+                neutral_hit(rec, ranked, entry_provenance(rec.text, rec.start_line, writers))
                 if rec.source == "memory"
                 else neutral_hit(rec, ranked)
                 for rec, ranked in result.hits

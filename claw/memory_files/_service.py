@@ -66,7 +66,12 @@ class _Shared:
     describe: DescribeWriter
     lock: trio.Lock = attrs.field(factory=trio.Lock)
     writers: dict[str, Any] = attrs.field(factory=dict)
+    #: The journal's inode and the offset after the last record read from it.
     journal_seen: tuple[int, int] = (0, 0)
+    journal_path: Path = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.journal_path = Journal(self.writer.home).path
 
 
 @final
@@ -268,6 +273,21 @@ class MemoryFiles:
     async def recover(self) -> None:
         """Settle what a killed writer left behind (every write does this first anyway)."""
         await self._run(self._writer.recover)
+
+    def writers_nowait(self) -> Mapping[str, Any] | None:
+        """:meth:`writers` without a worker when the journal has not changed since it was
+        last read (one ``stat`` of a local file, made on every search that found a memory
+        file: the hop to a worker would cost more); ``None`` when it has, and
+        :meth:`writers` must read what was added."""
+        shared = self._shared
+        try:
+            st = shared.journal_path.stat()
+        except FileNotFoundError:
+            shared.writers, shared.journal_seen = {}, (0, 0)
+            return shared.writers
+        if (st.st_ino, st.st_size) == shared.journal_seen:
+            return shared.writers
+        return None
 
     async def writers(self) -> Mapping[str, Any]:
         """Entry hash -> who wrote it (wire form), from the journal; read incrementally."""

@@ -326,6 +326,12 @@ class MemoryFileWriter:
     lock_timeout: float = 30.0
     attempts: int = 5
 
+    # The purge mark's file, made once: it is stat'ed on every use of an index.
+    _purges_path: Path = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._purges_path = self.home / PURGES_NAME
+
     @property
     def home(self) -> Path:
         """``<workspace>/.claw/memory-writes``: the lock, the pending op and the journal."""
@@ -1126,7 +1132,7 @@ class MemoryFileWriter:
         may hold bytes of a purge made through another state directory, and scrubs
         itself."""
         try:
-            return (self.home / PURGES_NAME).stat().st_size
+            return self._purges_path.stat().st_size
         except FileNotFoundError:
             return 0
 
