@@ -180,6 +180,8 @@ class GuardedMemoryHandle:
         admitted = await self._authorize_hits(self._valid_hits(result, request))
         if release:
             await self._released()
+        if admitted == result.hits:  # nothing withheld: the provider's result as it is
+            return result
         return attrs.evolve(result, hits=admitted)
 
     def _valid_hits(

@@ -237,13 +237,32 @@ class MemoryRuntime:
         *,
         agent_id: str | None = None,
         legacy: bool = False,
+        plugin_id: str | None = None,
+    ) -> AsyncIterator[GuardedMemoryHandle]:
+        """:meth:`_open_guarded`, closed on exit (see :meth:`_close_guarded`)."""
+        handle = await self._open_guarded(
+            context, agent_id=agent_id, legacy=legacy, plugin_id=plugin_id
+        )
+        try:
+            yield handle
+        finally:
+            await self._close_guarded(handle)
+
+    async def _open_guarded(
+        self,
+        context: MemoryCallerContext,
+        *,
+        agent_id: str | None = None,
+        legacy: bool = False,
         file_shaped: bool = False,
         plugin_id: str | None = None,
         also: RequestCheck | None = None,
         fresh: bool = False,
-    ) -> AsyncIterator[GuardedMemoryHandle]:
+    ) -> GuardedMemoryHandle:
         """Open a provider, checking currency before (unless ``fresh``) but not after:
-        the caller's first step checks before its call, which is that check."""
+        the caller's first step checks before its call, which is that check. The caller
+        closes the handle with :meth:`_close_guarded` (the request routes do it in a
+        ``finally`` of their own: one context manager less on every request)."""
         self._lifecycle.check_open()
         if not fresh:
             await self._currency.await_current(context, also=also)
@@ -282,9 +301,8 @@ class MemoryRuntime:
                 f'memory plugin "{target}" does not offer host search support'
             )
         authorize = getattr(runtime, "authorize_search_hits", None)
-        guarded: GuardedMemoryHandle | None = None
         try:
-            guarded = GuardedMemoryHandle(
+            return GuardedMemoryHandle(
                 provider_id=target,
                 agent_id=agent,
                 native=native,
@@ -295,15 +313,15 @@ class MemoryRuntime:
                 lifecycle=self._lifecycle,
                 also=also,
             )
-            yield guarded
-        finally:
-            if guarded is not None:
-                guarded._closed = True
-            with trio.CancelScope(shield=True):
-                try:
-                    await handle.close()
-                except Exception:
-                    logger.exception('memory provider "%s" failed to close a handle', target)
+        except BaseException:
+            await _close_handle(target, handle)
+            raise
+
+    async def _close_guarded(self, guarded: GuardedMemoryHandle) -> None:
+        """Close an opened handle: no use of it after this, and the provider's close runs
+        to its end even when the request was cancelled (shielded)."""
+        guarded._closed = True
+        await _close_handle(guarded.provider_id, guarded._handle)
 
     # -- request routes (the gateway, MCP, agent tools) --------------------------
 
@@ -328,14 +346,15 @@ class MemoryRuntime:
         nothing awaited since, so the check before opening would repeat that one.
         """
         health: MemoryHealth | None = None
-        async with self._open(
+        handle = await self._open_guarded(
             context,
             agent_id=agent_id,
             file_shaped=file_shaped,
             plugin_id=_plugin_id,
             also=also,
             fresh=fresh,
-        ) as handle:
+        )
+        try:
             narrowed: MemorySearchRequest | None = request
             if file_shaped:
                 health = await handle._health(checked=False, after=True)
@@ -344,6 +363,8 @@ class MemoryRuntime:
                 result = MemorySearchResult(hits=())
             else:
                 result = await handle._search(narrowed, checked=file_shaped, release=False)
+        finally:
+            await self._close_guarded(handle)
         await handle._released()
         return MemoryAnswer(handle.provider_id, handle.agent_id, handle.native, result, health)
 
@@ -358,10 +379,13 @@ class MemoryRuntime:
         _plugin_id: str | None = None,
     ) -> MemoryAnswer[MemoryGetResult]:
         """One get as a request: open, get, close, release (see :meth:`search`)."""
-        async with self._open(
+        handle = await self._open_guarded(
             context, agent_id=agent_id, plugin_id=_plugin_id, also=also, fresh=fresh
-        ) as handle:
+        )
+        try:
             result = await handle._get(request, checked=False, release=False)
+        finally:
+            await self._close_guarded(handle)
         await handle._released()
         return MemoryAnswer(handle.provider_id, handle.agent_id, handle.native, result)
 
@@ -374,8 +398,11 @@ class MemoryRuntime:
         fresh: bool = False,
     ) -> MemoryAnswer[MemoryHealth]:
         """The provider's health as a request: open, health, close, check."""
-        async with self._open(context, agent_id=agent_id, also=also, fresh=fresh) as handle:
+        handle = await self._open_guarded(context, agent_id=agent_id, also=also, fresh=fresh)
+        try:
             health = await handle._health(checked=False, after=False)
+        finally:
+            await self._close_guarded(handle)
         await self._currency.await_current(context, also=also)
         return MemoryAnswer(handle.provider_id, handle.agent_id, handle.native, health)
 
@@ -645,6 +672,16 @@ def _check_reference(plugin_id: str, reference: MemoryReference) -> None:
             f'reference belongs to provider "{reference.provider_id}", not the selected '
             f'memory provider "{plugin_id}"'
         )
+
+
+async def _close_handle(provider_id: str, handle: MemoryProviderHandle) -> None:
+    """A provider handle's close, run to its end even under cancellation; its failure is
+    logged (the request's own outcome stands)."""
+    with trio.CancelScope(shield=True):
+        try:
+            await handle.close()
+        except Exception:
+            logger.exception('memory provider "%s" failed to close a handle', provider_id)
 
 
 async def _open_native(
