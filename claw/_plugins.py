@@ -202,7 +202,10 @@ class PluginApi(metaclass=NoPublicConstructor):
         self.logger: logging.Logger = logging.getLogger(f"claw.plugins.{plugin.id}")
         #: Read-only session transcripts (usable once the host is open).
         self.transcripts: TranscriptReader = transcripts
-        self._memory_files = memory_files
+        # The plugin's own view of the writer, made once (every search reads it).
+        self._memory_files = (
+            memory_files.for_plugin(plugin.id) if memory_files is not None else None
+        )
 
     @property
     def memory_files(self) -> MemoryFiles:
@@ -213,7 +216,7 @@ class PluginApi(metaclass=NoPublicConstructor):
         """
         if self._memory_files is None:
             raise ContractError(f'plugin "{self.plugin_id}" was loaded without memory files')
-        return self._memory_files.for_plugin(self.plugin_id)
+        return self._memory_files
 
     def describe_writer(
         self, caller: MemoryCallerContext, *, flush_id: str | None = None, tool: str | None = None
