@@ -676,12 +676,18 @@ def _check_reference(plugin_id: str, reference: MemoryReference) -> None:
 
 async def _close_handle(provider_id: str, handle: MemoryProviderHandle) -> None:
     """A provider handle's close, run to its end even under cancellation; its failure is
-    logged (the request's own outcome stands)."""
-    with trio.CancelScope(shield=True):
-        try:
+    logged (the request's own outcome stands). A handle that declares a close that never
+    waits (``close_waits`` false: the SDK's ``ProviderHandle`` when its subclass keeps the
+    base ``close``) has no checkpoint to be cancelled at, so it needs no shield (a cancel
+    scope entered and left on every request)."""
+    try:
+        if getattr(handle, "close_waits", True):
+            with trio.CancelScope(shield=True):
+                await handle.close()
+        else:
             await handle.close()
-        except Exception:
-            logger.exception('memory provider "%s" failed to close a handle', provider_id)
+    except Exception:
+        logger.exception('memory provider "%s" failed to close a handle', provider_id)
 
 
 async def _open_native(

@@ -95,6 +95,15 @@ class ProviderHandle(Generic[S]):
     agent_id: str
     context: MemoryCallerContext
     capabilities: ProviderCapabilities
+    #: Whether :meth:`close` may wait (checkpoint). Set for every subclass from whether
+    #: it overrides ``close``: the host's guard shields a close that may wait from the
+    #: request's cancellation (so that it runs to its end), and calls the base one,
+    #: which has nothing to release and never waits, without a shield.
+    close_waits: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.close_waits = cls.close is not ProviderHandle.close
 
     async def effect(self, fn: Callable[[], Awaitable[T]]) -> T:
         """``await fn()`` between the caller's currency checks: right before the effect,
@@ -118,7 +127,8 @@ class ProviderHandle(Generic[S]):
         raise NotImplementedError
 
     async def close(self) -> None:
-        """Release this caller's lease (nothing, unless a subclass holds one)."""
+        """Release this caller's lease (nothing, unless a subclass holds one; it never
+        waits, see :attr:`close_waits`)."""
         return None
 
 

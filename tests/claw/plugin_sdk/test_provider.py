@@ -136,3 +136,47 @@ def test_search_tool_arguments_are_checked_once_into_a_request() -> None:
     for limit in (0, -1, True, "3", 2.5):
         with pytest.raises(claw.UnsupportedRequestError, match="'max_results' must be"):
             search_tool_request("find", {"query": "tea", "max_results": limit})
+
+
+@attrs.define(eq=False)
+class _LeasingHandle(_Handle):
+    """A handle whose close waits (returning a lease takes a checkpoint)."""
+
+    async def close(self) -> None:
+        await trio.sleep(0.5)
+        self.service.opened.append("closed")
+
+
+@attrs.define(eq=False)
+class _LeasingRuntime(ProviderRuntime[_Store, _LeasingHandle]):
+    handle_class = _LeasingHandle
+
+    def capabilities(self) -> ProviderCapabilities:
+        return ProviderCapabilities(sources=("memory",))
+
+
+def test_only_a_handle_that_overrides_close_says_its_close_may_wait() -> None:
+    assert ProviderHandle.close_waits is False
+    assert _Handle.close_waits is False
+    assert _LeasingHandle.close_waits is True
+
+
+async def test_a_close_that_waits_runs_to_its_end_when_the_search_is_cancelled(
+    host_config: claw.HostConfig, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The guard shields a close that may wait from the request's cancellation."""
+    store = _Store()
+    capability = build_capability(provider_runtime=_LeasingRuntime(store))
+    plugin = claw.Plugin(
+        id="store", register=lambda api: api.register_memory_capability(capability)
+    )
+    slots = claw.SlotsConfig(memory="store")
+    config = attrs.evolve(host_config, plugins=attrs.evolve(host_config.plugins, slots=slots))
+    async with claw.open_host(config, plugins=[plugin]) as host:
+        async with host.open_scope("op") as scope:
+            ctx = scope.mint_caller_context(scope.mint_operator_authority({"operator.read"}))
+            start = trio.current_time()
+            with trio.move_on_after(0.1):  # lands while the close waits
+                await host.memory.search(ctx, MemorySearchRequest(query="tea"))
+            assert trio.current_time() - start >= 0.5
+    assert store.opened == ["closed"]
