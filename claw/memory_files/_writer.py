@@ -25,10 +25,11 @@ back and the rewrite starts again.
 
 **A writer killed anywhere** leaves nothing torn. Before its effect each change writes
 ``pending.json`` beside the lock (the append's bytes and offset; the rewrite's
-temporary file and the hashes before and after); the next writer to take the lock
-settles it first: a torn append is cut back to where it began (it was never
-acknowledged), a complete one gets its journal record, a stray temporary file is
-removed, and a forget whose rename never happened is marked void in the journal.
+temporary file, the hashes before and after, and the inode it read); the next writer to
+take the lock settles it first: a torn append is cut back to where it began (it was
+never acknowledged), a complete one gets its journal record, a stray temporary file is
+removed, and a forget whose rename never happened is marked void in the journal (told
+by inodes, since lines appended meanwhile change the content either way).
 
 Everything here blocks: the host runs it on its worker pool (:mod:`._service`).
 """
@@ -449,28 +450,60 @@ class MemoryFileWriter:
 
     def _recover_rewrite(self, target: Path, op: dict[str, Any], journal: Journal) -> None:
         tmp = target.parent / str(op["tmp"])
-        if tmp.name.startswith(".") and tmp.name.endswith(".claw-tmp"):
+        ours = tmp.name.startswith(".") and tmp.name.endswith(".claw-tmp")
+        read = op.get("read")  # [inode, device, size] of the file the rewrite read
+        if ours and isinstance(read, list) and len(read) == 3:
+            renamed = self._recover_by_identity(target, tmp, str(op["path"]), read)
+        else:  # the file did not exist, or a pending op from before identities were kept
+            try:
+                renamed = _sha(target.read_bytes()) != op["old"]
+            except FileNotFoundError:
+                renamed = _sha(b"") != op["old"]
+        if ours:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
         record_id = op.get("record")
-        if not isinstance(record_id, str) or journal.last_id() != record_id:
+        if renamed or not isinstance(record_id, str) or journal.last_id() != record_id:
             return
+        # The journal has the record but the rename never happened.
+        journal.append(
+            {"id": new_id(), "op": "void", "of": record_id, "at": self.now(), "path": op["path"]},
+            sync=True,
+        )
+
+    def _recover_by_identity(self, target: Path, tmp: Path, vpath: str, read: list[Any]) -> bool:
+        """Whether a killed rewrite's rename happened, told by inodes rather than content.
+
+        Content cannot tell: lines an editor appended after the read (carried into the
+        temporary file by the re-check) change the hash of the file the rename never
+        replaced, and a forget journalled then would stand in the journal while its
+        lines stayed in the file. The temporary file still holding another inode than
+        the one read means the rename never happened (or was undone, when the file was
+        replaced at that moment); else the rename happened exactly when ``target`` is
+        no longer the inode read. After an exchange the temporary name holds the file
+        displaced: bytes written to it past what was read (an ``echo >>`` at the moment
+        of the rename) are kept as a displaced file's late bytes are, unless the new
+        file already ends with them (carried over before the kill).
+        """
+        ino, dev, size = int(read[0]), int(read[1]), int(read[2])
         try:
-            current = _sha(target.read_bytes())
+            st_tmp: os.stat_result | None = os.lstat(tmp)
         except FileNotFoundError:
-            current = _sha(b"")
-        if current == op["old"]:
-            # The journal has the record but the rename never happened.
-            journal.append(
-                {
-                    "id": new_id(),
-                    "op": "void",
-                    "of": record_id,
-                    "at": self.now(),
-                    "path": op["path"],
-                },
-                sync=True,
-            )
+            st_tmp = None
+        if st_tmp is not None and (st_tmp.st_ino, st_tmp.st_dev) != (ino, dev):
+            return False
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            return False
+        renamed = (st.st_ino, st.st_dev) != (ino, dev)
+        if renamed and st_tmp is not None and st_tmp.st_size > size:
+            with tmp.open("rb") as f:
+                f.seek(size)
+                tail = f.read()
+            settled = st_tmp.st_size if target.read_bytes().endswith(tail) else size
+            self._keep_displaced(tmp, vpath, settled)
+        return renamed
 
     # -- reading and committing -------------------------------------------------------
 
@@ -605,6 +638,7 @@ class MemoryFileWriter:
                 "tmp": tmp.name,
                 "old": seen.sha,
                 "new": _sha(new),
+                "read": [seen.ino, seen.dev, seen.size] if seen.exists else None,
                 "record": None if record is None else record["id"],
             }
         )

@@ -420,6 +420,71 @@ def test_a_forget_killed_before_its_rename_is_void_and_its_temporary_file_remove
     assert writer.journal.records()[-1]["op"] == "void"
 
 
+# A child process that forgets "Bob is the release manager." and is killed (SIGKILL,
+# by itself, so at an exact point) at the moment ``at`` names; an editor's
+# ``echo >> MEMORY.md`` lands first, after the forget read the file.
+_KILLED_FORGET = """
+import os, signal, sys
+from pathlib import Path
+from claw.memory_files import MemoryFileWriter
+from claw.memory_files import _writer as w
+
+ws, at = Path(sys.argv[1]), sys.argv[2]
+
+def editor(path):
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("- appended by an editor\\n")
+
+if at == "before the rename":
+    def recheck(self, target, tmp, seen):
+        editor(target)
+        os.kill(os.getpid(), signal.SIGKILL)
+    w.MemoryFileWriter._recheck = recheck
+else:  # just after the rename, the editor writing to the file it displaced
+    settle = w.MemoryFileWriter._settle_displaced
+    def settled(self, target, tmp, seen, new):
+        editor(tmp)
+        os.kill(os.getpid(), signal.SIGKILL)
+    w.MemoryFileWriter._settle_displaced = settled
+MemoryFileWriter(ws).remove("MEMORY.md", 9, 9, by={"kind": "operator", "connectionId": "t"})
+"""
+
+
+def _kill_a_forget(ws: Path, at: str) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_FORGET, str(ws), at])
+    try:
+        assert proc.wait(timeout=60) == -9
+    finally:
+        reap(proc)
+
+
+def test_a_forget_killed_before_its_rename_after_an_editor_appended_is_void(ws: Path) -> None:
+    _kill_a_forget(ws, "before the rename")
+    writer = MemoryFileWriter(ws)
+    writer.recover()
+    # The forget never happened: its lines and the editor's are in the file, and the
+    # journal no longer counts it as a removal (it had it, with the file's hash
+    # changed by the editor's line).
+    assert _text(ws) == NOTE + "- appended by an editor\n"
+    assert writer.removals() == []
+    assert writer.journal.records()[-1]["op"] == "void"
+    assert not list(ws.glob(".*.claw-tmp"))
+
+
+def test_a_forget_killed_just_after_its_rename_stands_and_keeps_the_editors_late_line(
+    ws: Path,
+) -> None:
+    _kill_a_forget(ws, "after the rename")
+    writer = MemoryFileWriter(ws)
+    writer.recover()  # the next writer: settles the kill, then the displaced file's tail
+    writer.append("memory/n.md", "- next", by=BY)
+    assert "release manager" not in _text(ws)
+    assert _text(ws).endswith("- appended by an editor\n")
+    assert _text(ws).count("appended by an editor") == 1
+    assert [r.text for r in writer.removals()] == ["- Bob is the release manager.\n"]
+    assert not list(ws.glob(".*.claw-tmp"))
+
+
 def test_a_torn_journal_line_is_cut_off(ws: Path) -> None:
     writer = MemoryFileWriter(ws)
     writer.append("MEMORY.md", "- one", by=BY)
