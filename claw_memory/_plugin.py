@@ -29,8 +29,8 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +276,45 @@ class _OpenIndex:
             await self.stack.aclose()
 
 
+class _IndexUse:
+    """``async with service.use(agent_id) as index``: holds the index while inside.
+
+    A class rather than ``@asynccontextmanager``: every search enters one, and a
+    generator-based context manager cost several times as much to enter and leave.
+    """
+
+    __slots__ = ("_agent_id", "_check_purges", "_entry", "_progress", "_service", "_sync")
+
+    def __init__(
+        self,
+        service: MemoryCoreService,
+        agent_id: str,
+        sync_on_open: bool,
+        progress: SyncProgress | None,
+        check_purges: bool,
+    ) -> None:
+        self._service = service
+        self._agent_id = agent_id
+        self._sync = sync_on_open
+        self._progress = progress
+        self._check_purges = check_purges
+        self._entry: _OpenIndex | None = None
+
+    async def __aenter__(self) -> MemoryIndex:
+        if self._entry is not None:
+            raise RuntimeError("this index use is already entered")
+        self._entry = await self._service._hold(
+            self._agent_id, self._sync, self._progress, self._check_purges
+        )
+        return self._entry.index
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        entry = self._entry
+        if entry is not None:
+            self._entry = None
+            self._service._let_go(entry)
+
+
 @attrs.define(eq=False)
 class MemoryCoreService:
     """Owns Memory Core's per-agent indexes for the life of the host.
@@ -340,16 +379,16 @@ class MemoryCoreService:
         """The agents whose index is open, least recently used first."""
         return tuple(self._indexes)
 
-    @asynccontextmanager
-    async def use(
+    def use(
         self,
         agent_id: str,
         *,
         sync_on_open: bool = True,
         progress: SyncProgress | None = None,
         check_purges: bool = True,
-    ) -> AsyncIterator[MemoryIndex]:
-        """Hold the open index of ``agent_id`` (opened, and synced, on first use).
+    ) -> _IndexUse:
+        """Hold the open index of ``agent_id`` (opened, and synced, on first use), as
+        ``async with service.use(agent_id) as index``.
 
         ``sync_on_open=False`` is for a caller about to sync itself (an explicit
         reindex), so that its own sync does the work and reports it. ``progress``
@@ -360,6 +399,16 @@ class MemoryCoreService:
         purge made through another state directory is then scrubbed from this index too
         (:mod:`claw_memory._purge`); ``check_purges=False`` is for the purge itself.
         """
+        return _IndexUse(self, agent_id, sync_on_open, progress, check_purges)
+
+    async def _hold(
+        self,
+        agent_id: str,
+        sync_on_open: bool,
+        progress: SyncProgress | None,
+        check_purges: bool,
+    ) -> _OpenIndex:
+        """Open (on first use) and hold ``agent_id``'s index: :meth:`use`'s entry."""
         entry = self._indexes.get(agent_id)
         if entry is None:
             entry = await self._open(agent_id, sync_on_open, progress)
@@ -369,11 +418,16 @@ class MemoryCoreService:
         try:
             if check_purges:
                 await self._catch_up_purges(entry)
-            yield entry.index
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                self._released.set()
+        except BaseException:
+            self._let_go(entry)
+            raise
+        return entry
+
+    def _let_go(self, entry: _OpenIndex) -> None:
+        """Release one hold on ``entry``: :meth:`use`'s exit."""
+        entry.users -= 1
+        if entry.users == 0:
+            self._released.set()
 
     async def _catch_up_purges(self, entry: _OpenIndex) -> None:
         # One stat of a small file, inline: every use of an index pays it, and a worker
