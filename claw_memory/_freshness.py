@@ -74,8 +74,9 @@ class Freshness:
     _background_sync: trio.CancelScope | None = attrs.field(default=None, init=False)
     _resync: bool = attrs.field(default=False, init=False)
     # The last session listing found unchanged, as (agent, session key, session id) ->
-    # change token, and the view's sources epoch it was checked against.
-    _listed: tuple[dict[tuple[str, str, str], str], int] | None = attrs.field(
+    # change token, the view's sources epoch it was checked against, and the transcript
+    # source's listing version read before that listing (None: it keeps none).
+    _listed: tuple[dict[tuple[str, str, str], str], int, object | None] | None = attrs.field(
         default=None, init=False
     )
 
@@ -206,9 +207,21 @@ class Freshness:
         """Whether a transcript session appeared, vanished or changed since the last sync."""
         if "sessions" not in self.settings.sources or self.listing.transcripts is None:
             return False
-        sessions = await self.listing.list_sessions()
         epoch = self.view.sources_epoch
         listed = self._listed
+        # Read before listing: a change after this read moves the version past the one
+        # recorded below, so the next search lists again rather than missing it.
+        version = self.listing.sessions_version()
+        if (
+            version is not None
+            and listed is not None
+            and listed[1] == epoch
+            and listed[2] == version
+        ):
+            # Nothing listed changed since a listing found the index current: no need to
+            # list (and compare) every session of every agent the index holds.
+            return False
+        sessions = await self.listing.list_sessions()
         if (
             listed is not None
             and listed[1] == epoch
@@ -221,6 +234,7 @@ class Freshness:
             # The listing found unchanged against these same sources: a search in an
             # index of many agents' sessions need not build every session's provenance
             # key again (most of the full check's cost).
+            self._listed = (listed[0], epoch, version)
             return False
         sources = self.view.sources
         known = sum(1 for st in sources.values() if st.source == "sessions")
@@ -233,6 +247,7 @@ class Freshness:
         self._listed = (
             {(s.agent_id, s.session_key, s.session_id): s.change_token for s in sessions},
             epoch,
+            version,
         )
         return False
 

@@ -8,6 +8,7 @@ the settings' ``sources``: no memory files without ``"memory"``, no sessions wit
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -39,6 +40,16 @@ class SourceListing:
         if "sessions" not in self.settings.sources or self.transcripts is None:
             return []
         return list(await self.transcripts.list_sessions())
+
+    def sessions_version(self) -> object | None:
+        """The transcript source's listing version, or None when it keeps none (then
+        only a listing tells whether a session changed)."""
+        # getattr, not isinstance: a protocol check costs more than the version itself
+        # on every search (and ABC caching would pin the answer per class).
+        version: Callable[[], object] | None = getattr(
+            self.transcripts, "sessions_version", None
+        )
+        return None if version is None else version()
 
     async def read_turns(self, session: TranscriptSession) -> list[TranscriptTurn]:
         """The turns of ``session`` (none without a transcript source)."""

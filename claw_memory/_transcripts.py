@@ -62,16 +62,34 @@ class TranscriptSource(Protocol):
         ...
 
 
+@runtime_checkable
+class VersionedTranscriptSource(TranscriptSource, Protocol):
+    """A :class:`TranscriptSource` that can say at once whether its listing changed.
+
+    ``sessions_version()`` returns a value that changes whenever what ``list_sessions``
+    answers would (a session appears, vanishes or changes its token). A search then
+    tells "nothing changed" from that value alone instead of listing and comparing
+    every session of the index, which in an index of many agents' sessions costs in
+    proportion to the whole index rather than to the agent searched.
+    """
+
+    def sessions_version(self) -> object:
+        """A value that changes whenever ``list_sessions``' answer would (cheap, sync)."""
+        ...
+
+
 @attrs.define
 class InMemoryTranscriptSource:
     """A :class:`TranscriptSource` over sessions held in memory (harness, notebooks).
 
-    ``put`` replaces a session's turns and derives its change token from their content.
+    ``put`` replaces a session's turns and derives its change token from their content;
+    every ``put`` or ``remove`` moves ``sessions_version``.
     """
 
     _sessions: dict[tuple[str, str], tuple[TranscriptSession, tuple[TranscriptTurn, ...]]] = (
         attrs.field(factory=dict, init=False)
     )
+    _version: int = attrs.field(default=0, init=False)
 
     def put(
         self, agent_id: str, session_key: str, session_id: str, turns: Sequence[TranscriptTurn]
@@ -82,11 +100,17 @@ class InMemoryTranscriptSource:
         )[:16]
         session = TranscriptSession(agent_id, session_key, session_id, f"{len(turns)}:{token}")
         self._sessions[(agent_id, session_id)] = (session, tuple(turns))
+        self._version += 1
         return session
 
     def remove(self, agent_id: str, session_id: str) -> None:
         """Drop a session."""
         del self._sessions[(agent_id, session_id)]
+        self._version += 1
+
+    def sessions_version(self) -> int:
+        """Changes on every ``put`` and ``remove`` (see :class:`VersionedTranscriptSource`)."""
+        return self._version
 
     async def list_sessions(self) -> Sequence[TranscriptSession]:
         return [s for s, _ in self._sessions.values()]

@@ -286,12 +286,12 @@ def test_the_similarity_calibration_comes_from_the_settings_or_the_embedder() ->
 _WORDS = ["otter", "heron", "kiwi", "walrus", "plover", "badger", "lynx", "stoat", "ibis"]
 
 
-def _many_agents(tmp_path: Path):  # type: ignore[no-untyped-def]
+def _many_agents(tmp_path: Path, src: object = None):  # type: ignore[no-untyped-def]
     """An index of 16 agents' sessions (12 turns each, a day apart, user and assistant
-    in turns, sharing words) and a memory file."""
+    in turns, sharing words) and a memory file (sessions put in ``src`` when given)."""
     from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
 
-    src = InMemoryTranscriptSource()
+    src = src if isinstance(src, InMemoryTranscriptSource) else InMemoryTranscriptSource()
     for a in range(16):
         turns = [
             TranscriptTurn(
@@ -424,3 +424,60 @@ async def test_a_lexical_search_filtered_to_one_agent_reads_only_that_agents_row
                         assert [h.score for h in sliced.hits] == pytest.approx(
                             [h.score for h in masked.hits], abs=1e-6
                         )
+
+
+async def test_a_search_lists_no_session_while_the_transcript_version_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In an index of many agents' sessions, a search whose transcript source keeps a
+    listing version lists (and compares) no session while that version stands, sees a
+    changed session once it moves, and ranks exactly as listing every time does."""
+    from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
+
+    src = InMemoryTranscriptSource()
+    listed: list[int] = []
+    listing = InMemoryTranscriptSource.list_sessions
+
+    async def counted(self: InMemoryTranscriptSource) -> object:
+        sessions = await listing(self)
+        listed.append(len(sessions))
+        return sessions
+
+    monkeypatch.setattr(InMemoryTranscriptSource, "list_sessions", counted)
+    only3 = SearchFilter(agent_ids=frozenset({"agent3"}))
+    async with _many_agents(tmp_path, src) as index:
+        await index.search("otter heron", filter=only3)
+        listed.clear()
+        pages = []
+        for query in ("otter heron", "kiwi walrus lynx", "badger seen"):
+            for mode in ("lexical", "hybrid"):
+                pages.append(await index.search(query, mode=mode, max_results=20, filter=only3))
+        assert listed == []
+        # A changed session moves the version: the next search lists and finds it.
+        src.put(
+            "agent3",
+            "agent:agent3:main",
+            "s3b",
+            [TranscriptTurn("a3-q", "user", "", "a quokka by the plover", 1_800_000_000.0)],
+        )
+        found = await index.search("quokka", mode="lexical", filter=only3)
+        assert listed and [h.agent_id for h in found.hits] == ["agent3"]
+        # (The first search after the sync lists once against the new sources.)
+        await index.search("quokka", mode="lexical", filter=only3)
+        listed.clear()
+        again = await index.search("quokka", mode="lexical", filter=only3)
+        assert listed == [] and again.hits == found.hits
+        # Without a version (a source that keeps none), every search lists: same pages.
+        src.remove("agent3", "s3b")
+        await index.search("otter", filter=only3)
+        monkeypatch.delattr(InMemoryTranscriptSource, "sessions_version")
+        listed.clear()
+        i = 0
+        for query in ("otter heron", "kiwi walrus lynx", "badger seen"):
+            for mode in ("lexical", "hybrid"):
+                old = await index.search(query, mode=mode, max_results=20, filter=only3)
+                assert [(h.chunk_id, h.score) for h in old.hits] == [
+                    (h.chunk_id, h.score) for h in pages[i].hits
+                ]
+                i += 1
+        assert len(listed) == 6
