@@ -32,6 +32,7 @@ from ._transcripts import InMemoryTranscriptSource as InMemoryTranscriptSource
 from ._transcripts import TranscriptSession as TranscriptSession
 from ._transcripts import TranscriptSource as TranscriptSource
 from ._transcripts import TranscriptTurn as TranscriptTurn
+from ._transcripts import VersionedTranscriptSource as VersionedTranscriptSource
 from ._types import ForgetResult as ForgetResult
 from ._types import IndexStatus as IndexStatus
 from ._types import ReadResult as ReadResult
