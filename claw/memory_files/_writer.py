@@ -481,9 +481,10 @@ class MemoryFileWriter:
         the one read means the rename never happened (or was undone, when the file was
         replaced at that moment); else the rename happened exactly when ``target`` is
         no longer the inode read. After an exchange the temporary name holds the file
-        displaced: bytes written to it past what was read (an ``echo >>`` at the moment
-        of the rename) are kept as a displaced file's late bytes are, unless the new
-        file already ends with them (carried over before the kill).
+        displaced: it is kept as any displaced file is, settled up to what the new file
+        holds (the size the re-check last saw, which ``pending.json`` records), so bytes
+        written to it past that (an ``echo >>`` at the moment of the rename, or later) are
+        carried over by the next writer.
         """
         ino, dev, size = int(read[0]), int(read[1]), int(read[2])
         try:
@@ -497,12 +498,11 @@ class MemoryFileWriter:
         except FileNotFoundError:
             return False
         renamed = (st.st_ino, st.st_dev) != (ino, dev)
-        if renamed and st_tmp is not None and st_tmp.st_size > size:
-            with tmp.open("rb") as f:
-                f.seek(size)
-                tail = f.read()
-            settled = st_tmp.st_size if target.read_bytes().endswith(tail) else size
-            self._keep_displaced(tmp, vpath, settled)
+        if renamed and st_tmp is not None:
+            # Kept like any displaced file: bytes past what the new file holds (written
+            # at the moment of the rename, or later through a descriptor opened before
+            # it) are carried over by the next writer.
+            self._keep_displaced(tmp, vpath, size)
         return renamed
 
     # -- reading and committing -------------------------------------------------------
@@ -631,17 +631,16 @@ class MemoryFileWriter:
     ) -> None:
         """Replace ``target`` with ``new`` unless it changed since ``seen`` (:class:`_Changed`)."""
         tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:12]}.claw-tmp"
-        self._set_pending(
-            {
-                "op": "rewrite",
-                "path": vpath,
-                "tmp": tmp.name,
-                "old": seen.sha,
-                "new": _sha(new),
-                "read": [seen.ino, seen.dev, seen.size] if seen.exists else None,
-                "record": None if record is None else record["id"],
-            }
-        )
+        pending: dict[str, Any] = {
+            "op": "rewrite",
+            "path": vpath,
+            "tmp": tmp.name,
+            "old": seen.sha,
+            "new": _sha(new),
+            "read": [seen.ino, seen.dev, seen.size] if seen.exists else None,
+            "record": None if record is None else record["id"],
+        }
+        self._set_pending(pending)
         journaled = False
         try:
             fd = os.open(
@@ -658,6 +657,11 @@ class MemoryFileWriter:
             read = len(seen.data)
             seen = self._recheck(target, tmp, seen)
             new += seen.data[read:]  # what was appended meanwhile is in tmp too
+            if seen.exists and len(seen.data) > read:
+                # The new file holds the old one up to here: a kill after the rename
+                # leaves only what lies beyond it to carry over (never these lines twice).
+                pending["read"] = [seen.ino, seen.dev, seen.size]
+                self._set_pending(pending)
             if not seen.exists:
                 try:
                     os.link(tmp, target)  # never over a file that appeared meanwhile

@@ -440,11 +440,21 @@ if at == "before the rename":
         editor(target)
         os.kill(os.getpid(), signal.SIGKILL)
     w.MemoryFileWriter._recheck = recheck
-else:  # just after the rename, the editor writing to the file it displaced
-    settle = w.MemoryFileWriter._settle_displaced
+elif at == "after the rename":  # the editor writing to the file it displaced
     def settled(self, target, tmp, seen, new):
         editor(tmp)
         os.kill(os.getpid(), signal.SIGKILL)
+    w.MemoryFileWriter._settle_displaced = settled
+else:  # a line carried over by the re-check, then one in the new file, then the kill
+    recheck = w.MemoryFileWriter._recheck
+    def carried(self, target, tmp, seen):
+        editor(target)
+        return recheck(self, target, tmp, seen)
+    def settled(self, target, tmp, seen, new):
+        with open(target, "a", encoding="utf-8") as f:
+            f.write("- appended after the rename\\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+    w.MemoryFileWriter._recheck = carried
     w.MemoryFileWriter._settle_displaced = settled
 MemoryFileWriter(ws).remove("MEMORY.md", 9, 9, by={"kind": "operator", "connectionId": "t"})
 """
@@ -483,6 +493,17 @@ def test_a_forget_killed_just_after_its_rename_stands_and_keeps_the_editors_late
     assert _text(ws).count("appended by an editor") == 1
     assert [r.text for r in writer.removals()] == ["- Bob is the release manager.\n"]
     assert not list(ws.glob(".*.claw-tmp"))
+
+
+def test_lines_the_recheck_carried_are_not_carried_again_after_a_kill(ws: Path) -> None:
+    _kill_a_forget(ws, "carried by the re-check")
+    writer = MemoryFileWriter(ws)
+    writer.recover()
+    writer.append("memory/n.md", "- next", by=BY)
+    text = _text(ws)
+    assert "release manager" not in text
+    assert text.count("- appended by an editor\n") == 1
+    assert text.count("- appended after the rename\n") == 1
 
 
 def test_a_torn_journal_line_is_cut_off(ws: Path) -> None:
