@@ -16,6 +16,7 @@ import contextlib
 import errno
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,3 +123,30 @@ def naming_storage_failures(path: str | os.PathLike[str], *, what: str) -> Itera
         if error is None:
             raise
         raise error from cause
+
+
+def enter_wal(conn: sqlite3.Connection, *, timeout: float) -> str:
+    """Switch ``conn``'s database to WAL and return the journal mode SQLite reports.
+
+    Two processes opening one new database at once both ask for WAL; each holds a
+    shared lock and wants the exclusive one, and SQLite answers one of them
+    ``SQLITE_BUSY`` at once, without calling the busy handler (waiting could deadlock),
+    so ``busy_timeout`` does not cover it. That is not a failure of the store: the
+    other process is switching the same file. Ask again, with a short growing pause,
+    until the switch is seen or ``timeout`` seconds have passed (then the error is
+    raised as SQLite gave it). Runs in a worker thread, so the pause is a plain sleep.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", None)
+            busy = code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+            continue
+        return str(row[0]).lower()

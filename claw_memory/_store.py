@@ -26,7 +26,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from claw.plugin_sdk import storage_problem
+from claw.plugin_sdk import enter_wal, storage_problem
 
 from ._errors import IndexCorruptError, IndexStoreError
 from ._records import ChunkRecord, PreparedChunk
@@ -35,6 +35,8 @@ from ._settings import SourceKind
 SCHEMA_VERSION = 1
 # SQLite's page cache per connection, KiB.
 _CACHE_KIB = 65_536
+#: How long a statement waits for another connection's lock before SQLite says "locked".
+_BUSY_TIMEOUT_MS = 5_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -241,7 +243,10 @@ class Store:
         self.path = path
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
+            # Another process (a second worker of `claw serve`) may open or write the
+            # same index at this moment: wait for its lock rather than fail at once.
+            self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            enter_wal(self._db, timeout=_BUSY_TIMEOUT_MS / 1000)
             self._db.execute("PRAGMA synchronous=NORMAL")
             # A batch of a first sync writes some 20 MB of chunks into two b-trees and an
             # index; with SQLite's default 2 MB page cache it spills dirty pages to the

@@ -31,7 +31,7 @@ import attrs
 import trio
 
 from ..._errors import StorageError
-from ..._storage import naming_storage_failures
+from ..._storage import enter_wal, naming_storage_failures
 from ..._workers import WorkerPool
 from ...sessions._changes import notify_listeners
 from ...sessions._errors import SessionSchemaError, SessionStorageError
@@ -132,7 +132,7 @@ def _connect(path: str) -> sqlite3.Connection:
             raise SessionStorageError(
                 f"the session store at {path} is corrupt ({'; '.join(problems)[:400]}){_KEEP_IT}"
             )
-        conn.execute("PRAGMA journal_mode = WAL")
+        enter_wal(conn, timeout=5.0)
         conn.execute("PRAGMA synchronous = FULL")
     except sqlite3.DatabaseError as exc:
         if conn is not None:

@@ -1,0 +1,89 @@
+"""Opening a new store while another process holds its write lock waits, not fails.
+
+`claw serve --workers 2` starts its workers at once, and both open the same new
+session store, transcript store and Memory Core index. The first to switch a new
+database to WAL holds its write lock for a moment; SQLite answers the other's switch
+``SQLITE_BUSY`` at once, without its busy handler, so ``busy_timeout`` does not cover
+it and a worker died with "cannot open the session store ...: database is locked"
+(seen in CI). Here a real second process holds the write lock of a new database for
+half a second while this one opens each store there: each open must wait and succeed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from claw import InlineWorkerPool
+from claw.sessions import open_session_store
+from claw.turns import open_transcript_store
+from claw_memory._store import Store
+
+from ..._processes import reap
+
+# Takes the write lock (BEGIN IMMEDIATE) of a new database, says so, holds it for
+# half a second, then lets go without writing anything.
+_HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+time.sleep(0.5)
+conn.execute("ROLLBACK")
+conn.close()
+"""
+
+
+@contextmanager
+def write_lock_held_elsewhere(path: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "held\n"
+        yield proc
+        assert proc.wait(timeout=30) == 0
+    finally:
+        reap(proc)
+
+
+@pytest.mark.trio
+async def test_the_session_store_opens_while_another_process_holds_its_write_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    with write_lock_held_elsewhere(path) as holder:
+        async with open_session_store(path, workers=InlineWorkerPool()) as store:
+            assert holder.poll() is not None  # it waited for the lock
+            row = await store.create("dm:a", agent_id="main", chat_type="direct")
+            assert store.get_nowait(row.session_key) == row
+
+
+@pytest.mark.trio
+async def test_the_transcript_store_opens_while_another_process_holds_its_write_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "transcripts.sqlite3"
+    with write_lock_held_elsewhere(path) as holder:
+        async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
+            assert holder.poll() is not None
+            assert await store.turns() == ()
+
+
+def test_the_memory_index_opens_while_another_process_holds_its_write_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "index.sqlite3"
+    with write_lock_held_elsewhere(path) as holder:
+        store = Store(path)
+        try:
+            assert holder.poll() is not None
+            assert store.path == path
+        finally:
+            store.close()
