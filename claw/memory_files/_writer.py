@@ -453,7 +453,10 @@ class MemoryFileWriter:
         ours = tmp.name.startswith(".") and tmp.name.endswith(".claw-tmp")
         read = op.get("read")  # [inode, device, size] of the file the rewrite read
         if ours and isinstance(read, list) and len(read) == 3:
-            renamed = self._recover_by_identity(target, tmp, str(op["path"]), read)
+            carry = op.get("carry")
+            renamed = self._recover_by_identity(
+                target, tmp, str(op["path"]), read, carry if isinstance(carry, list) else None
+            )
         else:  # the file did not exist, or a pending op from before identities were kept
             try:
                 renamed = _sha(target.read_bytes()) != op["old"]
@@ -471,7 +474,9 @@ class MemoryFileWriter:
             sync=True,
         )
 
-    def _recover_by_identity(self, target: Path, tmp: Path, vpath: str, read: list[Any]) -> bool:
+    def _recover_by_identity(
+        self, target: Path, tmp: Path, vpath: str, read: list[Any], carry: list[Any] | None
+    ) -> bool:
         """Whether a killed rewrite's rename happened, told by inodes rather than content.
 
         Content cannot tell: lines an editor appended after the read (carried into the
@@ -484,7 +489,11 @@ class MemoryFileWriter:
         displaced: it is kept as any displaced file is, settled up to what the new file
         holds (the size the re-check last saw, which ``pending.json`` records), so bytes
         written to it past that (an ``echo >>`` at the moment of the rename, or later) are
-        carried over by the next writer.
+        carried over by the next writer. Unless the writer got further before the kill:
+        a tail it carried over (``carry`` in ``pending.json``, found in the new file past
+        where that ended) counts as settled, and a displaced file it already kept (its
+        inode linked in ``displaced/``) is not kept twice; either would carry the same
+        lines again.
         """
         ino, dev, size = int(read[0]), int(read[1]), int(read[2])
         try:
@@ -498,12 +507,42 @@ class MemoryFileWriter:
         except FileNotFoundError:
             return False
         renamed = (st.st_ino, st.st_dev) != (ino, dev)
-        if renamed and st_tmp is not None:
+        if renamed and st_tmp is not None and not self._already_kept(st_tmp):
             # Kept like any displaced file: bytes past what the new file holds (written
             # at the moment of the rename, or later through a descriptor opened before
             # it) are carried over by the next writer.
-            self._keep_displaced(tmp, vpath, size)
+            self._keep_displaced(tmp, vpath, size + self._carried(target, tmp, size, carry))
         return renamed
+
+    def _already_kept(self, st: os.stat_result) -> bool:
+        """Whether ``displaced/`` already holds the file ``st`` describes (by inode)."""
+        try:
+            kept = list((self.home / DISPLACED_DIR).iterdir())
+        except FileNotFoundError:
+            return False
+        for entry in kept:
+            with contextlib.suppress(OSError):
+                other = entry.lstat()
+                if (other.st_ino, other.st_dev) == (st.st_ino, st.st_dev):
+                    return True
+        return False
+
+    def _carried(self, target: Path, tmp: Path, size: int, carry: list[Any] | None) -> int:
+        """How many bytes of the displaced file ``tmp`` past ``size`` a killed rewrite
+        had already carried over to ``target`` (0, or the whole tail it recorded)."""
+        if carry is None or len(carry) != 2:
+            return 0
+        at, length = int(carry[0]), int(carry[1])
+        with tmp.open("rb") as f:
+            f.seek(size)
+            tail = f.read(length)
+        if len(tail) != length or not tail:
+            return 0
+        with target.open("rb") as f:
+            f.seek(at)
+            after = f.read()
+        # Found where the new file ended, or later (an editor's append landing first).
+        return length if after.find(tail) >= 0 else 0
 
     # -- reading and committing -------------------------------------------------------
 
@@ -668,7 +707,7 @@ class MemoryFileWriter:
                 except FileExistsError:
                     raise _Changed from None
             elif _exchange(tmp, target):
-                kept = self._settle_displaced(target, tmp, seen, new)
+                kept = self._settle_displaced(target, tmp, seen, new, pending)
                 self._keep_displaced(tmp, vpath, kept)
             else:
                 tmp.replace(target)
@@ -692,10 +731,14 @@ class MemoryFileWriter:
                 tmp.unlink()
             self._clear_pending()
 
-    def _settle_displaced(self, target: Path, tmp: Path, seen: _Seen, new: bytes) -> int:
+    def _settle_displaced(
+        self, target: Path, tmp: Path, seen: _Seen, new: bytes, pending: dict[str, Any]
+    ) -> int:
         """After the exchange, ``tmp`` holds the file we displaced: make sure it was ours.
 
-        Returns how many of its bytes are accounted for (carried over or ours).
+        Returns how many of its bytes are accounted for (carried over or ours). A tail
+        to carry over is recorded in ``pending`` first (where the new file ended and how
+        long the tail is), so that recovery after a kill tells whether it landed.
         """
         st = os.lstat(tmp)
         if (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns) == (
@@ -710,6 +753,8 @@ class MemoryFileWriter:
             tail = displaced[len(seen.data) :]
             if tail:
                 # Appended to the old file at the moment of the rename: carry it over.
+                pending["carry"] = [os.lstat(target).st_size, len(tail)]
+                self._set_pending(pending)
                 self._append_bytes(target, tail)
                 logger.info(
                     "%s: carried over %d bytes appended during a rewrite", target, len(tail)

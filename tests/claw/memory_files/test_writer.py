@@ -441,16 +441,32 @@ if at == "before the rename":
         os.kill(os.getpid(), signal.SIGKILL)
     w.MemoryFileWriter._recheck = recheck
 elif at == "after the rename":  # the editor writing to the file it displaced
-    def settled(self, target, tmp, seen, new):
+    def settled(self, target, tmp, seen, new, pending):
         editor(tmp)
         os.kill(os.getpid(), signal.SIGKILL)
     w.MemoryFileWriter._settle_displaced = settled
+elif at in ("after carrying the tail", "after keeping the displaced file"):
+    # The editor writes to the file the rename displaced, the writer carries that line
+    # over, and the kill comes before it keeps the displaced file, or just after.
+    settle = w.MemoryFileWriter._settle_displaced
+    keep = w.MemoryFileWriter._keep_displaced
+    def settled(self, target, tmp, seen, new, pending):
+        editor(tmp)
+        kept = settle(self, target, tmp, seen, new, pending)
+        if at == "after carrying the tail":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return kept
+    def kept(self, tmp, vpath, settled):
+        keep(self, tmp, vpath, settled)
+        os.kill(os.getpid(), signal.SIGKILL)
+    w.MemoryFileWriter._settle_displaced = settled
+    w.MemoryFileWriter._keep_displaced = kept
 else:  # a line carried over by the re-check, then one in the new file, then the kill
     recheck = w.MemoryFileWriter._recheck
     def carried(self, target, tmp, seen):
         editor(target)
         return recheck(self, target, tmp, seen)
-    def settled(self, target, tmp, seen, new):
+    def settled(self, target, tmp, seen, new, pending):
         with open(target, "a", encoding="utf-8") as f:
             f.write("- appended after the rename\\n")
         os.kill(os.getpid(), signal.SIGKILL)
@@ -504,6 +520,21 @@ def test_lines_the_recheck_carried_are_not_carried_again_after_a_kill(ws: Path) 
     assert "release manager" not in text
     assert text.count("- appended by an editor\n") == 1
     assert text.count("- appended after the rename\n") == 1
+
+
+@pytest.mark.parametrize("at", ["after carrying the tail", "after keeping the displaced file"])
+def test_a_line_carried_from_the_displaced_file_is_not_carried_again_after_a_kill(
+    ws: Path, at: str
+) -> None:
+    _kill_a_forget(ws, at)
+    writer = MemoryFileWriter(ws)
+    writer.recover()
+    writer.append("memory/n.md", "- next", by=BY)
+    text = _text(ws)
+    assert "release manager" not in text
+    assert text.count("- appended by an editor\n") == 1
+    assert [r.text for r in writer.removals()] == ["- Bob is the release manager.\n"]
+    assert not list(ws.glob(".*.claw-tmp"))
 
 
 def test_a_torn_journal_line_is_cut_off(ws: Path) -> None:
