@@ -454,8 +454,14 @@ class MemoryFileWriter:
         read = op.get("read")  # [inode, device, size] of the file the rewrite read
         if ours and isinstance(read, list) and len(read) == 3:
             carry = op.get("carry")
+            written = op.get("size")
             renamed = self._recover_by_identity(
-                target, tmp, str(op["path"]), read, carry if isinstance(carry, list) else None
+                target,
+                tmp,
+                str(op["path"]),
+                read,
+                carry=carry if isinstance(carry, list) else None,
+                written=written if isinstance(written, int) else None,
             )
         else:  # the file did not exist, or a pending op from before identities were kept
             try:
@@ -475,7 +481,14 @@ class MemoryFileWriter:
         )
 
     def _recover_by_identity(
-        self, target: Path, tmp: Path, vpath: str, read: list[Any], carry: list[Any] | None
+        self,
+        target: Path,
+        tmp: Path,
+        vpath: str,
+        read: list[Any],
+        *,
+        carry: list[Any] | None,
+        written: int | None,
     ) -> bool:
         """Whether a killed rewrite's rename happened, told by inodes rather than content.
 
@@ -484,7 +497,9 @@ class MemoryFileWriter:
         replaced, and a forget journalled then would stand in the journal while its
         lines stayed in the file. The temporary file still holding another inode than
         the one read means the rename never happened (or was undone, when the file was
-        replaced at that moment); else the rename happened exactly when ``target`` is
+        replaced at that moment: bytes an editor wrote to the new file while it was in
+        place, past ``written``, go to the file put back unless the writer had carried
+        them already); else the rename happened exactly when ``target`` is
         no longer the inode read. After an exchange the temporary name holds the file
         displaced: it is kept as any displaced file is, settled up to what the new file
         holds (the size the re-check last saw, which ``pending.json`` records), so bytes
@@ -501,6 +516,23 @@ class MemoryFileWriter:
         except FileNotFoundError:
             st_tmp = None
         if st_tmp is not None and (st_tmp.st_ino, st_tmp.st_dev) != (ino, dev):
+            # Never renamed, or renamed and undone (the file was replaced at that
+            # moment): bytes past the temporary file's own were written to it while it
+            # was in place, and belong to the file put back.
+            if (
+                written is not None
+                and st_tmp.st_size > written
+                and not self._already_kept(st_tmp)
+                and not self._carried(target, tmp, written, carry)
+            ):
+                with tmp.open("rb") as f:
+                    f.seek(written)
+                    late = f.read()
+                with contextlib.suppress(FileNotFoundError):
+                    self._append_bytes(target, late)
+                    logger.info(
+                        "%s: carried over %d bytes written during a rewrite", vpath, len(late)
+                    )
             return False
         try:
             st = os.lstat(target)
@@ -677,6 +709,9 @@ class MemoryFileWriter:
             "old": seen.sha,
             "new": _sha(new),
             "read": [seen.ino, seen.dev, seen.size] if seen.exists else None,
+            # How long the temporary file is (bytes past it were written while it was
+            # in place, between an exchange and its undo).
+            "size": len(new),
             "record": None if record is None else record["id"],
         }
         self._set_pending(pending)
@@ -700,6 +735,7 @@ class MemoryFileWriter:
                 # The new file holds the old one up to here: a kill after the rename
                 # leaves only what lies beyond it to carry over (never these lines twice).
                 pending["read"] = [seen.ino, seen.dev, seen.size]
+                pending["size"] = len(new)
                 self._set_pending(pending)
             if not seen.exists:
                 try:
@@ -765,6 +801,10 @@ class MemoryFileWriter:
             raise MemoryFileError(f"{target}: could not undo a rename")
         ours = tmp.read_bytes()
         if len(ours) > len(new) and ours.startswith(new):
+            # Written to our file in the moment it was in place: give it to the file
+            # put back (recorded first, as a carried tail is).
+            pending["carry"] = [os.lstat(target).st_size, len(ours) - len(new)]
+            self._set_pending(pending)
             self._append_bytes(target, ours[len(new) :])
         self._keep_displaced(tmp, str(target.relative_to(self.workspace).as_posix()), len(ours))
         raise _Changed

@@ -461,6 +461,34 @@ elif at in ("after carrying the tail", "after keeping the displaced file"):
         os.kill(os.getpid(), signal.SIGKILL)
     w.MemoryFileWriter._settle_displaced = settled
     w.MemoryFileWriter._keep_displaced = kept
+elif at.startswith("undone"):
+    # At the moment of the rename an editor saves the file (a new inode, as vim does),
+    # so the rename is undone; in the instant our file was in place, another editor
+    # appended a line to it. The kill comes right after the undo, or after that line
+    # was given to the file put back.
+    exchange = w._exchange
+    calls = []
+    def exchanged(a, b):
+        calls.append(b)
+        if len(calls) == 1:
+            saved = b.with_name("saved-by-an-editor")
+            text = b.read_text(encoding="utf-8") + "- saved by an editor\\n"
+            saved.write_text(text, encoding="utf-8")
+            os.replace(saved, b)
+            done = exchange(a, b)
+            editor(b)
+            return done
+        done = exchange(a, b)
+        if at == "undone, before carrying back":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return done
+    keep = w.MemoryFileWriter._keep_displaced
+    def kept(self, tmp, vpath, settled):
+        keep(self, tmp, vpath, settled)
+        os.kill(os.getpid(), signal.SIGKILL)
+    w._exchange = exchanged
+    if at == "undone, after carrying back":
+        w.MemoryFileWriter._keep_displaced = kept
 else:  # a line carried over by the re-check, then one in the new file, then the kill
     recheck = w.MemoryFileWriter._recheck
     def carried(self, target, tmp, seen):
@@ -534,6 +562,21 @@ def test_a_line_carried_from_the_displaced_file_is_not_carried_again_after_a_kil
     assert "release manager" not in text
     assert text.count("- appended by an editor\n") == 1
     assert [r.text for r in writer.removals()] == ["- Bob is the release manager.\n"]
+    assert not list(ws.glob(".*.claw-tmp"))
+
+
+@pytest.mark.parametrize("at", ["undone, before carrying back", "undone, after carrying back"])
+def test_a_line_written_to_a_rename_that_was_undone_is_kept_once_after_a_kill(
+    ws: Path, at: str
+) -> None:
+    _kill_a_forget(ws, at)
+    writer = MemoryFileWriter(ws)
+    writer.recover()
+    writer.append("memory/n.md", "- next", by=BY)
+    # The editor's save stands (the forget never happened), with the other editor's
+    # line, once.
+    assert _text(ws) == NOTE + "- saved by an editor\n- appended by an editor\n"
+    assert writer.removals() == []
     assert not list(ws.glob(".*.claw-tmp"))
 
 
