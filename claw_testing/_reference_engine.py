@@ -42,6 +42,7 @@ from claw.context import (
     estimate_tokens,
 )
 from claw.models import CompactionSummary, message_to_dict
+from claw.plugin_sdk import enter_wal
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS advancements (
@@ -76,7 +77,9 @@ class ReferenceContextEngine:
 
     def __attrs_post_init__(self) -> None:
         self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
+        # Two processes of one test may open the same new file at once (see enter_wal).
+        self._conn.execute("PRAGMA busy_timeout = 5000")
+        enter_wal(self._conn, timeout=5.0)
         self._conn.execute("PRAGMA synchronous = FULL")
         self._conn.executescript(_SCHEMA)
 

@@ -23,6 +23,7 @@ from claw import InlineWorkerPool
 from claw.sessions import open_session_store
 from claw.turns import open_transcript_store
 from claw_memory._store import Store
+from claw_testing import ReferenceContextEngine
 
 from ..._processes import reap
 
@@ -87,3 +88,16 @@ def test_the_memory_index_opens_while_another_process_holds_its_write_lock(
             assert store.path == path
         finally:
             store.close()
+
+
+def test_the_reference_engine_opens_while_another_process_holds_its_write_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "engine.sqlite3"
+    with write_lock_held_elsewhere(path) as holder:
+        engine = ReferenceContextEngine(path)
+        try:
+            assert holder.poll() is not None
+            assert engine.info.id == "reference"
+        finally:
+            engine.close()
