@@ -139,6 +139,64 @@ def row_cosines(
     return out
 
 
+def exact_cosines(
+    matrix: npt.NDArray[np.float32], rows: npt.NDArray[np.intp], query: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float64]:
+    """The cosine of each of ``rows`` to ``query``, each computed the same way whatever
+    other rows come with it, so a search ranks alike alone or batched.
+
+    A BLAS product rounds a row's cosine differently with the product's shape and the
+    row's place in it (a search batched with others, a row gathered among more or fewer:
+    up to ~1e-7 apart), and a near-tie then orders one way alone and the other under
+    load. ``einsum`` sums each row with the same loop wherever it lies; it is slower than
+    BLAS, so it scores candidates only (tens to hundreds of rows), never the matrix.
+    """
+    if not len(rows):
+        return np.empty(0, dtype=np.float64)
+    order = np.argsort(rows, kind="stable")
+    out = np.empty(len(rows), dtype=np.float64)
+    out[order] = np.einsum("ij,j->i", matrix[rows[order]], query)
+    return out
+
+
+def cosine_slack(query: npt.NDArray[np.float32]) -> float:
+    """How far a float32 cosine of a unit row to ``query`` from any product (BLAS,
+    batched or not, or :func:`exact_cosines`) can lie from another's: each is within
+    ``d * eps/2 * |query|`` of the true value (Cauchy-Schwarz bounds the sum of
+    ``|row_i * query_i|`` by ``|query|``)."""
+    return float(query.shape[0] * np.finfo(np.float32).eps * np.linalg.norm(query))
+
+
+def nearest_rows(
+    approx: npt.NDArray[np.float32],
+    rows: npt.NDArray[np.intp],
+    k: int,
+    matrix: npt.NDArray[np.float32],
+    query: npt.NDArray[np.float32],
+) -> npt.NDArray[np.intp]:
+    """The ``k`` of ``rows`` nearest ``query``, best first (ties: the lower row first),
+    chosen by exact cosines, given ``approx``, their cosines from some product.
+
+    Every row whose approximate cosine lies within twice the rounding slack of the
+    ``k``-th best could be in the exact top ``k`` (the ``k`` best approximate rows are
+    all within the slack of their exact values, so the exact ``k``-th lies at most one
+    slack below the approximate ``k``-th); those are scored exactly, and the top ``k``
+    taken from the exact scores. So the answer does not depend on how ``approx`` was
+    computed. ``-inf`` in ``approx`` (a filtered-out row) is never chosen.
+    """
+    picked = top_k(approx, k)
+    picked = picked[np.isfinite(approx[picked])]
+    if len(picked) == k and len(approx) > k:
+        floor = float(approx[picked[-1]]) - 2 * cosine_slack(query)
+        pool = np.flatnonzero(approx >= floor)
+    else:  # every finite row is already in
+        pool = picked
+    candidates = rows[pool]
+    exact = exact_cosines(matrix, candidates, query)
+    best: npt.NDArray[np.intp] = candidates[np.lexsort((candidates, -exact))[:k]]
+    return best
+
+
 def sketch_nearest(
     gen: Generation,
     query: npt.NDArray[np.float32],
@@ -151,10 +209,7 @@ def sketch_nearest(
     sketch = gen.sketch()
     assert sketch is not None and gen.matrix is not None
     pool = sketch.nearest(query, max(SKETCH_RESCORE_FACTOR * k, SKETCH_RESCORE_MIN), mask)
-    cos = row_cosines(gen.matrix, pool, query)
-    best = top_k(cos, k)
-    result: npt.NDArray[np.intp] = pool[best]
-    return result
+    return nearest_rows(row_cosines(gen.matrix, pool, query), pool, k, gen.matrix, query)
 
 
 def narrow_filter(gen: Generation, f: SearchFilter) -> SearchFilter:
@@ -742,24 +797,21 @@ def rank(
     # The approximate vector stage (a large generation), or one over the rows a filter
     # reaches: no cosine of every row, the candidates' exact cosines are computed from
     # their own rows instead.
-    per_row = False
-    if use_vec and gen.matrix is not None and gen.matrix.shape[0] == n:
-        assert query_vector is not None
+    scored = bool(use_vec and gen.matrix is not None and gen.matrix.shape[0] == n)
+    if scored:
+        assert gen.matrix is not None and query_vector is not None
         if reach is not None:
             reached = (
                 sims[reach] if sims is not None else row_cosines(gen.matrix, reach, query_vector)
             )
-            vec_rows = reach[top_k(reached, k)]
-            per_row = sims is None
+            vec_rows = nearest_rows(reached, reach, k, gen.matrix, query_vector)
         elif sims is None and approximate(gen, params.approximate_rows):
-            per_row = True
             vec_rows = sketch_nearest(gen, query_vector, k, mask)
         else:
             if sims is None:
                 sims = gen.matrix @ query_vector
             ranked = sims if mask is None else np.where(mask, sims, -np.inf).astype(np.float32)
-            top = top_k(ranked, k)
-            vec_rows = top[np.isfinite(ranked[top])]
+            vec_rows = nearest_rows(ranked, np.arange(n), k, gen.matrix, query_vector)
 
     # Candidates in first-seen order (lexical, then vector), scored all at once.
     candidates = list(text_scores)
@@ -770,10 +822,13 @@ def rank(
     if tombstones:
         live = [gen.records[r].chunk_id not in tombstones for r in rows.tolist()]
         rows, t_arr = rows[live], t_arr[live]
-    v_arr = np.maximum(sims[rows].astype(np.float64), 0.0) if sims is not None else None
-    if per_row:
+    # Every candidate's cosine computed exactly, the same way for every search: a
+    # product's rounding (shared with other searches in a batch, or not) never reaches
+    # a score.
+    v_arr = None
+    if scored:
         assert gen.matrix is not None and query_vector is not None
-        v_arr = np.maximum(row_cosines(gen.matrix, rows, query_vector).astype(np.float64), 0.0)
+        v_arr = np.maximum(exact_cosines(gen.matrix, rows, query_vector), 0.0)
     if params.mode == "lexical" or v_arr is None:
         scores = t_arr if use_text else np.zeros(len(rows), dtype=np.float64)
     elif params.mode == "vector" or not use_text:
