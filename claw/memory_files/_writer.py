@@ -454,14 +454,14 @@ class MemoryFileWriter:
         read = op.get("read")  # [inode, device, size] of the file the rewrite read
         if ours and isinstance(read, list) and len(read) == 3:
             carry = op.get("carry")
-            written = op.get("size")
+            undo = op.get("undo")
             renamed = self._recover_by_identity(
                 target,
                 tmp,
                 str(op["path"]),
                 read,
                 carry=carry if isinstance(carry, list) else None,
-                written=written if isinstance(written, int) else None,
+                undo=undo if isinstance(undo, list) and len(undo) == 3 else None,
             )
         else:  # the file did not exist, or a pending op from before identities were kept
             try:
@@ -488,7 +488,7 @@ class MemoryFileWriter:
         read: list[Any],
         *,
         carry: list[Any] | None,
-        written: int | None,
+        undo: list[Any] | None,
     ) -> bool:
         """Whether a killed rewrite's rename happened, told by inodes rather than content.
 
@@ -496,19 +496,20 @@ class MemoryFileWriter:
         temporary file by the re-check) change the hash of the file the rename never
         replaced, and a forget journalled then would stand in the journal while its
         lines stayed in the file. The temporary file still holding another inode than
-        the one read means the rename never happened (or was undone, when the file was
-        replaced at that moment: bytes an editor wrote to the new file while it was in
-        place, past ``written``, go to the file put back unless the writer had carried
-        them already); else the rename happened exactly when ``target`` is
-        no longer the inode read. After an exchange the temporary name holds the file
-        displaced: it is kept as any displaced file is, settled up to what the new file
-        holds (the size the re-check last saw, which ``pending.json`` records), so bytes
-        written to it past that (an ``echo >>`` at the moment of the rename, or later) are
-        carried over by the next writer. Unless the writer got further before the kill:
-        a tail it carried over (``carry`` in ``pending.json``, found in the new file past
-        where that ended) counts as settled, and a displaced file it already kept (its
-        inode linked in ``displaced/``) is not kept twice; either would carry the same
-        lines again.
+        the one read means the rename never happened, or happened and was being undone
+        because the file was replaced at that moment (``undo`` in ``pending.json``: the
+        new file's length and inode): the undo is finished if the kill came before it,
+        and bytes an editor wrote to the new file while it was in place go to the file
+        put back unless the writer had carried them already; else the rename happened
+        exactly when ``target`` is no longer the inode read. After an exchange the
+        temporary name holds the file displaced: it is kept as any displaced file is,
+        settled up to what the new file holds (the size the re-check last saw, which
+        ``pending.json`` records), so bytes written to it past that (an ``echo >>`` at
+        the moment of the rename, or later) are carried over by the next writer. Unless
+        the writer got further before the kill: a tail it carried over (``carry`` in
+        ``pending.json``, found in the new file past where that ended) counts as
+        settled, and a displaced file it already kept (its inode linked in
+        ``displaced/``) is not kept twice; either would carry the same lines again.
         """
         ino, dev, size = int(read[0]), int(read[1]), int(read[2])
         try:
@@ -516,23 +517,8 @@ class MemoryFileWriter:
         except FileNotFoundError:
             st_tmp = None
         if st_tmp is not None and (st_tmp.st_ino, st_tmp.st_dev) != (ino, dev):
-            # Never renamed, or renamed and undone (the file was replaced at that
-            # moment): bytes past the temporary file's own were written to it while it
-            # was in place, and belong to the file put back.
-            if (
-                written is not None
-                and st_tmp.st_size > written
-                and not self._already_kept(st_tmp)
-                and not self._carried(target, tmp, written, carry)
-            ):
-                with tmp.open("rb") as f:
-                    f.seek(written)
-                    late = f.read()
-                with contextlib.suppress(FileNotFoundError):
-                    self._append_bytes(target, late)
-                    logger.info(
-                        "%s: carried over %d bytes written during a rewrite", vpath, len(late)
-                    )
+            if undo is not None:
+                self._finish_undo(target, tmp, vpath, undo, carry=carry)
             return False
         try:
             st = os.lstat(target)
@@ -545,6 +531,40 @@ class MemoryFileWriter:
             # it) are carried over by the next writer.
             self._keep_displaced(tmp, vpath, size + self._carried(target, tmp, size, carry))
         return renamed
+
+    def _finish_undo(
+        self, target: Path, tmp: Path, vpath: str, undo: list[Any], *, carry: list[Any] | None
+    ) -> None:
+        """Finish undoing a rename killed on its way back (see :meth:`_settle_displaced`).
+
+        ``undo`` is our new file's length and identity (inode, device), recorded before
+        the undo: by inode, not content (a forget of a file's last lines makes the new
+        file a prefix of the old one). If our file is still at ``target`` (the kill
+        came before the undo), it is swapped back with the file that replaced it; then
+        bytes past ``length`` in it (written while it was in place) are given to the
+        file put back, unless the writer had already.
+        """
+        length, ours_id = int(undo[0]), (int(undo[1]), int(undo[2]))
+        try:
+            st = os.lstat(target)
+            if (st.st_ino, st.st_dev) == ours_id and not _exchange(tmp, target):
+                return
+            st_tmp = os.lstat(tmp)
+        except FileNotFoundError:
+            return
+        if (
+            (st_tmp.st_ino, st_tmp.st_dev) != ours_id
+            or st_tmp.st_size <= length
+            or self._already_kept(st_tmp)
+            or self._carried(target, tmp, length, carry)
+        ):
+            return
+        with tmp.open("rb") as f:
+            f.seek(length)
+            late = f.read()
+        with contextlib.suppress(FileNotFoundError):
+            self._append_bytes(target, late)
+            logger.info("%s: carried over %d bytes written during a rewrite", vpath, len(late))
 
     def _already_kept(self, st: os.stat_result) -> bool:
         """Whether ``displaced/`` already holds the file ``st`` describes (by inode)."""
@@ -709,9 +729,6 @@ class MemoryFileWriter:
             "old": seen.sha,
             "new": _sha(new),
             "read": [seen.ino, seen.dev, seen.size] if seen.exists else None,
-            # How long the temporary file is (bytes past it were written while it was
-            # in place, between an exchange and its undo).
-            "size": len(new),
             "record": None if record is None else record["id"],
         }
         self._set_pending(pending)
@@ -735,7 +752,6 @@ class MemoryFileWriter:
                 # The new file holds the old one up to here: a kill after the rename
                 # leaves only what lies beyond it to carry over (never these lines twice).
                 pending["read"] = [seen.ino, seen.dev, seen.size]
-                pending["size"] = len(new)
                 self._set_pending(pending)
             if not seen.exists:
                 try:
@@ -796,7 +812,11 @@ class MemoryFileWriter:
                     "%s: carried over %d bytes appended during a rewrite", target, len(tail)
                 )
             return len(displaced)
-        # Replaced or edited at the moment of the rename: put it back, start again.
+        # Replaced or edited at the moment of the rename: put it back, start again
+        # (recorded first: a kill from here on is finished by recovery, _finish_undo).
+        st = os.lstat(target)  # our file, until the undo
+        pending["undo"] = [len(new), st.st_ino, st.st_dev]
+        self._set_pending(pending)
         if not _exchange(tmp, target):  # pragma: no cover - it just worked
             raise MemoryFileError(f"{target}: could not undo a rename")
         ours = tmp.read_bytes()

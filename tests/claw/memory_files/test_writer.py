@@ -461,6 +461,13 @@ elif at in ("after carrying the tail", "after keeping the displaced file"):
         os.kill(os.getpid(), signal.SIGKILL)
     w.MemoryFileWriter._settle_displaced = settled
     w.MemoryFileWriter._keep_displaced = kept
+elif at == "after the re-check carried":  # the line is in the temporary file too
+    recheck = w.MemoryFileWriter._recheck
+    def carried(self, target, tmp, seen):
+        editor(target)
+        seen = recheck(self, target, tmp, seen)
+        os.kill(os.getpid(), signal.SIGKILL)
+    w.MemoryFileWriter._recheck = carried
 elif at.startswith("undone"):
     # At the moment of the rename an editor saves the file (a new inode, as vim does),
     # so the rename is undone; in the instant our file was in place, another editor
@@ -478,6 +485,8 @@ elif at.startswith("undone"):
             done = exchange(a, b)
             editor(b)
             return done
+        if at == "undone, before the undo":
+            os.kill(os.getpid(), signal.SIGKILL)
         done = exchange(a, b)
         if at == "undone, before carrying back":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -565,7 +574,9 @@ def test_a_line_carried_from_the_displaced_file_is_not_carried_again_after_a_kil
     assert not list(ws.glob(".*.claw-tmp"))
 
 
-@pytest.mark.parametrize("at", ["undone, before carrying back", "undone, after carrying back"])
+@pytest.mark.parametrize(
+    "at", ["undone, before the undo", "undone, before carrying back", "undone, after carrying back"]
+)
 def test_a_line_written_to_a_rename_that_was_undone_is_kept_once_after_a_kill(
     ws: Path, at: str
 ) -> None:
@@ -576,6 +587,19 @@ def test_a_line_written_to_a_rename_that_was_undone_is_kept_once_after_a_kill(
     # The editor's save stands (the forget never happened), with the other editor's
     # line, once.
     assert _text(ws) == NOTE + "- saved by an editor\n- appended by an editor\n"
+    assert writer.removals() == []
+    assert not list(ws.glob(".*.claw-tmp"))
+
+
+def test_a_line_the_recheck_carried_is_kept_once_when_the_kill_follows_at_once(
+    ws: Path,
+) -> None:
+    _kill_a_forget(ws, "after the re-check carried")
+    writer = MemoryFileWriter(ws)
+    writer.recover()
+    writer.append("memory/n.md", "- next", by=BY)
+    # The forget never happened; the editor's line is there once.
+    assert _text(ws) == NOTE + "- appended by an editor\n"
     assert writer.removals() == []
     assert not list(ws.glob(".*.claw-tmp"))
 
