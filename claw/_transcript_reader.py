@@ -88,6 +88,17 @@ class TranscriptReader:
 
     # -- plugin side -------------------------------------------------------------
 
+    def sessions_version(self) -> object:
+        """A value that changes whenever what :meth:`list_sessions` answers may (cheap,
+        sync, no I/O): it moves with every transcript write and session change.
+
+        A memory provider that checks for changed sessions before every search reads
+        this first and lists (and compares every session) only once it moved: the
+        listing is answered from a cache, but converting and comparing it still costs
+        in proportion to every session the provider indexes.
+        """
+        return (self._store().version, self._session_version)
+
     async def list_sessions(self, *, agent_id: str | None = None) -> list[TranscriptSessionInfo]:
         """Every session incarnation with a transcript (of ``agent_id``, when given).
 
@@ -96,6 +107,8 @@ class TranscriptReader:
         """
         store = self._store()
         version = (store.version, self._session_version)
+        # The same value sessions_version() answers: a listing cached against it is the
+        # answer for as long as it stands.
         cached = self._cache.get(agent_id)
         if cached is not None and cached[0] == version:
             return list(cached[1])

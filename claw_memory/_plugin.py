@@ -233,6 +233,11 @@ class _AgentTranscripts:
     reader: TranscriptReader
     agent_id: str
 
+    def sessions_version(self) -> object:
+        """The host reader's listing version (a :class:`VersionedTranscriptSource`):
+        while it stands, a search lists no session of this agent."""
+        return self.reader.sessions_version()
+
     async def list_sessions(self) -> Sequence[TranscriptSession]:
         return [
             TranscriptSession(

@@ -387,3 +387,44 @@ async def test_a_memory_fact_outranks_transcript_lines_that_only_repeat_the_ques
     # ... but the fact comes first.
     assert (top.source, top.reference.id) == ("memory", "MEMORY.md")
     assert "release manager" in top.excerpt
+
+
+async def test_a_search_on_an_unchanged_host_lists_no_session(
+    host: claw.Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's transcript reader keeps a listing version: while no transcript or
+    session changed, a search lists (and compares) no session; a new turn moves the
+    version, and the next search lists, syncs and finds it."""
+    from claw._transcript_reader import TranscriptReader
+
+    listed: list[str | None] = []
+    listing = TranscriptReader.list_sessions
+
+    async def counted(self: TranscriptReader, *, agent_id: str | None = None) -> Any:
+        listed.append(agent_id)
+        return await listing(self, agent_id=agent_id)
+
+    monkeypatch.setattr(TranscriptReader, "list_sessions", counted)
+    model = ScriptedModel(["noted, the launch is on Tuesday", "noted, the hangar is big"])
+    host.models.register_provider("scripted", lambda name: model)
+    await host.run_turn(
+        "dm:alice", UserMessage("the zeppelin launch moved to Tuesday"), sender_is_owner=True
+    )
+    await _operator_search(host, "zeppelin launch", min_score=0.0)
+    await trio.testing.wait_all_tasks_blocked()  # the background sync publishes
+    listed_once = await _operator_search(host, "zeppelin launch", min_score=0.0)
+    assert any(h.source == "sessions" for h in listed_once.hits)
+    listed.clear()
+    for _ in range(3):
+        again = await _operator_search(host, "zeppelin launch", min_score=0.0)
+        assert again.coverage is not None and again.coverage.complete
+        assert again.hits == listed_once.hits
+    assert listed == []
+    await host.run_turn(
+        "dm:alice", UserMessage("the zeppelin hangar is in Friedrichshafen"), sender_is_owner=True
+    )
+    await _operator_search(host, "zeppelin hangar", min_score=0.0)
+    assert listed == ["main"]
+    await trio.testing.wait_all_tasks_blocked()
+    after = await _operator_search(host, "Friedrichshafen hangar", min_score=0.0)
+    assert any("Friedrichshafen" in h.excerpt for h in after.hits if h.source == "sessions")
