@@ -36,6 +36,8 @@ class RowColumns:
         self.keys = array("q")
         self.is_session = bytearray()
         self.dated = array("d")
+        self.start_lines = array("i")
+        self.stamps = array("d")
         self.provenances: dict[str, int] = {}
         self.prov_codes = array("i")
         self.agents: dict[str, int] = {}
@@ -59,6 +61,7 @@ class RowColumns:
         # What add does, with the per-record lookups hoisted (a first sync gathers a
         # million records) and the date of each path parsed once.
         keys, is_session, dated = self.keys, self.is_session, self.dated
+        start_lines, stamps = self.start_lines, self.stamps
         provenances, prov_codes = self.provenances, self.prov_codes
         agents, agent_codes = self.agents, self.agent_codes
         skeys, skey_codes = self.skeys, self.skey_codes
@@ -82,6 +85,9 @@ class RowColumns:
                 dated.append(d)
             else:
                 dated.append(nan)
+            start_lines.append(r.start_line)
+            stamp = r.timestamp
+            stamps.append(nan if stamp is None else stamp)
             prov_codes.append(provenances.setdefault(r.provenance, len(provenances)))
             agent = r.agent_id
             agent_codes.append(-1 if agent is None else agents.setdefault(agent, len(agents)))
@@ -131,6 +137,12 @@ class RowColumns:
 
     def dated_column(self) -> npt.NDArray[np.float64]:
         return np.array(self.dated, dtype=np.float64)
+
+    def start_line_column(self) -> npt.NDArray[np.int32]:
+        return np.array(self.start_lines, dtype=np.int32)
+
+    def stamp_column(self) -> npt.NDArray[np.float64]:
+        return np.array(self.stamps, dtype=np.float64)
 
 
 _NO_KEYS: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -447,6 +459,11 @@ class Generation:
     skey_codes: npt.NDArray[np.int32]
     skey_index: Mapping[str, int]
     dated: npt.NDArray[np.float64]
+    # Each row's first line (a transcript chunk's first turn) and timestamp (NaN: none):
+    # what ordering a provenance's rows and a turn's date words need, so that a search
+    # decodes no record of the neighbouring turns it scores (see :meth:`adjacent_rows`).
+    start_lines: npt.NDArray[np.int32]
+    stamps: npt.NDArray[np.float64]
     # What the rows hold, so that a search filter that excludes nothing here can be
     # dropped before ranking (a per-agent index answers agent filters trivially).
     sources_present: frozenset[str] = frozenset()
@@ -507,6 +524,8 @@ class Generation:
             skey_codes=cols.skey_column(skey_index),
             skey_index=skey_index,
             dated=cols.dated_column(),
+            start_lines=cols.start_line_column(),
+            stamps=cols.stamp_column(),
             sources_present=frozenset(cols.sources),
             session_agents=frozenset(cols.session_agents),
             session_keys=frozenset(cols.session_keys),
@@ -563,8 +582,11 @@ class Generation:
         """The live rows one place and two places before and after ``row``.
 
         Places are counted within the row's provenance (a transcript session, a file)
-        in start-line order: for a transcript these are the neighbouring turns. The
-        order of each provenance is computed once, on first use.
+        in start-line order (then row order): for a transcript these are the
+        neighbouring turns. The order of each provenance is computed once, on first
+        use, from the start-line column: only ``row``'s own record is read, none of
+        its neighbours' (a search scoring a few hundred turns decoded every turn of
+        their sessions for this, most of its cost in an index of many agents).
         """
         found: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = self._memo.setdefault(
             "adjacent", {}
@@ -572,10 +594,10 @@ class Generation:
         hit = found.get(row)
         if hit is not None:
             return hit
-        ordered = sorted(
-            self.rows_of_provenance.get(self.records[row].provenance, ()),
-            key=lambda r: (self.records[r].start_line, r),
+        rows = np.asarray(
+            self.rows_of_provenance.get(self.records[row].provenance, ()), dtype=np.intp
         )
+        ordered: list[int] = rows[np.lexsort((rows, self.start_lines[rows]))].tolist()
         n = len(ordered)
         for p, r in enumerate(ordered):
             found[r] = (
@@ -799,6 +821,8 @@ class Generation:
             skey_codes=np.concatenate([self.skey_codes, cols.skey_column(skey_index)]),
             skey_index=skey_index,
             dated=np.concatenate([self.dated, cols.dated_column()]),
+            start_lines=np.concatenate([self.start_lines, cols.start_line_column()]),
+            stamps=np.concatenate([self.stamps, cols.stamp_column()]),
             sources_present=self.sources_present | cols.sources,
             session_agents=self.session_agents | cols.session_agents,
             session_keys=self.session_keys | cols.session_keys,

@@ -449,12 +449,14 @@ def _membership(
         if having:
             out[t] = [row in having for row in rows]
         if dated is None:
-            records = gen.records
+            # From the columns: the rows' records (neighbours of the candidates, most
+            # of them) are not read.
             dated = []
-            for i, r in enumerate(rows if "sessions" in gen.sources_present else ()):
-                rec = records[r]
-                if rec.source == "sessions" and rec.timestamp is not None:
-                    dated.append((i, _date_terms(lexical, date_text(rec.timestamp))))
+            if "sessions" in gen.sources_present:
+                at = np.asarray(rows, dtype=np.intp)
+                stamps = gen.stamps[at]
+                for i in np.flatnonzero(gen.is_session[at] & ~np.isnan(stamps)).tolist():
+                    dated.append((i, _date_terms(lexical, date_text(float(stamps[i])))))
         for i, words in dated:
             if term in words:
                 out[t, i] = True

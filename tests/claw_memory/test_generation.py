@@ -39,6 +39,7 @@ def _record(prov: str, i: int, session: bool = False) -> ChunkRecord:
         text=f"chunk {key}",
         agent_id="main" if session else None,
         session_key=f"agent:main:{prov}" if session else None,
+        timestamp=1_700_000_000.0 + 3_600.0 * key if session else None,
     )
 
 
@@ -78,6 +79,21 @@ def _check(gen: Generation, live: dict[int, ChunkRecord]) -> None:
     assert {p: sorted(r) for p, r in gen.rows_of_provenance.items()} == {
         p: sorted(r) for p, r in by_prov.items()
     }
+    # The columns a search reads instead of records: each row's first line and time,
+    # and so each live row's neighbours, are what its record says.
+    for key, rec in live.items():
+        row = gen.row_of_key[key]
+        assert int(gen.start_lines[row]) == rec.start_line
+        stamp = float(gen.stamps[row])
+        assert (rec.timestamp is None and np.isnan(stamp)) or stamp == rec.timestamp
+        ordered = sorted(
+            gen.rows_of_provenance[rec.provenance], key=lambda r: (gen.records[r].start_line, r)
+        )
+        p = ordered.index(row)
+        assert gen.adjacent_rows(row) == (
+            tuple(ordered[i] for i in (p - 1, p + 1) if 0 <= i < len(ordered)),
+            tuple(ordered[i] for i in (p - 2, p + 2) if 0 <= i < len(ordered)),
+        )
     dead = len(gen.records) - len(live)
     assert (gen.alive is None) == (dead == 0)
     assert dead <= 0.125 * len(gen.records)
@@ -98,14 +114,17 @@ def test_derived_generations_equal_their_live_rows_and_leave_older_ones_intact(
     steps: list[tuple[str, int, int]],
 ) -> None:
     provs = [f"memory/f{i}.md" for i in range(40)]
-    records = [_record(p, i, session=n % 5 == 0) for n, p in enumerate(provs) for i in range(3)]
+    # Start lines out of row order, some equal: neighbours follow lines, then rows.
+    records = [
+        _record(p, i, session=n % 5 == 0) for n, p in enumerate(provs) for i in (2, 0, 2, 1)
+    ]
     gen = _built(records)
     live = {r.key: r for r in records}
     held: list[tuple[Generation, npt.NDArray[np.float32]]] = []
     for number, (op, which, size) in enumerate(steps, start=2):
         prov = provs[which]
         if op == "replace":
-            added = [_record(prov, i) for i in range(size)]
+            added = [_record(prov, (i * 5) % 3, session=which % 3 == 0) for i in range(size)]
             gen = gen.derive(
                 number=number,
                 searcher=None,  # type: ignore[arg-type]

@@ -481,3 +481,98 @@ async def test_a_search_lists_no_session_while_the_transcript_version_stands(
                 ]
                 i += 1
         assert len(listed) == 6
+
+
+def _adjacent_from_records(gen: object, row: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """What adjacency was before the start-line column: each provenance's rows sorted
+    by their decoded records' start lines (the reference the column must match)."""
+    from claw_memory._generation import Generation
+
+    assert isinstance(gen, Generation)
+    ordered = sorted(
+        gen.rows_of_provenance.get(gen.records[row].provenance, ()),
+        key=lambda r: (gen.records[r].start_line, r),
+    )
+    if row not in ordered:
+        return (), ()
+    p = ordered.index(row)
+    return (
+        tuple(ordered[i] for i in (p - 1, p + 1) if 0 <= i < len(ordered)),
+        tuple(ordered[i] for i in (p - 2, p + 2) if 0 <= i < len(ordered)),
+    )
+
+
+async def test_a_search_reads_no_record_of_the_neighbouring_turns_it_scores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second stage scores a candidate with its neighbouring turns (their terms and
+    their dates) from the index's columns: a search in long sessions reads the records
+    of its candidates only, never every turn of their sessions, and ranks exactly as
+    reading the records did."""
+    from claw_memory import _ranking
+    from claw_memory._generation import Generation
+    from claw_memory._published import RowRecords
+    from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
+
+    src = InMemoryTranscriptSource()
+    for a in range(4):
+        turns = [
+            TranscriptTurn(
+                f"a{a}-{i}",
+                "user" if i % 2 else "assistant",
+                "",
+                f"{_WORDS[(a + i) % 9]} {'zebra crossing' if i % 40 == 7 else 'seen'} there",
+                1_700_000_000.0 + 86_400.0 * (i // 10),
+            )
+            for i in range(120)
+        ]
+        src.put(f"agent{a}", f"agent:agent{a}:main", f"s{a}", turns)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    read: list[int] = []
+    get = RowRecords.__getitem__
+
+    def decoded(self: RowRecords, row: int) -> object:
+        read.append(row)
+        return get(self, row)
+
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=MemoryCoreSettings(min_score=0.0, sources=("sessions",)),
+        embedder=HashEmbedder(),
+        transcripts=src,
+    ) as index:
+        f = SearchFilter(agent_ids=frozenset({"agent1"}))
+        pages = []
+        for query in ("zebra crossing", "otter zebra", "heron seen zebra"):
+            for mode in ("lexical", "hybrid"):
+                read.clear()
+                with monkeypatch.context() as spy:
+                    spy.setattr(RowRecords, "__getitem__", decoded)
+                    page = await index.search(query, mode=mode, max_results=3, filter=f)
+                pages.append(page)
+                assert page.hits and "zebra" in page.hits[0].excerpt
+                # The candidates the second stage re-scores (32 at most) and the page:
+                # not the session's 120 turns.
+                assert len(set(read)) <= 32
+        # The reference: neighbours ordered by the records' start lines, every term's
+        # rows (and so every date) analysed from the records themselves.
+        with monkeypatch.context() as old:
+            old.setattr(Generation, "adjacent_rows", _adjacent_from_records)
+            old.setattr(_ranking, "REACH_SHARE", 0.0)
+            old.setattr(_ranking, "TERM_ROWS_MAX_DF", 0)
+            i = 0
+            for query in ("zebra crossing", "otter zebra", "heron seen zebra"):
+                for mode in ("lexical", "hybrid"):
+                    ref = await index.search(query, mode=mode, max_results=3, filter=f)
+                    got = pages[i]
+                    assert [h.chunk_id for h in got.hits] == [h.chunk_id for h in ref.hits]
+                    if mode == "lexical":
+                        assert [h.score for h in got.hits] == [h.score for h in ref.hits]
+                    else:  # (the same cosines, to the float rounding of a gathered product)
+                        assert [h.score for h in got.hits] == pytest.approx(
+                            [h.score for h in ref.hits], abs=1e-6
+                        )
+                    i += 1
