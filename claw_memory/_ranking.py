@@ -438,7 +438,8 @@ def _membership(
     if within is not None and not np.isin(np.asarray(rows, dtype=np.intp), within.rows).all():
         within = None
     analysed: list[frozenset[str]] | None = None
-    dated: list[tuple[int, frozenset[str]]] | None = None
+    # The rows (positions in ``rows``) of each distinct date, with the date's words.
+    dated: list[tuple[npt.NDArray[np.intp], frozenset[str]]] | None = None
     for t, (term, df) in enumerate(zip(terms, dfs, strict=True)):
         if within is None and df > TERM_ROWS_MAX_DF:
             if analysed is None:
@@ -450,16 +451,21 @@ def _membership(
             out[t] = [row in having for row in rows]
         if dated is None:
             # From the columns: the rows' records (neighbours of the candidates, most
-            # of them) are not read.
+            # of them) are not read, and each distinct time is put in words once (a
+            # session's turns mostly share one).
             dated = []
             if "sessions" in gen.sources_present:
                 at = np.asarray(rows, dtype=np.intp)
                 stamps = gen.stamps[at]
-                for i in np.flatnonzero(gen.is_session[at] & ~np.isnan(stamps)).tolist():
-                    dated.append((i, _date_terms(lexical, date_text(float(stamps[i])))))
-        for i, words in dated:
+                timed = np.flatnonzero(gen.is_session[at] & ~np.isnan(stamps))
+                times, which = np.unique(stamps[timed], return_inverse=True)
+                for j, stamp in enumerate(times.tolist()):
+                    words = _date_terms(lexical, date_text(stamp))
+                    if words:
+                        dated.append((timed[which == j], words))
+        for where, words in dated:
             if term in words:
-                out[t, i] = True
+                out[t, where] = True
     return out
 
 

@@ -545,8 +545,11 @@ async def test_a_search_reads_no_record_of_the_neighbouring_turns_it_scores(
         transcripts=src,
     ) as index:
         f = SearchFilter(agent_ids=frozenset({"agent1"}))
+        # (The zebra turns fall on 14, 18 and 22 November 2023: a date in the query
+        # counts the words of each turn's date, its neighbours' among them.)
+        queries = ("zebra crossing", "otter zebra", "heron seen zebra", "zebra on 18 November")
         pages = []
-        for query in ("zebra crossing", "otter zebra", "heron seen zebra"):
+        for query in queries:
             for mode in ("lexical", "hybrid"):
                 read.clear()
                 with monkeypatch.context() as spy:
@@ -554,6 +557,8 @@ async def test_a_search_reads_no_record_of_the_neighbouring_turns_it_scores(
                     page = await index.search(query, mode=mode, max_results=3, filter=f)
                 pages.append(page)
                 assert page.hits and "zebra" in page.hits[0].excerpt
+                if "November" in query:
+                    assert page.hits[0].entry_ids == ("a1-47",)
                 # The candidates the second stage re-scores (32 at most) and the page:
                 # not the session's 120 turns.
                 assert len(set(read)) <= 32
@@ -564,7 +569,7 @@ async def test_a_search_reads_no_record_of_the_neighbouring_turns_it_scores(
             old.setattr(_ranking, "REACH_SHARE", 0.0)
             old.setattr(_ranking, "TERM_ROWS_MAX_DF", 0)
             i = 0
-            for query in ("zebra crossing", "otter zebra", "heron seen zebra"):
+            for query in queries:
                 for mode in ("lexical", "hybrid"):
                     ref = await index.search(query, mode=mode, max_results=3, filter=f)
                     got = pages[i]
