@@ -20,7 +20,7 @@ import tantivy
 
 from claw.plugin_sdk.search import normalise_rows
 
-from ._records import ChunkRecord, dated_epoch
+from ._records import ASSISTANT_PREFIX, ChunkRecord, dated_epoch
 
 
 class RowColumns:
@@ -38,6 +38,8 @@ class RowColumns:
         self.dated = array("d")
         self.start_lines = array("i")
         self.stamps = array("d")
+        self.assistant_turns = bytearray()
+        self.question_turns = bytearray()
         self.provenances: dict[str, int] = {}
         self.prov_codes = array("i")
         self.agents: dict[str, int] = {}
@@ -62,6 +64,7 @@ class RowColumns:
         # million records) and the date of each path parsed once.
         keys, is_session, dated = self.keys, self.is_session, self.dated
         start_lines, stamps = self.start_lines, self.stamps
+        assistant_turns, question_turns = self.assistant_turns, self.question_turns
         provenances, prov_codes = self.provenances, self.prov_codes
         agents, agent_codes = self.agents, self.agent_codes
         skeys, skey_codes = self.skeys, self.skey_codes
@@ -88,6 +91,8 @@ class RowColumns:
             start_lines.append(r.start_line)
             stamp = r.timestamp
             stamps.append(nan if stamp is None else stamp)
+            assistant_turns.append(session and r.text.startswith(ASSISTANT_PREFIX))
+            question_turns.append(session and r.text.rstrip().endswith("?"))
             prov_codes.append(provenances.setdefault(r.provenance, len(provenances)))
             agent = r.agent_id
             agent_codes.append(-1 if agent is None else agents.setdefault(agent, len(agents)))
@@ -143,6 +148,16 @@ class RowColumns:
 
     def stamp_column(self) -> npt.NDArray[np.float64]:
         return np.array(self.stamps, dtype=np.float64)
+
+    def prov_column(self, index: dict[str, int]) -> npt.NDArray[np.int32]:
+        """Provenance codes in ``index`` (value -> code, extended in place)."""
+        return self._global(self.prov_codes, self.provenances, index)
+
+    def assistant_column(self) -> npt.NDArray[np.bool_]:
+        return np.frombuffer(bytes(self.assistant_turns), dtype=np.bool_).copy()
+
+    def question_column(self) -> npt.NDArray[np.bool_]:
+        return np.frombuffer(bytes(self.question_turns), dtype=np.bool_).copy()
 
 
 _NO_KEYS: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -464,6 +479,13 @@ class Generation:
     # decodes no record of the neighbouring turns it scores (see :meth:`adjacent_rows`).
     start_lines: npt.NDArray[np.int32]
     stamps: npt.NDArray[np.float64]
+    # Each row's provenance as a code of ``prov_index`` (codes in the index's order),
+    # and whether it is an assistant's transcript turn and one that ends in a question:
+    # what adjacency and the priors on turns need without reading the row's record.
+    prov_codes: npt.NDArray[np.int32]
+    prov_index: Mapping[str, int]
+    assistant_turns: npt.NDArray[np.bool_]
+    question_turns: npt.NDArray[np.bool_]
     # What the rows hold, so that a search filter that excludes nothing here can be
     # dropped before ranking (a per-agent index answers agent filters trivially).
     sources_present: frozenset[str] = frozenset()
@@ -499,6 +521,7 @@ class Generation:
             raise ValueError("one column entry per record is required")
         agent_index: dict[str, int] = {}
         skey_index: dict[str, int] = {}
+        prov_index: dict[str, int] = {}
         buffer = None
         view = None
         if matrix is not None:
@@ -526,6 +549,10 @@ class Generation:
             dated=cols.dated_column(),
             start_lines=cols.start_line_column(),
             stamps=cols.stamp_column(),
+            prov_codes=cols.prov_column(prov_index),
+            prov_index=prov_index,
+            assistant_turns=cols.assistant_column(),
+            question_turns=cols.question_column(),
             sources_present=frozenset(cols.sources),
             session_agents=frozenset(cols.session_agents),
             session_keys=frozenset(cols.session_keys),
@@ -584,9 +611,9 @@ class Generation:
         Places are counted within the row's provenance (a transcript session, a file)
         in start-line order (then row order): for a transcript these are the
         neighbouring turns. The order of each provenance is computed once, on first
-        use, from the start-line column: only ``row``'s own record is read, none of
-        its neighbours' (a search scoring a few hundred turns decoded every turn of
-        their sessions for this, most of its cost in an index of many agents).
+        use, from the provenance and start-line columns: no record is read (a
+        search scoring a few hundred turns decoded every turn of their sessions for
+        this, most of its cost in an index of many agents).
         """
         found: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = self._memo.setdefault(
             "adjacent", {}
@@ -594,8 +621,12 @@ class Generation:
         hit = found.get(row)
         if hit is not None:
             return hit
+        names: list[str] | None = self._memo.get("prov_names")
+        if names is None:
+            # Codes count in the index's insertion order: the names, by code.
+            names = self._memo["prov_names"] = list(self.prov_index)
         rows = np.asarray(
-            self.rows_of_provenance.get(self.records[row].provenance, ()), dtype=np.intp
+            self.rows_of_provenance.get(names[self.prov_codes[row]], ()), dtype=np.intp
         )
         ordered: list[int] = rows[np.lexsort((rows, self.start_lines[rows]))].tolist()
         n = len(ordered)
@@ -807,6 +838,7 @@ class Generation:
 
         agent_index = dict(self.agent_index)
         skey_index = dict(self.skey_index)
+        prov_index = dict(self.prov_index)
         gen = Generation(
             number=number,
             index_generation=self.index_generation,
@@ -823,6 +855,10 @@ class Generation:
             dated=np.concatenate([self.dated, cols.dated_column()]),
             start_lines=np.concatenate([self.start_lines, cols.start_line_column()]),
             stamps=np.concatenate([self.stamps, cols.stamp_column()]),
+            prov_codes=np.concatenate([self.prov_codes, cols.prov_column(prov_index)]),
+            prov_index=prov_index,
+            assistant_turns=np.concatenate([self.assistant_turns, cols.assistant_column()]),
+            question_turns=np.concatenate([self.question_turns, cols.question_column()]),
             sources_present=self.sources_present | cols.sources,
             session_agents=self.session_agents | cols.session_agents,
             session_keys=self.session_keys | cols.session_keys,

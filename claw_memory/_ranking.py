@@ -557,8 +557,6 @@ def says_when(text: str) -> bool:
 
 # The speaker prefix of a rendered transcript turn ("assistant: ", "Ann: ").
 _SPEAKER = re.compile(r"^[^:\n]{1,80}: ")
-# The speaker the host gives an assistant's turns (claw/_transcript_reader.py).
-ASSISTANT_PREFIX = "assistant: "
 # An echo may hold this many content terms the query lacks ("Who is the release
 # manager again?" still echoes "Who is the release manager?").
 ECHO_EXTRA_TERMS = 1
@@ -594,21 +592,16 @@ def priors(
     out = np.ones(len(rows), dtype=np.float64)
     if params.assistant_weight == 1.0 and (params.echo_weight == 1.0 or lexical is None):
         return out
-    records = gen.records
-    for i, r in enumerate(rows):
-        rec = records[r]
-        if rec.source != "sessions":
-            continue
-        text = rec.text
-        if text.startswith(ASSISTANT_PREFIX):
-            out[i] *= params.assistant_weight
-        elif (
-            params.echo_weight != 1.0
-            and lexical is not None
-            and query_terms
-            and is_echo(lexical, text, query_terms)
-        ):
-            out[i] *= params.echo_weight
+    # Who speaks and whether a turn asks are columns: only a question a user asked
+    # has its record read (to compare its terms with the query's).
+    at = np.asarray(rows, dtype=np.intp)
+    assistant = gen.assistant_turns[at]
+    out[assistant] *= params.assistant_weight
+    if params.echo_weight != 1.0 and lexical is not None and query_terms:
+        records = gen.records
+        for i in np.flatnonzero(gen.question_turns[at] & ~assistant).tolist():
+            if is_echo(lexical, records[rows[i]].text, query_terms):
+                out[i] *= params.echo_weight
     return out
 
 

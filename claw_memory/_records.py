@@ -12,6 +12,11 @@ from ._settings import SourceKind
 _DATED = re.compile(r"(?:^|/)memory/(?:.*/)?(\d{4})-(\d{2})-(\d{2})\.md$")
 
 
+# The speaker the host gives an assistant's turns (claw/_transcript_reader.py): a
+# transcript chunk starting so is an assistant's turn (ranking weighs those less).
+ASSISTANT_PREFIX = "assistant: "
+
+
 def dated_epoch(path: str) -> float | None:
     """The UTC midnight of a dated daily note (``memory/YYYY-MM-DD.md``), else ``None``.
 

@@ -36,7 +36,8 @@ def _record(prov: str, i: int, session: bool = False) -> ChunkRecord:
         end_line=i,
         content_hash=f"h{key}",
         revision="r",
-        text=f"chunk {key}",
+        # An assistant's turn, then two users'; every other one asks a question.
+        text=("assistant: ", "user: ", "user: ")[key % 3] + f"chunk {key}" + "?" * (key % 2),
         agent_id="main" if session else None,
         session_key=f"agent:main:{prov}" if session else None,
         timestamp=1_700_000_000.0 + 3_600.0 * key if session else None,
@@ -86,6 +87,10 @@ def _check(gen: Generation, live: dict[int, ChunkRecord]) -> None:
         assert int(gen.start_lines[row]) == rec.start_line
         stamp = float(gen.stamps[row])
         assert (rec.timestamp is None and np.isnan(stamp)) or stamp == rec.timestamp
+        assert list(gen.prov_index)[gen.prov_codes[row]] == rec.provenance
+        turn = rec.source == "sessions"
+        assert gen.assistant_turns[row] == (turn and rec.text.startswith("assistant: "))
+        assert gen.question_turns[row] == (turn and rec.text.rstrip().endswith("?"))
         ordered = sorted(
             gen.rows_of_provenance[rec.provenance], key=lambda r: (gen.records[r].start_line, r)
         )

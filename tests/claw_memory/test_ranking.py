@@ -502,16 +502,36 @@ def _adjacent_from_records(gen: object, row: int) -> tuple[tuple[int, ...], tupl
     )
 
 
+def _priors_from_records(
+    gen: object, lexical: object, rows: list[int], params: object, query_terms: object
+) -> npt.NDArray[np.float64]:
+    """What the priors on turns were before the speaker and question columns: each
+    row's record read (the reference the columns must match)."""
+    from claw_memory._ranking import is_echo
+
+    out = np.ones(len(rows), dtype=np.float64)
+    for i, r in enumerate(rows):
+        rec = gen.records[r]  # type: ignore[attr-defined]
+        if rec.source != "sessions":
+            continue
+        if rec.text.startswith("assistant: "):
+            out[i] *= params.assistant_weight  # type: ignore[attr-defined]
+        elif is_echo(lexical, rec.text, query_terms):  # type: ignore[arg-type]
+            out[i] *= params.echo_weight  # type: ignore[attr-defined]
+    return out
+
+
 async def test_a_search_reads_no_record_of_the_neighbouring_turns_it_scores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The second stage scores a candidate with its neighbouring turns (their terms and
-    their dates) from the index's columns: a search in long sessions reads the records
-    of its candidates only, never every turn of their sessions, and ranks exactly as
-    reading the records did."""
+    their dates) and weighs who speaks from the index's columns: a search in long
+    sessions reads the records of its page only, never every turn of its candidates'
+    sessions, and ranks exactly as reading the records did."""
     from claw_memory import _ranking
     from claw_memory._generation import Generation
     from claw_memory._published import RowRecords
+    from claw_memory._records import ChunkRecord
     from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
 
     src = InMemoryTranscriptSource()
@@ -521,7 +541,10 @@ async def test_a_search_reads_no_record_of_the_neighbouring_turns_it_scores(
                 f"a{a}-{i}",
                 "user" if i % 2 else "assistant",
                 "",
-                f"{_WORDS[(a + i) % 9]} {'zebra crossing' if i % 40 == 7 else 'seen'} there",
+                # Zebra turns, and after each a user's question that only echoes them.
+                f"{_WORDS[(a + i) % 9]} {'zebra crossing' if i % 40 == 7 else 'seen'} there"
+                if i % 40 != 9
+                else "zebra crossing?",
                 1_700_000_000.0 + 86_400.0 * (i // 10),
             )
             for i in range(120)
@@ -529,12 +552,13 @@ async def test_a_search_reads_no_record_of_the_neighbouring_turns_it_scores(
         src.put(f"agent{a}", f"agent:agent{a}:main", f"s{a}", turns)
     ws = tmp_path / "ws"
     ws.mkdir()
-    read: list[int] = []
+    read: list[ChunkRecord] = []
     get = RowRecords.__getitem__
 
     def decoded(self: RowRecords, row: int) -> object:
-        read.append(row)
-        return get(self, row)
+        rec = get(self, row)
+        read.append(rec)
+        return rec
 
     async with open_memory_index(
         workspace_dir=ws,
@@ -559,13 +583,17 @@ async def test_a_search_reads_no_record_of_the_neighbouring_turns_it_scores(
                 assert page.hits and "zebra" in page.hits[0].excerpt
                 if "November" in query:
                     assert page.hits[0].entry_ids == ("a1-47",)
-                # The candidates the second stage re-scores (32 at most) and the page:
-                # not the session's 120 turns.
-                assert len(set(read)) <= 32
+                # The page's records, the questions among the candidates (an echo is
+                # told by its terms) and candidates tied with the page (ties go by chunk
+                # id): not every candidate's, not the 120 turns of the session.
+                paged = {h.chunk_id for h in page.hits}
+                assert read
+                assert all(r.chunk_id in paged or "zebra" in r.text for r in read)
         # The reference: neighbours ordered by the records' start lines, every term's
         # rows (and so every date) analysed from the records themselves.
         with monkeypatch.context() as old:
             old.setattr(Generation, "adjacent_rows", _adjacent_from_records)
+            old.setattr(_ranking, "priors", _priors_from_records)
             old.setattr(_ranking, "REACH_SHARE", 0.0)
             old.setattr(_ranking, "TERM_ROWS_MAX_DF", 0)
             i = 0
