@@ -431,6 +431,18 @@ class MemoryFileWriter:
             return
         landed = current[offset : offset + len(data)]
         record = op.get("record")
+        if landed != data and len(current) >= offset + len(data):
+            # An outside append (``echo >>``) got in between the size read and the write:
+            # ours landed after it, as the writer itself would have found before it
+            # journalled (see _commit_append). Journal it where it is.
+            at = current.find(data, offset)
+            if at >= 0:
+                landed = data
+                if isinstance(record, dict):
+                    separator = data.startswith(b"\n")
+                    start = current[:at].count(b"\n") + 1 + separator
+                    written = data[separator:].decode("utf-8", "surrogatepass")
+                    _place_record(record, start, written)
         if landed == data:
             if isinstance(record, dict) and journal.last_id() != record.get("id"):
                 journal.append(record, sync=True)

@@ -382,6 +382,51 @@ def test_an_append_torn_by_a_kill_is_cut_back_and_a_complete_one_gets_its_record
     assert not (writer.home / "pending.json").exists()
 
 
+# A child that appends an entry while an editor's ``echo >>`` lands between the writer's
+# size read and its write (so the entry lands after the editor's line), and is killed
+# after the write, before the journal has the entry.
+_KILLED_APPEND = """
+import os, signal, sys
+from pathlib import Path
+from claw.memory_files import MemoryFileWriter
+from claw.memory_files import _journal as j
+from claw.memory_files import _writer as w
+
+ws = Path(sys.argv[1])
+set_pending = w.MemoryFileWriter._set_pending
+
+def pending(self, op):
+    set_pending(self, op)
+    if op.get("op") == "append":
+        with open(ws / "MEMORY.md", "a", encoding="utf-8") as f:
+            f.write("- appended by an editor\\n")
+
+def journalled(self, record, *, sync):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+w.MemoryFileWriter._set_pending = pending
+j.Journal.append = journalled
+MemoryFileWriter(ws).append("MEMORY.md", "- the new entry", by={"kind": "operator"})
+"""
+
+
+def test_an_append_that_landed_after_an_editors_line_is_journalled_after_a_kill(
+    ws: Path,
+) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_APPEND, str(ws)])
+    try:
+        assert proc.wait(timeout=60) == -9
+    finally:
+        reap(proc)
+    writer = MemoryFileWriter(ws)
+    writer.recover()
+    text = NOTE + "- appended by an editor\n- the new entry\n"
+    assert _text(ws) == text
+    (added,) = [r for r in writer.journal.records() if r["op"] == "add"]
+    line = text.splitlines().index("- the new entry") + 1
+    assert (added["start"], added["end"]) == (line, line)
+
+
 def test_a_forget_killed_before_its_rename_is_void_and_its_temporary_file_removed(
     ws: Path,
 ) -> None:
