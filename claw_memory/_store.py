@@ -37,6 +37,8 @@ SCHEMA_VERSION = 1
 _CACHE_KIB = 65_536
 #: How long a statement waits for another connection's lock before SQLite says "locked".
 _BUSY_TIMEOUT_MS = 5_000
+#: How many times a purge tries to empty the write-ahead log (about 13 s of pauses).
+_CHECKPOINT_TRIES = 50
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -666,11 +668,18 @@ class Store:
             self._db.execute("VACUUM")
         finally:
             self._db.execute("PRAGMA secure_delete = OFF")
-        for attempt in range(50):
-            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                return
-            time.sleep(0.01 * (attempt + 1))
+        # The tries pace themselves: a checkpoint would otherwise wait out the busy
+        # timeout for a reader at every try (50 tries of 5 s against one that never
+        # lets go, where a purge should say so within seconds).
+        self._db.execute("PRAGMA busy_timeout = 0")
+        try:
+            for attempt in range(_CHECKPOINT_TRIES):
+                busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    return
+                time.sleep(0.01 * (attempt + 1))
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         raise IndexStoreError(
             f"Memory Core index database {self.path}: another process kept reading it, so "
             "its write-ahead log could not be emptied after a purge; run the purge again"
