@@ -125,7 +125,7 @@ def naming_storage_failures(path: str | os.PathLike[str], *, what: str) -> Itera
         raise error from cause
 
 
-def enter_wal(conn: sqlite3.Connection, *, timeout: float) -> str:
+def enter_wal(conn: sqlite3.Connection) -> str:
     """Switch ``conn``'s database to WAL and return the journal mode SQLite reports.
 
     Two processes opening one new database at once both ask for WAL; each holds a
@@ -133,10 +133,12 @@ def enter_wal(conn: sqlite3.Connection, *, timeout: float) -> str:
     ``SQLITE_BUSY`` at once, without calling the busy handler (waiting could deadlock),
     so ``busy_timeout`` does not cover it. That is not a failure of the store: the
     other process is switching the same file. Ask again, with a short growing pause,
-    until the switch is seen or ``timeout`` seconds have passed (then the error is
-    raised as SQLite gave it). Runs in a worker thread, so the pause is a plain sleep.
+    until the switch is seen or the connection's own ``busy_timeout`` has passed (then
+    the error is raised as SQLite gave it), so a store states its patience once. Runs
+    in a worker thread, so the pause is a plain sleep.
     """
-    deadline = time.monotonic() + timeout
+    (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    deadline = time.monotonic() + busy_ms / 1000
     pause = 0.001
     while True:
         try:

@@ -248,7 +248,7 @@ class Store:
             # Another process (a second worker of `claw serve`) may open or write the
             # same index at this moment: wait for its lock rather than fail at once.
             self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            enter_wal(self._db, timeout=_BUSY_TIMEOUT_MS / 1000)
+            enter_wal(self._db)
             self._db.execute("PRAGMA synchronous=NORMAL")
             # A batch of a first sync writes some 20 MB of chunks into two b-trees and an
             # index; with SQLite's default 2 MB page cache it spills dirty pages to the

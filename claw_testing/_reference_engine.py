@@ -79,7 +79,7 @@ class ReferenceContextEngine:
         self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         # Two processes of one test may open the same new file at once (see enter_wal).
         self._conn.execute("PRAGMA busy_timeout = 5000")
-        enter_wal(self._conn, timeout=5.0)
+        enter_wal(self._conn)
         self._conn.execute("PRAGMA synchronous = FULL")
         self._conn.executescript(_SCHEMA)
 

@@ -826,8 +826,8 @@ class MemoryFileWriter:
             return len(displaced)
         # Replaced or edited at the moment of the rename: put it back, start again
         # (recorded first: a kill from here on is finished by recovery, _finish_undo).
-        st = os.lstat(target)  # our file, until the undo
-        pending["undo"] = [len(new), st.st_ino, st.st_dev]
+        mine = os.lstat(target)  # our file, until the undo
+        pending["undo"] = [len(new), mine.st_ino, mine.st_dev]
         self._set_pending(pending)
         if not _exchange(tmp, target):  # pragma: no cover - it just worked
             raise MemoryFileError(f"{target}: could not undo a rename")

@@ -132,7 +132,7 @@ def _connect(path: str) -> sqlite3.Connection:
             raise SessionStorageError(
                 f"the session store at {path} is corrupt ({'; '.join(problems)[:400]}){_KEEP_IT}"
             )
-        enter_wal(conn, timeout=5.0)
+        enter_wal(conn)
         conn.execute("PRAGMA synchronous = FULL")
     except sqlite3.DatabaseError as exc:
         if conn is not None:

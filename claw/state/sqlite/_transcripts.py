@@ -452,7 +452,7 @@ def _connect(path: str) -> sqlite3.Connection:
     try:
         conn.execute("PRAGMA busy_timeout = 10000")
         _check_integrity(conn, path)
-        _check_wal(enter_wal(conn, timeout=10.0), path)
+        _check_wal(enter_wal(conn), path)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         # The version is read inside the write transaction: two processes opening one

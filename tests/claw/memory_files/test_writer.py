@@ -566,6 +566,18 @@ def _kill_a_forget(ws: Path, at: str) -> None:
         reap(proc)
 
 
+def _after_a_killed_forget(ws: Path, at: str) -> MemoryFileWriter:
+    """Kill a forget at ``at``, then let the next writers settle it: recovery, then an
+    append elsewhere (a writer first carries displaced files' late bytes over). No
+    temporary file is left either way."""
+    _kill_a_forget(ws, at)
+    writer = MemoryFileWriter(ws)
+    writer.recover()
+    writer.append("memory/n.md", "- next", by=BY)
+    assert not list(ws.glob(".*.claw-tmp"))
+    return writer
+
+
 def test_a_forget_killed_before_its_rename_after_an_editor_appended_is_void(ws: Path) -> None:
     _kill_a_forget(ws, "before the rename")
     writer = MemoryFileWriter(ws)
@@ -582,22 +594,15 @@ def test_a_forget_killed_before_its_rename_after_an_editor_appended_is_void(ws: 
 def test_a_forget_killed_just_after_its_rename_stands_and_keeps_the_editors_late_line(
     ws: Path,
 ) -> None:
-    _kill_a_forget(ws, "after the rename")
-    writer = MemoryFileWriter(ws)
-    writer.recover()  # the next writer: settles the kill, then the displaced file's tail
-    writer.append("memory/n.md", "- next", by=BY)
+    writer = _after_a_killed_forget(ws, "after the rename")
     assert "release manager" not in _text(ws)
     assert _text(ws).endswith("- appended by an editor\n")
     assert _text(ws).count("appended by an editor") == 1
     assert [r.text for r in writer.removals()] == ["- Bob is the release manager.\n"]
-    assert not list(ws.glob(".*.claw-tmp"))
 
 
 def test_lines_the_recheck_carried_are_not_carried_again_after_a_kill(ws: Path) -> None:
-    _kill_a_forget(ws, "carried by the re-check")
-    writer = MemoryFileWriter(ws)
-    writer.recover()
-    writer.append("memory/n.md", "- next", by=BY)
+    _after_a_killed_forget(ws, "carried by the re-check")
     text = _text(ws)
     assert "release manager" not in text
     assert text.count("- appended by an editor\n") == 1
@@ -608,15 +613,11 @@ def test_lines_the_recheck_carried_are_not_carried_again_after_a_kill(ws: Path) 
 def test_a_line_carried_from_the_displaced_file_is_not_carried_again_after_a_kill(
     ws: Path, at: str
 ) -> None:
-    _kill_a_forget(ws, at)
-    writer = MemoryFileWriter(ws)
-    writer.recover()
-    writer.append("memory/n.md", "- next", by=BY)
+    writer = _after_a_killed_forget(ws, at)
     text = _text(ws)
     assert "release manager" not in text
     assert text.count("- appended by an editor\n") == 1
     assert [r.text for r in writer.removals()] == ["- Bob is the release manager.\n"]
-    assert not list(ws.glob(".*.claw-tmp"))
 
 
 @pytest.mark.parametrize(
@@ -625,28 +626,20 @@ def test_a_line_carried_from_the_displaced_file_is_not_carried_again_after_a_kil
 def test_a_line_written_to_a_rename_that_was_undone_is_kept_once_after_a_kill(
     ws: Path, at: str
 ) -> None:
-    _kill_a_forget(ws, at)
-    writer = MemoryFileWriter(ws)
-    writer.recover()
-    writer.append("memory/n.md", "- next", by=BY)
+    writer = _after_a_killed_forget(ws, at)
     # The editor's save stands (the forget never happened), with the other editor's
     # line, once.
     assert _text(ws) == NOTE + "- saved by an editor\n- appended by an editor\n"
     assert writer.removals() == []
-    assert not list(ws.glob(".*.claw-tmp"))
 
 
 def test_a_line_the_recheck_carried_is_kept_once_when_the_kill_follows_at_once(
     ws: Path,
 ) -> None:
-    _kill_a_forget(ws, "after the re-check carried")
-    writer = MemoryFileWriter(ws)
-    writer.recover()
-    writer.append("memory/n.md", "- next", by=BY)
+    writer = _after_a_killed_forget(ws, "after the re-check carried")
     # The forget never happened; the editor's line is there once.
     assert _text(ws) == NOTE + "- appended by an editor\n"
     assert writer.removals() == []
-    assert not list(ws.glob(".*.claw-tmp"))
 
 
 def test_a_torn_journal_line_is_cut_off(ws: Path) -> None:
