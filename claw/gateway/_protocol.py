@@ -22,12 +22,13 @@ the same way (an id that is not text is not echoed: the answer's id is ``null``)
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import attrs
 
-from .._input import InvalidInputError, check_json, text_problem
+from .._input import MAX_NODES, InvalidInputError, check_json, text_problem
 from ._errors import ErrorCode
 
 RequestId = str | int
@@ -37,6 +38,7 @@ MAX_ID_CHARS = 128
 MAX_METHOD_CHARS = 128
 # Integers beyond what a JavaScript client can represent exactly would not match.
 _MAX_SAFE_INTEGER = 2**53 - 1
+_INT64 = 2**63
 
 
 class FrameError(Exception):
@@ -109,6 +111,10 @@ def decode_frame(message: str | bytes, *, max_bytes: int) -> Frame:
     chars = len(message)
     if chars > max_bytes or (chars * 4 > max_bytes and len(message.encode("utf-8")) > max_bytes):
         raise FrameError(None, f"frame is larger than the gateway's limit of {max_bytes} bytes")
+    # Plain text: ASCII with no \u escape, so no string the JSON holds can contain a lone
+    # surrogate or NUL (a raw control character is not valid JSON in a string), and its
+    # strings need not be checked one by one (the common request: see _flat_and_bounded).
+    plain_text = message.isascii() and "\\u" not in message
     if message.startswith("\ufeff"):
         raise FrameError(None, "frame is not valid JSON (it starts with a byte order mark)")
     try:
@@ -131,8 +137,10 @@ def decode_frame(message: str | bytes, *, max_bytes: int) -> Frame:
             f'"id" must be a non-empty string of at most {MAX_ID_CHARS} characters or an '
             f"integer, got {json_type_name(raw_id)}",
         )
-    if isinstance(raw_id, str) and (problem := text_problem(raw_id)) is not None:
-        raise FrameError(None, f'"id" {problem}')
+    if isinstance(raw_id, str) and not plain_text:
+        problem = text_problem(raw_id)
+        if problem is not None:
+            raise FrameError(None, f'"id" {problem}')
     request_id: RequestId = raw_id
     frame_type = data.get("type")
     if frame_type == "cancel":
@@ -146,16 +154,39 @@ def decode_frame(message: str | bytes, *, max_bytes: int) -> Frame:
             request_id,
             f'"method" must be a non-empty string of at most {MAX_METHOD_CHARS} characters',
         )
-    if (problem := text_problem(method)) is not None:
+    if not plain_text and (problem := text_problem(method)) is not None:
         raise FrameError(request_id, f'"method" {problem}')
     params = data.get("params", {})
     if not isinstance(params, dict):
         raise FrameError(request_id, f'"params" must be an object, got {json_type_name(params)}')
-    try:
-        check_json(params, "params")
-    except InvalidInputError as exc:
-        raise FrameError(request_id, str(exc)) from None
+    if not (plain_text and _flat_and_bounded(params)):
+        try:
+            check_json(params, "params")
+        except InvalidInputError as exc:
+            raise FrameError(request_id, str(exc)) from None
     return RequestFrame(id=request_id, method=method, params=params)
+
+
+def _flat_and_bounded(params: dict[str, Any]) -> bool:
+    """Whether :func:`~claw._input.check_json` would accept ``params`` without looking at
+    its text, for a frame whose text is plain (see :func:`decode_frame`): a flat object
+    of text, booleans, nulls, 64-bit integers and finite numbers, within the node bound.
+    Anything else (``False``) gets the full walk, which names what is wrong."""
+    if len(params) >= MAX_NODES:
+        return False
+    for value in params.values():
+        kind = type(value)
+        if kind is str or kind is bool or value is None:
+            continue
+        if kind is int:
+            if not -_INT64 <= value < _INT64:
+                return False
+        elif kind is float:
+            if not math.isfinite(value):
+                return False
+        else:
+            return False
+    return True
 
 
 # One encoder for every frame (json.dumps with these options builds a new one per call).

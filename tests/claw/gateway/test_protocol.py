@@ -7,7 +7,9 @@ import json
 import pytest
 
 import claw
+from claw._input import MAX_NODES
 from claw.gateway import ERROR_CODES, GatewayError
+from claw.gateway import _protocol as protocol
 from claw.gateway._auth import TokenTable
 from claw.gateway._protocol import (
     CancelFrame,
@@ -144,3 +146,49 @@ def test_text_that_is_not_text_is_refused_where_the_frame_is_decoded(
     assert info.value.request_id == request_id
     assert says in info.value.message
     info.value.message.encode("utf-8")  # the answer itself can be sent
+
+
+_FAST_PATH_FRAMES = [
+    _REQ + '"id":"a","params":{"version":2,"query":"db rotation","maxResults":6}}',
+    _REQ + '"id":"b","params":{"q":"x","n":-9223372036854775808,"f":1.5,"t":true,"z":null}}',
+    _REQ + '"id":"c","params":{"n":9223372036854775807}}',
+    _REQ + '"id":"d","params":{"n":9223372036854775808}}',
+    _REQ + '"id":"e","params":{"n":-9223372036854775809}}',
+    _REQ + '"id":"f","params":{"n":1e400}}',
+    _REQ + '"id":"g","params":{"n":-1e400,"m":1}}',
+    _REQ + '"id":"h","params":{"q":"caf\\u00e9"}}',
+    _REQ + '"id":"i","params":{"q":"a\\u0000"}}',
+    _REQ + '"id":"j","params":{"q\\u0000":1}}',
+    _REQ + '"id":"k\\ud800","params":{}}',
+    _REQ + '"id":"l","params":{"q":"\\\\u0000"}}',
+    _REQ + '"id":"m","params":{"q":"caf\u00e9"}}',
+    _REQ + '"id":"n","params":{"q":["a",{"b":"\\ud800"}]}}',
+    _REQ + '"id":"o","params":{"q":{}}}',
+    '{"type":"req","id":9,"method":"m\\u0000","params":{}}',
+    _REQ + '"id":"p","params":{' + ",".join(f'"k{i}":{i}' for i in range(50)) + "}}",
+]
+
+
+def _outcome(message: str) -> object:
+    try:
+        return decode_frame(message, max_bytes=BIG)
+    except FrameError as exc:
+        return ("refused", exc.request_id, exc.message)
+
+
+@pytest.mark.parametrize("message", _FAST_PATH_FRAMES)
+def test_plain_frames_skip_the_text_walk_with_the_same_outcome(
+    message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame whose text is plain ASCII without escapes is not walked string by string:
+    what it decodes to, or the error it gets, is what the full check of every value
+    gives."""
+    fast = _outcome(message)
+    monkeypatch.setattr(protocol, "_flat_and_bounded", lambda params: False)
+    assert fast == _outcome(message)
+
+
+def test_the_node_bound_still_holds_for_a_flat_plain_frame() -> None:
+    params = ",".join(f'"k{i}":{i}' for i in range(MAX_NODES))
+    with pytest.raises(FrameError, match=f"more than {MAX_NODES} values"):
+        decode_frame(_REQ + '"id":"a","params":{' + params + "}}", max_bytes=1 << 30)
