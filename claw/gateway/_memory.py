@@ -87,6 +87,8 @@ def _invalid(message: str) -> GatewayError:
 
 
 def _no_unknown(params: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    if allowed.issuperset(params):
+        return
     unknown = sorted(set(params) - allowed)
     if unknown:
         valid = ", ".join(sorted(allowed))

@@ -84,6 +84,10 @@ class Session:
     _writers: int = attrs.field(default=0, init=False)
     # When the reader last received a message (the idle timer's reference).
     _last_message: float = attrs.field(default=0.0, init=False)
+    # Answers handed to the outbox and not yet taken by the sender (buffered, or waiting
+    # for room): what an answer must not overtake. A count rather than the channel's
+    # statistics(), which builds an object on every answer.
+    _queued: int = attrs.field(default=0, init=False)
     _outbox_send: trio.MemorySendChannel[str] = attrs.field(init=False)
     _outbox_receive: trio.MemoryReceiveChannel[str] = attrs.field(init=False)
 
@@ -155,6 +159,7 @@ class Session:
     async def _send_loop(self) -> None:
         async with self._outbox_receive:
             async for text in self._outbox_receive:
+                self._queued -= 1
                 if not await self._write(text):
                     return
 
@@ -171,8 +176,13 @@ class Session:
         return True
 
     async def _reply(self, text: str) -> None:
-        if self._writers or self._outbox_send.statistics().current_buffer_used:
-            await self._outbox_send.send(text)
+        if self._writers or self._queued:
+            self._queued += 1
+            try:
+                await self._outbox_send.send(text)
+            except BaseException:
+                self._queued -= 1  # not queued after all (cancelled, or the sender is gone)
+                raise
         else:
             # Nothing ahead of this answer: write it now rather than wake the sender.
             await self._write(text)
@@ -361,7 +371,8 @@ class Session:
             # its result through (a releasing handler's last step was that check).
             if not method.releases:
                 context.check_current()
-        if not isinstance(payload, Mapping):
+        # A dict (every handler's answer) is told apart without the ABC's isinstance.
+        if type(payload) is not dict and not isinstance(payload, Mapping):
             raise TypeError(
                 f"gateway method {method.name} returned {type(payload).__name__}, not a mapping"
             )
