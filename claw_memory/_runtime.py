@@ -198,20 +198,22 @@ def neutral_hit(
     current while other lines of the file change, and goes stale when its own do (see
     :mod:`claw_memory._writes`). A transcript hit's is the transcript's.
     """
+    # Positional arguments, in the classes' field order: a search builds three objects
+    # for each of its hits, and keyword arguments cost about a fifth more here.
+    source = rec.source
+    path, start, end = rec.path, rec.start_line, rec.end_line
     return MemorySearchHit(
-        reference=MemoryReference(
-            provider_id=PROVIDER_ID,
-            id=rec.path,
-            revision=rec.content_hash if rec.source == "memory" else rec.revision,
-            fragment=line_fragment(rec.start_line, rec.end_line),
+        MemoryReference(
+            PROVIDER_ID,
+            path,
+            rec.content_hash if source == "memory" else rec.revision,
+            line_fragment(start, end),
         ),
-        excerpt=rec.text[:_EXCERPT_CHARS],
-        score=round(float(ranked.score), 6),
-        citation=Citation(
-            path=rec.path, start_line=rec.start_line, end_line=rec.end_line, source=rec.source
-        ),
-        source=rec.source,
-        metadata={
+        rec.text[:_EXCERPT_CHARS],
+        round(float(ranked.score), 6),
+        Citation(path, start, end, source),
+        source,
+        {
             "chunk_id": rec.chunk_id,
             "agent_id": rec.agent_id,
             "session_key": rec.session_key,
@@ -220,7 +222,7 @@ def neutral_hit(
             "text_score": ranked.text_score,
             "vector_score": ranked.vector_score,
         },
-        provenance=provenance,
+        provenance,
     )
 
 
