@@ -222,11 +222,16 @@ class LexicalIndex:
         if writer is not None:
             writer.wait_merging_threads()
 
-    def query_terms(self, text: str) -> list[str]:
-        """The distinct analysed terms a query for ``text`` searches, in query order."""
+    def query_terms(self, text: str, *, fallback: bool = True) -> list[str]:
+        """The distinct analysed terms a query for ``text`` searches, in query order.
+
+        A text made only of function words is analysed with the short standard list
+        instead (``fallback=False``: it has no terms)."""
         analysed = self._query_analyzer.analyze(_date_aware(text))
         terms = list(dict.fromkeys("may" if t == _MAY_TOKEN else t for t in analysed))
-        return terms or list(dict.fromkeys(self._fallback_query_analyzer.analyze(text)))
+        if terms or not fallback:
+            return terms
+        return list(dict.fromkeys(self._fallback_query_analyzer.analyze(text)))
 
     def document_terms(self, text: str) -> list[str]:
         """``text`` analysed as a document's text is (every word kept, stemmed)."""

@@ -550,9 +550,45 @@ def asks_when(query: str) -> bool:
     return _ASKS_WHEN.search(query) is not None
 
 
+# Where a match of _SAYS_WHEN can begin: every alternative starts with one of these.
+_WHEN_ANCHORS = (
+    "yesterday", "today", "tonight", "tomorrow", "ago", "recently", "lately", "earlier",
+    "soon", "last", "next", "this", "past", "coming", "mon", "tues", "wednes", "thurs",
+    "fri", "satur", "sun", "january", "february", "march", "april", "june", "july",
+    "august", "september", "october", "november", "december", "19", "20",
+)  # fmt: skip
+# _SAYS_WHEN after its leading word boundary, for lower-case ASCII text (matched at a
+# position where an anchor begins a word).
+_SAYS_WHEN_AT = re.compile(_SAYS_WHEN.pattern.removeprefix(r"\b"))
+
+
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
 def says_when(text: str) -> bool:
-    """Whether ``text`` states a time: a relative day or period, a weekday, a month, a year."""
-    return _SAYS_WHEN.search(text) is not None
+    """Whether ``text`` states a time: a relative day or period, a weekday, a month, a year.
+
+    What ``_SAYS_WHEN.search`` says, found faster: Python's regular expressions try
+    every alternative at every word start (about 0.3 ms for a 1,000-character chat
+    turn, and a question asking when checks the head of its candidates). In ASCII
+    text (most), a match can only begin at a word start where one of
+    :data:`_WHEN_ANCHORS` lies; :meth:`str.find` locates those in the lower-cased
+    text and the pattern is tried there alone (for ASCII, lower-casing is exactly
+    what ``IGNORECASE`` matches, and a word character is a letter, digit or ``_``).
+    Other text takes the pattern itself (case folding beyond ASCII: U+017F is ``s``).
+    """
+    if not text.isascii():
+        return _SAYS_WHEN.search(text) is not None
+    low = text.lower()
+    match = _SAYS_WHEN_AT.match
+    for anchor in _WHEN_ANCHORS:
+        at = low.find(anchor)
+        while at >= 0:
+            if (at == 0 or not _word_char(low[at - 1])) and match(low, at) is not None:
+                return True
+            at = low.find(anchor, at + 1)
+    return False
 
 
 # The speaker prefix of a rendered transcript turn ("assistant: ", "Ann: ").
@@ -560,6 +596,8 @@ _SPEAKER = re.compile(r"^[^:\n]{1,80}: ")
 # An echo may hold this many content terms the query lacks ("Who is the release
 # manager again?" still echoes "Who is the release manager?").
 ECHO_EXTRA_TERMS = 1
+# How much of a long question :func:`is_echo` analyses first.
+_ECHO_PREFIX_CHARS = 120
 
 
 def is_echo(lexical: LexicalIndex, text: str, query_terms: AbstractSet[str]) -> bool:
@@ -570,7 +608,20 @@ def is_echo(lexical: LexicalIndex, text: str, query_terms: AbstractSet[str]) -> 
     fact is in the memory file or the reply, not in the question."""
     if not text.rstrip().endswith("?"):
         return False
-    own = set(lexical.query_terms(_SPEAKER.sub("", text, count=1)))
+    text = _SPEAKER.sub("", text, count=1)
+    if len(text) > 2 * _ECHO_PREFIX_CHARS:
+        # Most questions in a chat are no echo, and a long one shows it early: the
+        # terms of a prefix cut at a space are terms of the whole (the analysers
+        # split at every non-alphanumeric character and filter token by token, and
+        # the date rewriting looks no further than the next word), so a prefix
+        # holding more terms the query lacks than an echo may rules it out without
+        # analysing the rest (about 40 us a question of 200 characters).
+        cut = text.rfind(" ", 0, _ECHO_PREFIX_CHARS)
+        if cut > 0:
+            head = lexical.query_terms(text[:cut], fallback=False)
+            if len(set(head).difference(query_terms)) > ECHO_EXTRA_TERMS:
+                return False
+    own = set(lexical.query_terms(text))
     return bool(own & query_terms) and len(own - query_terms) <= ECHO_EXTRA_TERMS
 
 

@@ -1,0 +1,115 @@
+"""Cheaper ranking, the same ranking: each faster building block gives exactly what the
+plain one it replaced gives, on random and adversarial inputs.
+
+Issue 27 §4 and issue 26 §2 ask for a cheaper search without any retrieval figure
+moving; these pin that the shortcuts (a regular expression tried only where it can
+match, a question's prefix that already rules out an echo) change no answer.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from claw_memory import _ranking
+from claw_memory._lexical import LexicalIndex
+from claw_memory._ranking import ECHO_EXTRA_TERMS, is_echo, says_when
+
+# Words near the pattern's (and on its edges): what says_when must tell apart exactly.
+_WHEN_WORDS = [
+    "yesterday", "Today", "TONIGHT", "tomorrow", "ago", "agos", "recently", "lately",
+    "earlier", "soon", "soonish", "last", "next", "this", "past", "coming", "week",
+    "weekend", "weeks", "month", "year", "night", "time", "summer", "winter", "spring",
+    "fall", "autumn", "mon", "tue", "wed", "thu", "fri", "sat", "sun", "monday",
+    "Tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "funday",
+    "january", "february", "March", "april", "may", "june", "july", "august",
+    "september", "october", "november", "december", "1999", "2023", "19999", "2099",
+    "1899", "20x3", "_2020", "x2020", "month_", "two", "the", "a", "tos", "day",
+    "\u017foon", "t\u0131me", "\u212aelvin", "naïve", "café", "日本", "١٩٩٩", "19٩٩", "İstanbul",
+]  # fmt: skip
+# And every word the pattern names (a word it gains is drawn here too, so an
+# alternative added without its anchor in _WHEN_ANCHORS fails the test below).
+_WHEN_WORDS += sorted(set(re.findall(r"[a-z]{2,}|\d\d", _ranking._SAYS_WHEN.pattern)))
+_WHEN_WORDS += [w + "day" for w in ("mon", "tues", "wednes", "thurs", "fri", "satur", "sun")]
+_SEPARATORS = [" ", " ", " ", "  ", ", ", ".", "\n", "-", "_", "'", "?", "\t", ""]
+
+
+@st.composite
+def _when_texts(draw: st.DrawFn) -> str:
+    parts = draw(
+        st.lists(
+            st.tuples(st.sampled_from(_WHEN_WORDS), st.sampled_from(_SEPARATORS)),
+            max_size=12,
+        )
+    )
+    return "".join(w + s for w, s in parts)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(_when_texts(), st.text(max_size=40)))
+def test_says_when_is_the_pattern_search(text: str) -> None:
+    assert says_when(text) is (_ranking._SAYS_WHEN.search(text) is not None)
+
+
+def test_says_when_on_long_chat_turns() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        words = rng.choice(_WHEN_WORDS + ["plain"] * 200, size=int(rng.integers(50, 400)))
+        text = " ".join(words.tolist())
+        assert says_when(text) is (_ranking._SAYS_WHEN.search(text) is not None)
+
+
+@pytest.fixture(scope="module")
+def lexical(tmp_path_factory: pytest.TempPathFactory) -> LexicalIndex:
+    return LexicalIndex(tmp_path_factory.mktemp("lex") / "idx")
+
+
+def _echo_reference(lexical: LexicalIndex, text: str, query_terms: set[str]) -> bool:
+    """is_echo as it was: the whole question analysed."""
+    if not text.rstrip().endswith("?"):
+        return False
+    own = set(lexical.query_terms(_ranking._SPEAKER.sub("", text, count=1)))
+    return bool(own & query_terms) and len(own - query_terms) <= ECHO_EXTRA_TERMS
+
+
+_ECHO_WORDS = [
+    "who", "is", "the", "release", "manager", "again", "May", "may", "4th", "4", "on",
+    "2023", "deploy", "Friday", "window", "of", "and", "what", "did", "we", "say",
+    "about", "production", "ship", "日本語", "naïve", "it", "was", "I", "a",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(_ECHO_WORDS), max_size=80),
+    seps=st.lists(st.sampled_from([" ", " ", ", ", "  ", "\n", "-"]), min_size=80, max_size=80),
+    query=st.lists(st.sampled_from(_ECHO_WORDS), min_size=1, max_size=6),
+    speaker=st.sampled_from(["", "user: ", "Ann: "]),
+)
+def test_is_echo_is_the_whole_question_analysed(
+    lexical: LexicalIndex, words: list[str], seps: list[str], query: list[str], speaker: str
+) -> None:
+    text = speaker + "".join(w + s for w, s in zip(words, seps, strict=False)).strip() + "?"
+    terms = set(lexical.query_terms(" ".join(query)))
+    assert is_echo(lexical, text, terms) is _echo_reference(lexical, text, terms)
+
+
+def test_a_long_question_is_ruled_out_by_its_prefix(
+    lexical: LexicalIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    analysed: list[str] = []
+    query_terms = LexicalIndex.query_terms
+
+    def spy(self: LexicalIndex, text: str, *, fallback: bool = True) -> list[str]:
+        analysed.append(text)
+        return query_terms(self, text, fallback=fallback)
+
+    monkeypatch.setattr(LexicalIndex, "query_terms", spy)
+    text = "user: " + "could you tell me about the otter colony by the river " * 20 + "?"
+    terms = set(query_terms(lexical, "who is the release manager"))
+    assert not is_echo(lexical, text, terms)
+    assert len(analysed) == 1 and len(analysed[0]) < 200
