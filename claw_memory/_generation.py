@@ -615,9 +615,24 @@ class Generation:
         search scoring a few hundred turns decoded every turn of their sessions for
         this, most of its cost in an index of many agents).
         """
-        found: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = self._memo.setdefault(
-            "adjacent", {}
+        before, after, before2, after2 = self._neighbours(row)
+        return (
+            tuple(r for r in (before, after) if r >= 0),
+            tuple(r for r in (before2, after2) if r >= 0),
         )
+
+    def neighbour_rows(self, rows: Sequence[int]) -> npt.NDArray[np.intp]:
+        """For each of ``rows``, the rows one place before and after it and two places
+        before and after it (the places of :meth:`adjacent_rows`), as the columns of a
+        ``len(rows) x 4`` array; ``-1`` where there is none."""
+        neighbours = self._neighbours
+        out = np.array([neighbours(r) for r in rows], dtype=np.intp)
+        return out.reshape(len(rows), 4)
+
+    def _neighbours(self, row: int) -> tuple[int, int, int, int]:
+        """``row``'s neighbours one place before, after, two places before, after
+        (``-1``: none); each provenance's are computed together, on first use."""
+        found: dict[int, tuple[int, int, int, int]] = self._memo.setdefault("neighbours", {})
         hit = found.get(row)
         if hit is not None:
             return hit
@@ -628,14 +643,19 @@ class Generation:
         rows = np.asarray(
             self.rows_of_provenance.get(names[self.prov_codes[row]], ()), dtype=np.intp
         )
-        ordered: list[int] = rows[np.lexsort((rows, self.start_lines[rows]))].tolist()
+        ordered = rows[np.lexsort((rows, self.start_lines[rows]))]
+        # The ordered rows with two places of -1 on each side: shifted views of it
+        # are every row's neighbours.
+        padded = np.concatenate([[-1, -1], ordered, [-1, -1]]).tolist()
         n = len(ordered)
-        for p, r in enumerate(ordered):
-            found[r] = (
-                tuple(ordered[i] for i in (p - 1, p + 1) if 0 <= i < n),
-                tuple(ordered[i] for i in (p - 2, p + 2) if 0 <= i < n),
+        found.update(
+            zip(
+                padded[2 : n + 2],
+                zip(padded[1 : n + 1], padded[3 : n + 3], padded[:n], padded[4:], strict=True),
+                strict=True,
             )
-        return found.get(row, ((), ()))
+        )
+        return found.get(row, (-1, -1, -1, -1))
 
     def rows_of_agent(self, code: int) -> npt.NDArray[np.intp]:
         """The rows (dead ones included, ascending) whose agent is ``code`` of

@@ -345,13 +345,15 @@ class _TermRows:
     """One generation's memo: (term, filter or ``None``) -> the rows whose text has the
     term (among those the filter lets through)."""
 
-    rows: dict[tuple[str, SearchFilter | None], frozenset[int]] = attrs.field(factory=dict)
+    rows: dict[tuple[str, SearchFilter | None], npt.NDArray[np.intp]] = attrs.field(factory=dict)
     entries: int = 0
 
 
 _TERM_ROWS: weakref.WeakKeyDictionary[Generation, _TermRows] = weakref.WeakKeyDictionary()
-# The analysed words of a transcript turn's date ("8 May 2023"), by date text.
+# The analysed words of a transcript turn's date ("8 May 2023"), by date text, and by
+# timestamp.
 _DATE_TERMS: dict[str, frozenset[str]] = {}
+_STAMP_TERMS: dict[float, frozenset[str]] = {}
 _MAX_DATE_TERMS = 4096
 
 
@@ -363,9 +365,9 @@ def _term_rows(
     df: int,
     *,
     within: _Within | None = None,
-) -> frozenset[int]:
-    """The live rows of ``gen`` whose text field holds ``term`` (``df`` documents at
-    most: its document frequency, which also counts deleted documents); with
+) -> npt.NDArray[np.intp]:
+    """The live rows of ``gen`` whose text field holds ``term``, ascending (``df``
+    documents at most: its document frequency, which also counts deleted documents); with
     ``within``, only those its filter lets through, read by intersecting the term's
     postings with the filter's in tantivy: the cost of the rows reached, not of the
     term's every document in the index."""
@@ -395,7 +397,9 @@ def _term_rows(
                 keys = searcher.fast_field_values("key", [addr for _, addr in hits])
         except ValueError as exc:
             raise LexicalIndexError(f"lexical search failed: {exc}") from exc
-    found = frozenset(r for r in gen.row_of_key.lookup(keys) if r >= 0)
+    rows = np.array(gen.row_of_key.lookup(keys), dtype=np.intp)
+    found = np.unique(rows[rows >= 0])
+    found.setflags(write=False)
     if memo.entries + len(found) > MAX_TERM_ROW_ENTRIES:
         memo.rows.clear()
         memo.entries = 0
@@ -410,6 +414,17 @@ def _date_terms(lexical: LexicalIndex, text: str) -> frozenset[str]:
         if len(_DATE_TERMS) >= _MAX_DATE_TERMS:
             _DATE_TERMS.clear()
         found = _DATE_TERMS[text] = frozenset(lexical.document_terms(text))
+    return found
+
+
+def _stamp_terms(lexical: LexicalIndex, stamp: float) -> frozenset[str]:
+    """The analysed words of the date of ``stamp`` (a session's turns mostly share one:
+    each is put in words once)."""
+    found = _STAMP_TERMS.get(stamp)
+    if found is None:
+        if len(_STAMP_TERMS) >= _MAX_DATE_TERMS:
+            _STAMP_TERMS.clear()
+        found = _STAMP_TERMS[stamp] = _date_terms(lexical, date_text(stamp))
     return found
 
 
@@ -435,7 +450,8 @@ def _membership(
     memo = _TERM_ROWS.get(gen)
     if memo is None:
         memo = _TERM_ROWS[gen] = _TermRows()
-    if within is not None and not np.isin(np.asarray(rows, dtype=np.intp), within.rows).all():
+    at = np.asarray(rows, dtype=np.intp)
+    if within is not None and not np.isin(at, within.rows).all():
         within = None
     analysed: list[frozenset[str]] | None = None
     # The rows (positions in ``rows``) of each distinct date, with the date's words.
@@ -447,20 +463,21 @@ def _membership(
             out[t] = [term in mine for mine in analysed]
             continue
         having = _term_rows(gen, lexical, memo, term, df, within=within)
-        if having:
-            out[t] = [row in having for row in rows]
+        if len(having):
+            # Membership in the sorted rows: where each row would go, and whether it is there.
+            place = np.minimum(np.searchsorted(having, at), len(having) - 1)
+            out[t] = having[place] == at
         if dated is None:
             # From the columns: the rows' records (neighbours of the candidates, most
             # of them) are not read, and each distinct time is put in words once (a
             # session's turns mostly share one).
             dated = []
             if "sessions" in gen.sources_present:
-                at = np.asarray(rows, dtype=np.intp)
                 stamps = gen.stamps[at]
                 timed = np.flatnonzero(gen.is_session[at] & ~np.isnan(stamps))
                 times, which = np.unique(stamps[timed], return_inverse=True)
                 for j, stamp in enumerate(times.tolist()):
-                    words = _date_terms(lexical, date_text(stamp))
+                    words = _stamp_terms(lexical, stamp)
                     if words:
                         dated.append((timed[which == j], words))
         for where, words in dated:
@@ -503,19 +520,24 @@ def coverage(
         for t, w in enumerate(weights):
             own += np.where(mine[t], w, 0.0)
         return own, own.copy(), own.copy()
-    session = gen.is_session[rows].tolist()
-    adjacent = [gen.adjacent_rows(r) if s else ((), ()) for r, s in zip(rows, session, strict=True)]
-    wanted = list(dict.fromkeys([*rows, *(x for one, two in adjacent for x in (*one, *two))]))
-    at = {r: i for i, r in enumerate(wanted)}
-    # One more column, never set: where a row has fewer than two neighbours.
+    # Each row's neighbours (one place before and after, two places before and
+    # after; -1: none, and a memory-file chunk has none here), gathered as arrays.
+    at_rows = np.asarray(rows, dtype=np.intp)
+    session = gen.is_session[at_rows]
+    near_rows = np.full((n, 4), -1, dtype=np.intp)
+    near_rows[session] = gen.neighbour_rows(at_rows[session].tolist())
+    # Every row the coverage reads (the order changes no membership), and where each
+    # row and neighbour lies among them; one more column, never set, for "none".
+    wanted, where = np.unique(
+        np.concatenate([at_rows, near_rows[near_rows >= 0]]), return_inverse=True
+    )
     member = np.zeros((len(terms), len(wanted) + 1), dtype=np.bool_)
-    member[:, :-1] = _membership(gen, lexical, wanted, terms, dfs, within=within)
-    none = len(wanted)
-    one_at = np.array([[*(at[x] for x in one), none, none][:2] for one, _ in adjacent])
-    two_at = np.array([[*(at[x] for x in two), none, none][:2] for _, two in adjacent])
-    mine = member[:, [at[r] for r in rows]]
-    near_hit = mine | member[:, one_at[:, 0]] | member[:, one_at[:, 1]]
-    far_hit = near_hit | member[:, two_at[:, 0]] | member[:, two_at[:, 1]]
+    member[:, :-1] = _membership(gen, lexical, wanted.tolist(), terms, dfs, within=within)
+    placed = np.full((n, 4), len(wanted), dtype=np.intp)
+    placed[near_rows >= 0] = where[n:]
+    mine = member[:, where[:n]]
+    near_hit = mine | member[:, placed[:, 0]] | member[:, placed[:, 1]]
+    far_hit = near_hit | member[:, placed[:, 2]] | member[:, placed[:, 3]]
     own = np.zeros(n, dtype=np.float64)
     near = np.zeros(n, dtype=np.float64)
     far = np.zeros(n, dtype=np.float64)

@@ -3,7 +3,8 @@ plain one it replaced gives, on random and adversarial inputs.
 
 Issue 27 §4 and issue 26 §2 ask for a cheaper search without any retrieval figure
 moving; these pin that the shortcuts (a regular expression tried only where it can
-match, a question's prefix that already rules out an echo) change no answer.
+match, a question's prefix that already rules out an echo, neighbours gathered as
+arrays) change no answer.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claw_memory import _ranking
+from claw_memory._generation import Generation
 from claw_memory._lexical import LexicalIndex
 from claw_memory._ranking import ECHO_EXTRA_TERMS, is_echo, says_when
+from claw_memory._records import ChunkRecord
+from claw_memory._transcripts import date_text
 
 # Words near the pattern's (and on its edges): what says_when must tell apart exactly.
 _WHEN_WORDS = [
@@ -113,3 +117,65 @@ def test_a_long_question_is_ruled_out_by_its_prefix(
     terms = set(query_terms(lexical, "who is the release manager"))
     assert not is_echo(lexical, text, terms)
     assert len(analysed) == 1 and len(analysed[0]) < 200
+
+
+def _session_record(prov: str, line: int, key: int) -> ChunkRecord:
+    return ChunkRecord(
+        chunk_id=f"{prov}-{line}-{key}",
+        key=key,
+        path=f"sessions/{prov}.jsonl",
+        source="sessions",
+        provenance=prov,
+        start_line=line,
+        end_line=line,
+        text=f"user: turn {line}",
+        content_hash=f"h{key}",
+        revision="1",
+        agent_id="a",
+        session_key=prov,
+        session_id=prov,
+        entry_ids=(f"e{key}",),
+        timestamp=1_700_000_000.0 + line,
+    )
+
+
+def _built(records: list[ChunkRecord]) -> Generation:
+    return Generation.build(
+        number=1, index_generation=1, searcher=None, records=records, matrix=None
+    )
+
+
+def test_neighbour_rows_are_adjacent_rows_as_columns() -> None:
+    rng = np.random.default_rng(3)
+    records = []
+    for key in range(300):
+        prov = f"s{int(rng.integers(0, 12))}"
+        records.append(_session_record(prov, int(rng.integers(0, 40)), key))
+    gen = _built(records)
+    rows = rng.permutation(300)[:120].tolist()
+    got = gen.neighbour_rows(rows)
+    assert got.shape == (120, 4)
+    fresh = _built(records)
+    for (before, after, before2, after2), row in zip(got.tolist(), rows, strict=True):
+        one, two = fresh.adjacent_rows(row)
+        assert tuple(r for r in (before, after) if r >= 0) == one
+        assert tuple(r for r in (before2, after2) if r >= 0) == two
+    assert gen.neighbour_rows([]).shape == (0, 4)
+
+
+def test_date_words_are_put_once_per_timestamp(
+    lexical: LexicalIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[float | None] = []
+    real = date_text
+
+    def counted(stamp: float | None) -> str:
+        calls.append(stamp)
+        return real(stamp)
+
+    monkeypatch.setattr(_ranking, "date_text", counted)
+    monkeypatch.setattr(_ranking, "_STAMP_TERMS", {})
+    first = _ranking._stamp_terms(lexical, 1_683_504_000.0)  # 8 May 2023
+    again = _ranking._stamp_terms(lexical, 1_683_504_000.0)
+    assert first == again == frozenset(lexical.document_terms(real(1_683_504_000.0)))
+    assert calls == [1_683_504_000.0]

@@ -502,6 +502,27 @@ def _adjacent_from_records(gen: object, row: int) -> tuple[tuple[int, ...], tupl
     )
 
 
+def _neighbours_from_records(gen: object, rows: list[int]) -> npt.NDArray[np.intp]:
+    """Generation.neighbour_rows from :func:`_adjacent_from_records` (what coverage
+    reads: the rows one and two places before and after each row, -1 for none)."""
+    out = np.full((len(rows), 4), -1, dtype=np.intp)
+    for i, row in enumerate(rows):
+        one, two = _adjacent_from_records(gen, row)
+        ordered = sorted(
+            gen.rows_of_provenance.get(gen.records[row].provenance, ()),  # type: ignore[attr-defined]
+            key=lambda r: (gen.records[r].start_line, r),  # type: ignore[attr-defined]
+        )
+        if row not in ordered:
+            continue
+        p = ordered.index(row)
+        for j, place in enumerate((p - 1, p + 1, p - 2, p + 2)):
+            if 0 <= place < len(ordered):
+                out[i, j] = ordered[place]
+        assert set(out[i, :2].tolist()) - {-1} == set(one)
+        assert set(out[i, 2:].tolist()) - {-1} == set(two)
+    return out
+
+
 def _priors_from_records(
     gen: object, lexical: object, rows: list[int], params: object, query_terms: object
 ) -> npt.NDArray[np.float64]:
@@ -593,6 +614,7 @@ async def test_a_search_reads_no_record_of_the_neighbouring_turns_it_scores(
         # rows (and so every date) analysed from the records themselves.
         with monkeypatch.context() as old:
             old.setattr(Generation, "adjacent_rows", _adjacent_from_records)
+            old.setattr(Generation, "neighbour_rows", _neighbours_from_records)
             old.setattr(_ranking, "priors", _priors_from_records)
             old.setattr(_ranking, "REACH_SHARE", 0.0)
             old.setattr(_ranking, "TERM_ROWS_MAX_DF", 0)
