@@ -159,23 +159,64 @@ def exact_cosines(
     return out
 
 
+_EPS32 = float(np.finfo(np.float32).eps)
+
+
 def cosine_slack(query: npt.NDArray[np.float32]) -> float:
     """How far a float32 cosine of a unit row to ``query`` from any product (BLAS,
     batched or not, or :func:`exact_cosines`) can lie from another's: each is within
     ``d * eps/2 * |query|`` of the true value (Cauchy-Schwarz bounds the sum of
     ``|row_i * query_i|`` by ``|query|``)."""
-    return float(query.shape[0] * np.finfo(np.float32).eps * np.linalg.norm(query))
+    # (The norm as np.linalg.norm computes a vector's, without its dispatch.)
+    return float(query.shape[0] * _EPS32 * np.sqrt(query.dot(query)))
+
+
+# From this many rows up, :func:`_nearest_pool` narrows the rows by a strided sample
+# (as top_k does): one pass over every row instead of two.
+_POOL_SAMPLE_ROWS = 1024
+_POOL_STRIDE = 32
+
+
+def _nearest_pool(
+    approx: npt.NDArray[np.float32], k: int, margin: float
+) -> npt.NDArray[np.intp] | None:
+    """``np.flatnonzero(approx >= kth - margin)``, ``kth`` the ``k``-th best of
+    ``approx``, found from the rows a strided sample says reach the top (one pass over
+    ``approx`` instead of a partition and a second pass); ``None`` when the sample
+    cannot vouch for it (too few rows reach its threshold, or a floor below it, or a
+    ``k``-th best that is not finite): the caller then does it the long way."""
+    n = approx.shape[0]
+    if n < _POOL_SAMPLE_ROWS or k >= n:
+        return None
+    sample = approx[::_POOL_STRIDE]
+    m = sample.shape[0]
+    j = min(m, (k // _POOL_STRIDE) * 4 + 8)
+    threshold = float(np.partition(sample, m - j)[m - j])
+    reached = np.flatnonzero(approx >= threshold)
+    if len(reached) < k:
+        return None
+    values = approx[reached]
+    kth = float(np.partition(values, len(values) - k)[len(values) - k])
+    if not math.isfinite(kth):
+        return None
+    floor = kth - margin
+    if not floor >= threshold:  # (NaN: no)
+        return None
+    # Every row at or above the floor reached the threshold.
+    pool: npt.NDArray[np.intp] = reached[values >= floor]
+    return pool
 
 
 def nearest_rows(
     approx: npt.NDArray[np.float32],
-    rows: npt.NDArray[np.intp],
+    rows: npt.NDArray[np.intp] | None,
     k: int,
     matrix: npt.NDArray[np.float32],
     query: npt.NDArray[np.float32],
 ) -> npt.NDArray[np.intp]:
     """The ``k`` of ``rows`` nearest ``query``, best first (ties: the lower row first),
-    chosen by exact cosines, given ``approx``, their cosines from some product.
+    chosen by exact cosines, given ``approx``, their cosines from some product
+    (``rows`` ``None``: ``approx`` holds every row of ``matrix``, in order).
 
     Every row whose approximate cosine lies within twice the rounding slack of the
     ``k``-th best could be in the exact top ``k`` (the ``k`` best approximate rows are
@@ -184,14 +225,17 @@ def nearest_rows(
     taken from the exact scores. So the answer does not depend on how ``approx`` was
     computed. ``-inf`` in ``approx`` (a filtered-out row) is never chosen.
     """
-    picked = top_k(approx, k)
-    picked = picked[np.isfinite(approx[picked])]
-    if len(picked) == k and len(approx) > k:
-        floor = float(approx[picked[-1]]) - 2 * cosine_slack(query)
-        pool = np.flatnonzero(approx >= floor)
-    else:  # every finite row is already in
-        pool = picked
-    candidates = rows[pool]
+    margin = 2 * cosine_slack(query)
+    pool = _nearest_pool(approx, k, margin)
+    if pool is None:
+        picked = top_k(approx, k)
+        picked = picked[np.isfinite(approx[picked])]
+        if len(picked) == k and len(approx) > k:
+            floor = float(approx[picked[-1]]) - margin
+            pool = np.flatnonzero(approx >= floor)
+        else:  # every finite row is already in
+            pool = picked
+    candidates = pool if rows is None else rows[pool]
     exact = exact_cosines(matrix, candidates, query)
     best: npt.NDArray[np.intp] = candidates[np.lexsort((candidates, -exact))[:k]]
     return best
@@ -885,7 +929,7 @@ def rank(
             if sims is None:
                 sims = gen.matrix @ query_vector
             ranked = sims if mask is None else np.where(mask, sims, -np.inf).astype(np.float32)
-            vec_rows = nearest_rows(ranked, np.arange(n), k, gen.matrix, query_vector)
+            vec_rows = nearest_rows(ranked, None, k, gen.matrix, query_vector)
 
     # Candidates in first-seen order (lexical, then vector), scored all at once.
     candidates = list(text_scores)

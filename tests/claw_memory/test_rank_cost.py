@@ -3,8 +3,8 @@ plain one it replaced gives, on random and adversarial inputs.
 
 Issue 27 §4 and issue 26 §2 ask for a cheaper search without any retrieval figure
 moving; these pin that the shortcuts (a regular expression tried only where it can
-match, a question's prefix that already rules out an echo, neighbours gathered as
-arrays) change no answer.
+match, a question's prefix that already rules out an echo, one pass instead of two
+over a generation's cosines, neighbours gathered as arrays) change no answer.
 """
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from claw.plugin_sdk.search import top_k
 from claw_memory import _ranking
 from claw_memory._generation import Generation
 from claw_memory._lexical import LexicalIndex
-from claw_memory._ranking import ECHO_EXTRA_TERMS, is_echo, says_when
+from claw_memory._ranking import ECHO_EXTRA_TERMS, cosine_slack, is_echo, nearest_rows, says_when
 from claw_memory._records import ChunkRecord
 from claw_memory._transcripts import date_text
 
@@ -179,3 +181,52 @@ def test_date_words_are_put_once_per_timestamp(
     again = _ranking._stamp_terms(lexical, 1_683_504_000.0)
     assert first == again == frozenset(lexical.document_terms(real(1_683_504_000.0)))
     assert calls == [1_683_504_000.0]
+
+
+def _pool_reference(
+    approx: npt.NDArray[np.float32], k: int, query: npt.NDArray[np.float32]
+) -> npt.NDArray[np.intp]:
+    """nearest_rows's pool as it was: top_k, then a second pass from the k-th best."""
+    picked = top_k(approx, k)
+    picked = picked[np.isfinite(approx[picked])]
+    if len(picked) == k and len(approx) > k:
+        floor = float(approx[picked[-1]]) - 2 * cosine_slack(query)
+        return np.flatnonzero(approx >= floor)
+    return np.sort(picked)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=5000),
+    k=st.integers(min_value=1, max_value=400),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    masked=st.sampled_from([0.0, 0.0, 0.3, 0.97, 1.0]),
+    ties=st.booleans(),
+    ordered=st.booleans(),
+)
+def test_nearest_rows_pool_and_answer_are_the_two_pass_ones(  # noqa: PLR0917
+    n: int, k: int, seed: int, masked: float, ties: bool, ordered: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    dims = 8
+    matrix = rng.standard_normal((n, dims)).astype(np.float32)
+    if ties:  # many equal rows: runs of equal cosines at the k-th best
+        matrix = matrix[rng.integers(0, max(1, n // 50), size=n)]
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = rng.standard_normal(dims).astype(np.float32)
+    query /= np.linalg.norm(query)
+    approx = (matrix @ query).astype(np.float32)
+    if ordered:  # ascending: a strided sample misjudges the top
+        approx = np.sort(approx)
+    approx[rng.random(n) < masked] = -np.inf
+    margin = 2 * cosine_slack(query)
+    reference = _pool_reference(approx, k, query)
+    pool = _ranking._nearest_pool(approx, k, margin)
+    if pool is not None:
+        assert pool.tolist() == reference.tolist()
+    # The answer: the k best of the pool by exact cosine, as the two-pass pool gives it.
+    exact = _ranking.exact_cosines(matrix, reference, query)
+    expected = reference[np.lexsort((reference, -exact))[:k]]
+    assert nearest_rows(approx, None, k, matrix, query).tolist() == expected.tolist()
+    rows = np.arange(n, dtype=np.intp) + 0  # an explicit row list: the same rows
+    assert nearest_rows(approx, rows, k, matrix, query).tolist() == expected.tolist()
