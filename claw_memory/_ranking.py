@@ -632,6 +632,28 @@ def _word_char(c: str) -> bool:
     return c.isalnum() or c == "_"
 
 
+# A query about what the assistant said: "you mentioned", "you told me", "the
+# restaurant you recommended", "remind me", "our previous conversation". On the
+# LongMemEval tuning split it names 26 of the 27 questions about an assistant's reply
+# and no other question; no LoCoMo question (a chat between two people) matches.
+_RECALLS_REPLY = re.compile(
+    r"\byou\s+(?:\w+\s+){0,2}?(?:said|told|mentioned|recommended|suggested|wrote"
+    r"|created|made|gave|provided|listed|explained|described|shared|proposed|came\s+up"
+    r"|helped|showed|taught|offered|composed|generated|did)\b"
+    r"|\bdid\s+you\s+(?:say|tell|mention|recommend|suggest|write|create|make|give|provide"
+    r"|list|explain|describe|share|propose|come\s+up|show|teach|offer|compose|generate)\b"
+    r"|\bremind\s+me\b"
+    r"|\b(?:our|the)\s+(?:previous|last|earlier|past)\s+(?:conversation|chat|discussion)",
+    re.IGNORECASE,
+)
+
+
+def recalls_reply(query: str) -> bool:
+    """Whether ``query`` asks for something the assistant said (English phrasing):
+    then the assistant's turns hold the answer (:func:`priors`)."""
+    return _RECALLS_REPLY.search(query) is not None
+
+
 def says_when(text: str) -> bool:
     """Whether ``text`` states a time: a relative day or period, a weekday, a month, a year.
 
@@ -697,14 +719,18 @@ def priors(
     rows: Sequence[int],
     params: RankParams,
     query_terms: AbstractSet[str],
+    *,
+    reply_wanted: bool = False,
 ) -> npt.NDArray[np.float64]:
     """The factor on each of ``rows``'s score for what it is rather than what it says.
 
     An assistant's turn (the host renders it ``assistant: ...``) counts
     ``assistant_weight``: what a memory needs is mostly what the user said, while a
-    reply restates the question at length and matches it on many words. A turn that
-    only echoes the query (:func:`is_echo`) counts ``echo_weight``. Memory files and
-    other turns count 1.
+    reply restates the question at length and matches it on many words. When the
+    query asks what the assistant said (``reply_wanted``, :func:`recalls_reply`), the
+    reply is the answer and the user's turns, which only asked for it, count
+    ``assistant_weight`` instead. A turn that only echoes the query (:func:`is_echo`)
+    counts ``echo_weight``. Memory files and other speakers' turns count 1.
     """
     out = np.ones(len(rows), dtype=np.float64)
     if params.assistant_weight == 1.0 and (params.echo_weight == 1.0 or lexical is None):
@@ -713,7 +739,13 @@ def priors(
     # has its record read (to compare its terms with the query's).
     at = np.asarray(rows, dtype=np.intp)
     assistant = gen.assistant_turns[at]
-    out[assistant] *= params.assistant_weight
+    if reply_wanted:
+        # A transcript turn is the user's or the assistant's: the user's are the
+        # session turns (a memory file keeps its 1) that are not the assistant's.
+        sessions = gen.is_session[at] & ~assistant
+        out[sessions] *= params.assistant_weight
+    else:
+        out[assistant] *= params.assistant_weight
     if params.echo_weight != 1.0 and lexical is not None and query_terms:
         records = gen.records
         for i in np.flatnonzero(gen.question_turns[at] & ~assistant).tolist():
@@ -998,7 +1030,14 @@ def rank(
         # The head the page can reach, as the second stage re-scores it.
         stage = np.argsort(-scores, kind="stable")[: max(2 * want, _SECOND_STAGE_MIN)]
         scores = scores.copy()
-        scores[stage] *= priors(gen, lexical, rows[stage].tolist(), params, set(query_terms))
+        scores[stage] *= priors(
+            gen,
+            lexical,
+            rows[stage].tolist(),
+            params,
+            set(query_terms),
+            reply_wanted=recalls_reply(query),
+        )
     if params.temporal_decay:
         dated = gen.dated[rows]
         has_date = ~np.isnan(dated)

@@ -524,7 +524,13 @@ def _neighbours_from_records(gen: object, rows: list[int]) -> npt.NDArray[np.int
 
 
 def _priors_from_records(
-    gen: object, lexical: object, rows: list[int], params: object, query_terms: object
+    gen: object,
+    lexical: object,
+    rows: list[int],
+    params: object,
+    query_terms: object,
+    *,
+    reply_wanted: bool = False,
 ) -> npt.NDArray[np.float64]:
     """What the priors on turns were before the speaker and question columns: each
     row's record read (the reference the columns must match)."""
@@ -535,9 +541,9 @@ def _priors_from_records(
         rec = gen.records[r]  # type: ignore[attr-defined]
         if rec.source != "sessions":
             continue
-        if rec.text.startswith("assistant: "):
+        if rec.text.startswith("assistant: ") != reply_wanted:
             out[i] *= params.assistant_weight  # type: ignore[attr-defined]
-        elif is_echo(lexical, rec.text, query_terms):  # type: ignore[arg-type]
+        if not rec.text.startswith("assistant: ") and is_echo(lexical, rec.text, query_terms):  # type: ignore[arg-type]
             out[i] *= params.echo_weight  # type: ignore[attr-defined]
     return out
 
