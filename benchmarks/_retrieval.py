@@ -337,6 +337,7 @@ async def run_claw(
     results: int,
     keep: Path | None = None,
     beside: Beside | None = None,
+    asked_at: Sequence[float | None] | None = None,
 ) -> list[Rankings]:
     """Index every agent's sessions once and search every question under each variant.
 
@@ -345,7 +346,9 @@ async def run_claw(
     reopened with them (same identity, so nothing is rebuilt or re-embedded). ``keep``
     is a directory to build the index in and leave it (``keep/<config>``): the next run
     with the same index identity reuses it, and after a change of identity the rebuild
-    still finds every vector in the embedding cache.
+    still finds every vector in the embedding cache. ``asked_at``, when given, is each
+    search's time (epoch seconds; ``None``: now), as a relative date in a question
+    ("ten days ago") is read from the time it was asked.
     """
     workers = ThreadWorkerPool(max_workers=2)
     source = InMemoryTranscriptSource()
@@ -381,7 +384,7 @@ async def run_claw(
                 # query's matrix-vector product is too small to share, and BLAS threads
                 # waiting for a core on a loaded machine cost more than the product.
                 blas = threadpool_limits(limits=1, user_api="blas")
-                for agent, question in searches:
+                for i, (agent, question) in enumerate(searches):
                     f = SearchFilter(agent_ids=frozenset([agent]))
                     c, t = time.process_time(), time.perf_counter()
                     result = await index.search(
@@ -390,6 +393,7 @@ async def run_claw(
                         max_results=results,
                         min_score=0.0,
                         filter=f,
+                        now=None if asked_at is None else asked_at[i],
                     )
                     latencies.append((time.perf_counter() - t) * 1000.0)
                     cpu.append((time.process_time() - c) * 1000.0)

@@ -92,6 +92,8 @@ class Question:
     text: str
     answer_sessions: frozenset[str]
     answer_turns: frozenset[str]
+    #: When the question is asked (its ``question_date``), epoch seconds.
+    asked_at: float | None = None
 
 
 def parse_date(text: str) -> float | None:
@@ -159,6 +161,7 @@ def load(
                 str(q["question"]),
                 frozenset(str(s) for s in q["answer_session_ids"]),
                 frozenset(answer_turns),
+                parse_date(str(q.get("question_date", ""))),
             )
         )
     return agents, questions
@@ -239,7 +242,12 @@ def claw_runs(
 ) -> Rankings:
     settings = MemoryCoreSettings(sources=("sessions",), **(overrides or {}))
     (run,) = trio.run(
-        functools.partial(_retrieval.run_claw, results=SEARCH_RESULTS, keep=keep),
+        functools.partial(
+            _retrieval.run_claw,
+            results=SEARCH_RESULTS,
+            keep=keep,
+            asked_at=[q.asked_at for q in questions],
+        ),
         config,
         agents,
         [(q.question_id, q.text) for q in questions],

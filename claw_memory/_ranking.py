@@ -37,6 +37,7 @@ from ._lexical import LexicalIndex
 from ._settings import DEFAULT_APPROXIMATE_ROWS, SearchMode
 from ._transcripts import date_text
 from ._types import SearchFilter
+from ._when import query_window
 
 _WORD = re.compile(r"\w+")
 _DAY = 86_400.0
@@ -69,6 +70,9 @@ class RankParams:
     filter: SearchFilter
     candidate_growth: float = 0.0
     when_weight: float = 0.0
+    #: Bonus for a chunk dated where a relative date in the query points
+    #: (:func:`claw_memory._when.query_window`, from ``now``).
+    window_weight: float = 0.0
     #: Factor on an assistant turn's score (see :func:`priors`).
     assistant_weight: float = 1.0
     #: Factor on a transcript turn that only echoes the query (see :func:`is_echo`).
@@ -1009,6 +1013,15 @@ def rank(
                 ]
                 bonus[stage] += params.when_weight * np.array(timed, dtype=np.float64)
                 total += params.when_weight
+            window = query_window(query, params.now) if params.window_weight > 0 else None
+            if window is not None:
+                # Any dated chunk: a turn by its own time, a daily note by its day. (A
+                # row without either is NaN, inside no window.)
+                at = rows[stage]
+                stamps = np.where(gen.is_session[at], gen.stamps[at], gen.dated[at])
+                inside = (stamps >= window[0]) & (stamps <= window[1])
+                bonus[stage] += params.window_weight * inside
+                total += params.window_weight
             # Still 0..1: a candidate covering the query everywhere keeps its score.
             scores = (scores + bonus) / total
     if (

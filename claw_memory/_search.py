@@ -97,6 +97,7 @@ def _rank_params(
         candidate_multiplier=settings.candidate_multiplier,
         candidate_growth=settings.candidate_growth,
         when_weight=settings.when_weight,
+        window_weight=settings.window_weight,
         assistant_weight=settings.assistant_weight,
         echo_weight=settings.echo_weight,
         approximate_rows=settings.approximate_rows,

@@ -1,0 +1,97 @@
+"""The span of time a query points at with a relative date ("ten days ago", "last
+Saturday"), measured from the moment the search is asked.
+
+A memory answers "what did I buy ten days ago?" from what was said about ten days ago:
+the words of the question ("buy") match every purchase in the transcripts, and only
+the turn's date tells which one is meant. Ranking (:func:`claw_memory._ranking.rank`)
+gives the transcript turns dated inside the span a bonus in its second stage.
+
+Only precise phrasings count: a number of days, weeks, months or years "ago" (digits,
+or the English number words up to twelve, "a", "an", "a couple of"), "yesterday",
+"last <weekday>", "last weekend" and "last week". Vague ones ("a few months ago",
+"recently", "last year") name no span a date could be checked against and give none.
+Calendar arithmetic is in UTC, as the index stores turn timestamps.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+_DAY = 86_400.0
+_NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "a couple of": 2,
+    "couple of": 2,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+}
+_UNIT_DAYS = {"day": 1.0, "week": 7.0, "month": 30.44, "year": 365.25}
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+_AGO = re.compile(
+    r"\b(\d{1,3}|a\s+couple\s+of|couple\s+of|an?|one|two|three|four|five|six|seven|eight"
+    r"|nine|ten|eleven|twelve)\s+(day|week|month|year)s?\s+ago\b",
+    re.IGNORECASE,
+)
+_LAST = re.compile(
+    r"\b(?:last|this\s+past)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+    r"|weekend|week)\b|\b(yesterday)\b",
+    re.IGNORECASE,
+)
+# How far around a count "ago" a date still matches: a fifth of the distance (people
+# round: "two months ago" is 50 to 70 days back), and never under a day and a half.
+_AGO_SLACK = 0.2
+_AGO_MIN_SLACK_DAYS = 1.5
+# A day named "last Saturday" is spoken of on that day or in the days after it: the
+# span runs from the day before to two days after.
+_BEFORE_DAYS = 1.0
+_AFTER_DAYS = 2.0
+
+
+def query_window(query: str, now: float) -> tuple[float, float] | None:
+    """The ``(start, end)`` epoch seconds a relative date in ``query`` points at, asked
+    at ``now``, or ``None`` when the query has no precise relative date."""
+    ago = _AGO.search(query)
+    if ago is not None:
+        count = ago.group(1).lower()
+        n = int(count) if count.isdigit() else _NUMBERS[" ".join(count.split())]
+        days = n * _UNIT_DAYS[ago.group(2).lower()]
+        slack = max(_AGO_MIN_SLACK_DAYS, _AGO_SLACK * days)
+        centre = now - days * _DAY
+        return centre - slack * _DAY, centre + slack * _DAY
+    last = _LAST.search(query)
+    if last is None:
+        return None
+    today = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    word = (last.group(1) or last.group(2)).lower()
+    if word == "yesterday":
+        first = last_day = today - timedelta(days=1)
+    elif word == "week":
+        # The calendar week (Monday to Sunday) before this one.
+        first = today - timedelta(days=today.weekday() + 7)
+        last_day = first + timedelta(days=6)
+    elif word == "weekend":
+        # The Saturday and Sunday before today (today's weekend does not count).
+        back = (today.weekday() - 5) % 7 or 7
+        first = today - timedelta(days=back)
+        if first + timedelta(days=1) >= today:
+            first -= timedelta(days=7)
+        last_day = first + timedelta(days=1)
+    else:
+        back = (today.weekday() - _WEEKDAYS.index(word)) % 7 or 7
+        first = last_day = today - timedelta(days=back)
+    start = first.timestamp() - _BEFORE_DAYS * _DAY
+    end = last_day.timestamp() + _DAY + _AFTER_DAYS * _DAY
+    return start, min(end, now)
