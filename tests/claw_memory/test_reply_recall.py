@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 
-from claw.plugin_sdk import InlineWorkerPool
-from claw_memory._index import open_memory_index
 from claw_memory._ranking import recalls_reply
-from claw_memory._settings import MemoryCoreSettings
-from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
+from claw_memory._transcripts import TranscriptTurn
+
+from ._sessions import sessions_index
 
 # The user asks for a restaurant in words the later question repeats; the reply names
 # it in fewer of them. Each session is padded so that the two turns' neighbours differ.
@@ -24,25 +23,11 @@ _TURNS = [
 
 
 def _index(tmp_path: Path, **settings: Any) -> Any:
-    src = InMemoryTranscriptSource()
-    src.put(
-        "a",
-        "agent:a:main",
-        "s1",
-        [
-            TranscriptTurn(f"s1-{i}", role, role, text, 1_700_000_000.0 + i)
-            for i, (role, text) in enumerate(_TURNS)
-        ],
-    )
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=InlineWorkerPool(),
-        settings=MemoryCoreSettings(min_score=0.0, sources=("sessions",), **settings),
-        transcripts=src,
-    )
+    turns = [
+        TranscriptTurn(f"s1-{i}", role, role, text, 1_700_000_000.0 + i)
+        for i, (role, text) in enumerate(_TURNS)
+    ]
+    return sessions_index(tmp_path, {"s1": turns}, **settings)
 
 
 @pytest.mark.parametrize(

@@ -5,27 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import attrs
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from claw.plugin_sdk import ConfigError, InlineWorkerPool
+from claw.plugin_sdk import ConfigError
 from claw.plugin_sdk.search import QUERY_STOPWORDS
 from claw_memory import _ranking as ranking_module
-from claw_memory._index import open_memory_index
 from claw_memory._lexical import LexicalContext, LexicalIndex
 from claw_memory._ranking import asks_when, coverage, says_when
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import (
-    InMemoryTranscriptSource,
     TranscriptSession,
     TranscriptTurn,
     date_text,
     prepare_session_chunks,
 )
 
-SESSIONS_ONLY = MemoryCoreSettings(min_score=0.0, sources=("sessions",))
+from ._sessions import sessions_index
 
 
 def _turns(speakers_and_texts: list[tuple[str, str]], sid: str = "s1") -> list[TranscriptTurn]:
@@ -146,17 +143,7 @@ def test_transcript_chunks_split_context_into_near_and_far_turns() -> None:
 
 def _session_index(tmp_path: Path, turns: list[tuple[str, str]]) -> Any:
     """An index over one transcript session of ``(speaker, text)`` turns."""
-    src = InMemoryTranscriptSource()
-    src.put("a", "agent:a:main", "s1", _turns(turns))
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=InlineWorkerPool(),
-        settings=SESSIONS_ONLY,
-        transcripts=src,
-    )
+    return sessions_index(tmp_path, {"s1": _turns(turns)})
 
 
 async def test_a_query_naming_a_speaker_prefers_what_that_speaker_said(
@@ -215,22 +202,7 @@ _NO_SECOND_STAGE = {"coverage_weight": 0.0, "near_coverage_weight": 0.0, "far_co
 _CHATTER = "and then we talked for a while about work and the weather and what to cook for dinner"
 
 
-def _sessions_index(
-    tmp_path: Path, sessions: dict[str, list[TranscriptTurn]], **settings: Any
-) -> Any:
-    """An index over several transcript sessions of one agent."""
-    src = InMemoryTranscriptSource()
-    for sid, turns in sessions.items():
-        src.put("a", f"agent:a:{sid}", sid, turns)
-    ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
-    return open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=InlineWorkerPool(),
-        settings=attrs.evolve(SESSIONS_ONLY, **settings),
-        transcripts=src,
-    )
+_sessions_index = sessions_index
 
 
 @pytest.mark.parametrize("second_stage", [True, False])

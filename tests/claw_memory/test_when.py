@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-from claw.plugin_sdk import InlineWorkerPool
-from claw_memory._index import open_memory_index
-from claw_memory._settings import MemoryCoreSettings
-from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
+from claw_memory._transcripts import TranscriptTurn
 from claw_memory._when import query_window
+
+from ._sessions import sessions_index
 
 DAY = 86_400.0
 # Thursday 25 May 2023, 14:00 UTC.
@@ -89,25 +88,20 @@ def test_a_vague_or_absent_relative_date_gives_no_window(query: str) -> None:
 def _index(tmp_path: Path, **settings: Any) -> Any:
     """Two sessions of one agent, a purchase in each: the older one said in more of
     the question's words."""
-    src = InMemoryTranscriptSource()
     sessions = {
         "early": (THURSDAY - 30 * DAY, "I got a kitchen appliance, a blender"),
         "late": (THURSDAY - 10 * DAY, "I got a kitchen appliance today, an air fryer"),
     }
-    for sid, (when, text) in sessions.items():
-        turns = [
-            TranscriptTurn(f"{sid}-0", "user", "user", text, when),
-            TranscriptTurn(f"{sid}-1", "assistant", "assistant", "enjoy it!", when + 60),
-        ]
-        src.put("a", f"agent:a:{sid}", sid, turns)
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return open_memory_index(
-        workspace_dir=ws,
-        index_dir=tmp_path / "idx",
-        workers=InlineWorkerPool(),
-        settings=MemoryCoreSettings(min_score=0.0, sources=("sessions",), **settings),
-        transcripts=src,
+    return sessions_index(
+        tmp_path,
+        {
+            sid: [
+                TranscriptTurn(f"{sid}-0", "user", "user", text, when),
+                TranscriptTurn(f"{sid}-1", "assistant", "assistant", "enjoy it!", when + 60),
+            ]
+            for sid, (when, text) in sessions.items()
+        },
+        **settings,
     )
 
 
