@@ -337,6 +337,7 @@ async def open_host(
                 state_dir=config.resolved_state_dir,
                 transcripts=readers.new,
                 memory_files=memory_files,
+                clock=clock,
             )
             slots = SlotView.of(select_slots(config.plugins, registry), registry)
             models = _model_registry(config)

@@ -20,6 +20,7 @@ import difflib
 import importlib.metadata
 import logging
 import re
+import time
 import types
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -188,6 +189,7 @@ class PluginApi(metaclass=NoPublicConstructor):
         state_dir: Path,
         transcripts: TranscriptReader,
         memory_files: MemoryFiles | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._plugin = plugin
         self._registry: PluginRegistry | None = registry
@@ -202,6 +204,10 @@ class PluginApi(metaclass=NoPublicConstructor):
         self.logger: logging.Logger = logging.getLogger(f"claw.plugins.{plugin.id}")
         #: Read-only session transcripts (usable once the host is open).
         self.transcripts: TranscriptReader = transcripts
+        #: The host's wall clock (seconds since the epoch): what stamps transcript
+        #: entries and names daily notes, so "ten days ago" in a search means ten days
+        #: before this clock's now (a harness's fixed clock included).
+        self.clock: Callable[[], float] = clock
         # The plugin's own view of the writer, made once (every search reads it).
         self._memory_files = (
             memory_files.for_plugin(plugin.id) if memory_files is not None else None
@@ -342,14 +348,15 @@ def load_plugins(
     state_dir: Path,
     transcripts: Callable[[], TranscriptReader],
     memory_files: MemoryFiles | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> PluginRegistry:
     """Run the ``register`` of ``explicit`` and the discovered plugins; what they registered.
 
     An explicit plugin wins over a discovered one with the same id; a plugin that
     ``plugins.entries`` disables is not loaded. Each plugin's facet gets its config
     entry, the shared worker pool, a transcript reader of its own (``transcripts``
-    makes one) and the workspace's memory-file writer, and is closed when ``register``
-    returns.
+    makes one), the workspace's memory-file writer and the host's wall clock, and is
+    closed when ``register`` returns.
     """
     registry = PluginRegistry()
     candidates: list[Plugin] = list(explicit)
@@ -374,6 +381,7 @@ def load_plugins(
             state_dir=state_dir,
             transcripts=transcripts(),
             memory_files=memory_files,
+            clock=clock,
         )
         try:
             plugin.register(api)

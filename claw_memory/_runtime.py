@@ -297,6 +297,9 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
                     filter=SearchFilter(
                         sources=frozenset(effective), agent_ids=frozenset({self.agent_id})
                     ),
+                    # The host's time: relative dates in the query ("10 days ago") and
+                    # temporal decay count from the clock that stamped the transcripts.
+                    now=self.service.api.clock(),
                 )
                 # Who wrote each memory-file entry: the workspace journal's record (read
                 # by a worker only when the journal changed since it was last read).

@@ -428,3 +428,31 @@ async def test_a_search_on_an_unchanged_host_lists_no_session(
     await trio.testing.wait_all_tasks_blocked()
     after = await _operator_search(host, "Friedrichshafen hangar", min_score=0.0)
     assert any("Friedrichshafen" in h.excerpt for h in after.hits if h.source == "sessions")
+
+
+async def test_a_relative_date_in_a_search_counts_from_the_hosts_clock(tmp_path: Path) -> None:
+    """A host on a clock of its own (a harness's, here May 2023) stamps its transcripts
+    with it; "10 days ago" in a search counts back from that clock too, not from the
+    machine's time, so it finds what was said ten days before on the host's clock."""
+    day = 86_400.0
+    asked = 1_685_023_200.0  # 2023-05-25 14:00 UTC
+    now = [asked - 30 * day]
+    model = ScriptedModel(["Noted.", "Noted."])
+    async with claw.open_host(
+        _config(tmp_path), plugins=[claw_memory.plugin], clock=lambda: now[0]
+    ) as host:
+        host.models.register_provider("scripted", lambda name: model)
+        await host.sessions.create("dm:alice", agent_id="main", chat_type="direct")
+        # The older purchase is said in more of the question's words.
+        for text, when in (
+            ("I got a kitchen appliance, a blender", asked - 30 * day),
+            ("I got a kitchen appliance today, an air fryer", asked - 10 * day),
+        ):
+            now[0] = when
+            await host.run_turn("dm:alice", UserMessage(text), sender_is_owner=True)
+        now[0] = asked
+        result = await _operator_search(
+            host, "What kitchen appliance did I buy 10 days ago?", min_score=0.0
+        )
+    turns = [h for h in result.hits if h.source == "sessions"]
+    assert turns and "air fryer" in turns[0].excerpt
