@@ -620,22 +620,6 @@ def asks_when(query: str) -> bool:
     return _ASKS_WHEN.search(query) is not None
 
 
-# Where a match of _SAYS_WHEN can begin: every alternative starts with one of these.
-_WHEN_ANCHORS = (
-    "yesterday", "today", "tonight", "tomorrow", "ago", "recently", "lately", "earlier",
-    "soon", "last", "next", "this", "past", "coming", "mon", "tues", "wednes", "thurs",
-    "fri", "satur", "sun", "january", "february", "march", "april", "june", "july",
-    "august", "september", "october", "november", "december", "19", "20",
-)  # fmt: skip
-# _SAYS_WHEN after its leading word boundary, for lower-case ASCII text (matched at a
-# position where an anchor begins a word).
-_SAYS_WHEN_AT = re.compile(_SAYS_WHEN.pattern.removeprefix(r"\b"))
-
-
-def _word_char(c: str) -> bool:
-    return c.isalnum() or c == "_"
-
-
 # A query about what the assistant said: "you mentioned", "you told me", "the
 # restaurant you recommended", "remind me", "our previous conversation". On the
 # LongMemEval tuning split it names 26 of the 27 questions about an assistant's reply
@@ -656,6 +640,22 @@ def recalls_reply(query: str) -> bool:
     """Whether ``query`` asks for something the assistant said (English phrasing):
     then the assistant's turns hold the answer (:func:`priors`)."""
     return _RECALLS_REPLY.search(query) is not None
+
+
+# Where a match of _SAYS_WHEN can begin: every alternative starts with one of these.
+_WHEN_ANCHORS = (
+    "yesterday", "today", "tonight", "tomorrow", "ago", "recently", "lately", "earlier",
+    "soon", "last", "next", "this", "past", "coming", "mon", "tues", "wednes", "thurs",
+    "fri", "satur", "sun", "january", "february", "march", "april", "june", "july",
+    "august", "september", "october", "november", "december", "19", "20",
+)  # fmt: skip
+# _SAYS_WHEN after its leading word boundary, for lower-case ASCII text (matched at a
+# position where an anchor begins a word).
+_SAYS_WHEN_AT = re.compile(_SAYS_WHEN.pattern.removeprefix(r"\b"))
+
+
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 def says_when(text: str) -> bool:

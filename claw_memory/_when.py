@@ -16,7 +16,7 @@ Calendar arithmetic is in UTC, as the index stores turn timestamps.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 _DAY = 86_400.0
 _NUMBERS = {
@@ -62,7 +62,14 @@ _AFTER_DAYS = 2.0
 
 def query_window(query: str, now: float) -> tuple[float, float] | None:
     """The ``(start, end)`` epoch seconds a relative date in ``query`` points at, asked
-    at ``now``, or ``None`` when the query has no precise relative date."""
+    at ``now``, or ``None`` when the query has no precise relative date (or ``now`` is
+    no time a calendar holds: NaN, infinite, beyond year 9999)."""
+    try:
+        today = datetime.fromtimestamp(now, UTC).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        )
+    except (OverflowError, OSError, ValueError):
+        return None
     ago = _AGO.search(query)
     if ago is not None:
         count = ago.group(1).lower()
@@ -74,24 +81,24 @@ def query_window(query: str, now: float) -> tuple[float, float] | None:
     last = _LAST.search(query)
     if last is None:
         return None
-    today = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     word = (last.group(1) or last.group(2)).lower()
+    # Whole days back from today's midnight, in epoch seconds (no calendar arithmetic,
+    # so a date near the calendar's first day cannot overflow).
+    midnight, weekday = today.timestamp(), today.weekday()
     if word == "yesterday":
-        first = last_day = today - timedelta(days=1)
+        first_back = last_back = 1
     elif word == "week":
         # The calendar week (Monday to Sunday) before this one.
-        first = today - timedelta(days=today.weekday() + 7)
-        last_day = first + timedelta(days=6)
+        first_back = weekday + 7
+        last_back = first_back - 6
     elif word == "weekend":
         # The Saturday and Sunday before today (today's weekend does not count).
-        back = (today.weekday() - 5) % 7 or 7
-        first = today - timedelta(days=back)
-        if first + timedelta(days=1) >= today:
-            first -= timedelta(days=7)
-        last_day = first + timedelta(days=1)
+        first_back = (weekday - 5) % 7 or 7
+        if first_back <= 1:
+            first_back += 7
+        last_back = first_back - 1
     else:
-        back = (today.weekday() - _WEEKDAYS.index(word)) % 7 or 7
-        first = last_day = today - timedelta(days=back)
-    start = first.timestamp() - _BEFORE_DAYS * _DAY
-    end = last_day.timestamp() + _DAY + _AFTER_DAYS * _DAY
+        first_back = last_back = (weekday - _WEEKDAYS.index(word)) % 7 or 7
+    start = midnight - first_back * _DAY - _BEFORE_DAYS * _DAY
+    end = midnight - last_back * _DAY + _DAY + _AFTER_DAYS * _DAY
     return start, min(end, now)

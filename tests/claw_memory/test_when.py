@@ -129,3 +129,19 @@ async def test_without_the_window_the_better_worded_turn_wins(tmp_path: Path) ->
             )
         ).hits
     assert hits[0].entry_ids == ("early-0",)
+
+
+@pytest.mark.parametrize("now", [1e20, -1e20, float("nan"), float("inf")])
+@pytest.mark.parametrize("query", ["last Saturday", "yesterday", "10 days ago", "last week"])
+def test_a_time_no_calendar_holds_gives_no_window_rather_than_an_error(
+    query: str, now: float
+) -> None:
+    # A caller's search time (MemoryIndex.search(now=...)) beyond any date: the query
+    # still searches, only without a span.
+    assert query_window(query, now) is None
+
+
+def test_a_weekday_in_the_calendars_first_week_does_not_overflow() -> None:
+    first_day = datetime(1, 1, 1, 12, tzinfo=UTC).timestamp()
+    window = query_window("last Saturday", first_day)
+    assert window is not None and window[0] < first_day
