@@ -229,6 +229,18 @@ def nearest_rows(
     taken from the exact scores. So the answer does not depend on how ``approx`` was
     computed. ``-inf`` in ``approx`` (a filtered-out row) is never chosen.
     """
+    return nearest_scored(approx, rows, k, matrix, query)[0]
+
+
+def nearest_scored(
+    approx: npt.NDArray[np.float32],
+    rows: npt.NDArray[np.intp] | None,
+    k: int,
+    matrix: npt.NDArray[np.float32],
+    query: npt.NDArray[np.float32],
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+    """:func:`nearest_rows` and the exact cosine of each row it gives
+    (:func:`exact_cosines`' value: the ranking reuses it instead of computing it again)."""
     margin = 2 * cosine_slack(query)
     pool = _nearest_pool(approx, k, margin)
     if pool is None:
@@ -241,8 +253,8 @@ def nearest_rows(
             pool = picked
     candidates = pool if rows is None else rows[pool]
     exact = exact_cosines(matrix, candidates, query)
-    best: npt.NDArray[np.intp] = candidates[np.lexsort((candidates, -exact))[:k]]
-    return best
+    order = np.lexsort((candidates, -exact))[:k]
+    return candidates[order], exact[order]
 
 
 def sketch_nearest(
@@ -250,14 +262,15 @@ def sketch_nearest(
     query: npt.NDArray[np.float32],
     k: int,
     mask: npt.NDArray[np.bool_] | None,
-) -> npt.NDArray[np.intp]:
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
     """The approximate vector stage: the ``k`` rows nearest ``query`` among the rows
     ``gen``'s sketch ranks nearest (:data:`SKETCH_RESCORE_FACTOR` per candidate),
-    ordered by their exact cosine, best first; only rows ``mask`` allows."""
+    ordered by their exact cosine, best first, with those cosines
+    (:func:`nearest_scored`); only rows ``mask`` allows."""
     sketch = gen.sketch()
     assert sketch is not None and gen.matrix is not None
     pool = sketch.nearest(query, max(SKETCH_RESCORE_FACTOR * k, SKETCH_RESCORE_MIN), mask)
-    return nearest_rows(row_cosines(gen.matrix, pool, query), pool, k, gen.matrix, query)
+    return nearest_scored(row_cosines(gen.matrix, pool, query), pool, k, gen.matrix, query)
 
 
 def narrow_filter(gen: Generation, f: SearchFilter) -> SearchFilter:
@@ -946,6 +959,7 @@ def rank(
                 }
 
     vec_rows: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)
+    vec_exact: npt.NDArray[np.float64] = np.empty(0, dtype=np.float64)
     if not use_vec:
         sims = None
     # The approximate vector stage (a large generation), or one over the rows a filter
@@ -958,31 +972,43 @@ def rank(
             reached = (
                 sims[reach] if sims is not None else row_cosines(gen.matrix, reach, query_vector)
             )
-            vec_rows = nearest_rows(reached, reach, k, gen.matrix, query_vector)
+            vec_rows, vec_exact = nearest_scored(reached, reach, k, gen.matrix, query_vector)
         elif sims is None and approximate(gen, params.approximate_rows):
-            vec_rows = sketch_nearest(gen, query_vector, k, mask)
+            vec_rows, vec_exact = sketch_nearest(gen, query_vector, k, mask)
         else:
             if sims is None:
                 sims = gen.matrix @ query_vector
             ranked = sims if mask is None else np.where(mask, sims, -np.inf).astype(np.float32)
-            vec_rows = nearest_rows(ranked, None, k, gen.matrix, query_vector)
+            vec_rows, vec_exact = nearest_scored(ranked, None, k, gen.matrix, query_vector)
 
     # Candidates in first-seen order (lexical, then vector), scored all at once.
     candidates = list(text_scores)
-    candidates.extend(r for r in vec_rows.tolist() if r not in text_scores)
+    vec_only = [r not in text_scores for r in vec_rows.tolist()]
+    candidates.extend(vec_rows[vec_only].tolist())
     rows = np.array(candidates, dtype=np.intp)
     t_arr = np.zeros(len(rows), dtype=np.float64)
     t_arr[: len(text_scores)] = list(text_scores.values())
-    if tombstones:
-        live = [gen.records[r].chunk_id not in tombstones for r in rows.tolist()]
-        rows, t_arr = rows[live], t_arr[live]
     # Every candidate's cosine computed exactly, the same way for every search: a
     # product's rounding (shared with other searches in a batch, or not) never reaches
-    # a score.
+    # a score. The vector candidates' were computed choosing them (exact_cosines gives
+    # a row the same value whatever rows come with it): only the lexical ones' remain.
     v_arr = None
     if scored:
         assert gen.matrix is not None and query_vector is not None
-        v_arr = np.maximum(exact_cosines(gen.matrix, rows, query_vector), 0.0)
+        v_arr = np.maximum(
+            np.concatenate(
+                [
+                    exact_cosines(gen.matrix, rows[: len(text_scores)], query_vector),
+                    vec_exact[vec_only],
+                ]
+            ),
+            0.0,
+        )
+    if tombstones:
+        live = [gen.records[r].chunk_id not in tombstones for r in rows.tolist()]
+        rows, t_arr = rows[live], t_arr[live]
+        if v_arr is not None:
+            v_arr = v_arr[live]
     if params.mode == "lexical" or v_arr is None:
         scores = t_arr if use_text else np.zeros(len(rows), dtype=np.float64)
     elif params.mode == "vector" or not use_text:

@@ -230,3 +230,12 @@ def test_nearest_rows_pool_and_answer_are_the_two_pass_ones(  # noqa: PLR0917
     assert nearest_rows(approx, None, k, matrix, query).tolist() == expected.tolist()
     rows = np.arange(n, dtype=np.intp) + 0  # an explicit row list: the same rows
     assert nearest_rows(approx, rows, k, matrix, query).tolist() == expected.tolist()
+    # With their exact cosines, which the ranking reuses: each row's is the value
+    # exact_cosines gives it among any other rows (here: those it was chosen with, and
+    # the answer alone, and each row on its own).
+    best, scores = _ranking.nearest_scored(approx, None, k, matrix, query)
+    assert best.tolist() == expected.tolist()
+    assert scores.tolist() == _ranking.exact_cosines(matrix, best, query).tolist()
+    assert scores.tolist() == [
+        float(_ranking.exact_cosines(matrix, best[i : i + 1], query)[0]) for i in range(len(best))
+    ]
