@@ -23,7 +23,7 @@ from claw.plugin_sdk import InlineWorkerPool
 from claw.plugin_sdk.search import HashEmbedder, normalise_rows
 from claw_memory import _schedule
 from claw_memory._index import open_memory_index
-from claw_memory._ranking import cosine_slack, rank
+from claw_memory._ranking import cosine_slack, exact_cosines, rank
 from claw_memory._schedule import BatchItem, rank_batch
 from claw_memory._search import _rank_params
 from claw_memory._settings import MemoryCoreSettings
@@ -98,6 +98,29 @@ async def test_a_search_ranks_the_same_alone_and_batched_with_others(
         assert all(ranked is not None and len(ranked[0]) == 20 for ranked in alone)
         for n in (2, 3, 5, 8):
             assert rank_batch(items(n), lexical) == alone[:n], n
+        # A small batch's product computed in row blocks (here of 32 rows, so the 240
+        # rows take eight blocks, the last one short) ranks alike too.
+        monkeypatch.setattr(_schedule, "_BLOCK_CELLS", 1)
+        for n in (2, 3, 5, 8):
+            assert rank_batch(items(n), lexical) == alone[:n], n
+
+
+@pytest.mark.parametrize("queries", [1, 2, 3, 5, 8, 9, 12])
+@pytest.mark.parametrize("rows", [1, 31, 1000, 1027])
+def test_the_similarities_of_a_batch_are_its_product_within_rounding(
+    queries: int, rows: int
+) -> None:
+    """Whatever way the batch's product is computed (one gemv, row blocks, one GEMM),
+    each query gets one contiguous row of cosines, every one within the rounding
+    bound of the plain product's."""
+    rng = np.random.default_rng(queries * 10_000 + rows)
+    matrix = normalise_rows(rng.standard_normal((rows, 64)).astype(np.float32))
+    vectors = normalise_rows(rng.standard_normal((queries, 64)).astype(np.float32))
+    got = _schedule.similarities(matrix, vectors)
+    assert got.shape == (queries, rows) and got.dtype == np.float32
+    for q, row in zip(vectors, got, strict=True):
+        assert row.flags.c_contiguous
+        assert np.abs(row - matrix @ q).max() <= cosine_slack(q)
 
 
 async def test_the_rounding_of_a_shared_product_never_reaches_a_page(tmp_path: Path) -> None:
@@ -128,3 +151,40 @@ async def test_the_rounding_of_a_shared_product_never_reaches_a_page(tmp_path: P
                 for _ in range(3):
                     noise = rng.uniform(-slack, slack, product.shape[0])
                     assert ranked(sims=(product + noise).astype(np.float32)) == ranked(sims=None)
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "vector"])
+@pytest.mark.parametrize("forgotten", [0, 3])
+async def test_every_hits_vector_score_is_its_own_rows_exact_cosine(
+    tmp_path: Path, mode: str, forgotten: int
+) -> None:
+    """The vector candidates' cosines come from choosing them, the lexical ones' are
+    computed beside: either way a hit's vector score is its row's exact cosine (as
+    :func:`exact_cosines` gives it for that row alone), tombstoned chunks left out."""
+    embedder = HashEmbedder()
+    async with _index(tmp_path, embedder) as index:
+        gen, lexical = index._view.generation, index._view.lexical
+        assert gen.matrix is not None
+        vectors = normalise_rows(embedder.embed_sync(QUERIES))
+        # A page of 100: 400 candidates from each side, so every row of the 240 is one
+        # (those sharing no word with the query from the vector side only).
+        params = _rank_params(SETTINGS, embedder)(
+            mode=mode, offset=0, limit=100, min_score=0.0, now=0.0, filter=SearchFilter()
+        )
+        kinds: set[bool] = set()
+        for query, vector in zip(QUERIES, vectors, strict=True):
+            first, _ = rank(
+                gen, lexical, query=query, query_vector=vector, params=params,
+                tombstones=frozenset(),
+            )  # fmt: skip
+            gone = frozenset(gen.records[r.row].chunk_id for r in first[:forgotten])
+            rows, _ = rank(
+                gen, lexical, query=query, query_vector=vector, params=params, tombstones=gone
+            )
+            assert rows
+            assert not {gen.records[r.row].chunk_id for r in rows} & gone
+            for r in rows:
+                alone = exact_cosines(gen.matrix, np.array([r.row], dtype=np.intp), vector)
+                assert r.vector_score == max(float(alone[0]), 0.0)
+                kinds.add(bool(r.text_score))
+        assert kinds == ({True, False} if mode == "hybrid" else {False})
