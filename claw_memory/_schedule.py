@@ -21,7 +21,6 @@ import numpy.typing as npt
 import trio
 
 from claw.plugin_sdk import WorkerPool
-from claw.plugin_sdk.search import product_slice as _product_slice
 
 from ._generation import Generation
 from ._lexical import LexicalIndex
@@ -57,11 +56,14 @@ _BLOCK_CELLS = 1 << 18
 
 
 def similarities(
-    matrix: npt.NDArray[np.float32], queries: npt.NDArray[np.float32]
+    matrix: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    out: npt.NDArray[np.float32] | None = None,
 ) -> npt.NDArray[np.float32]:
-    """``queries @ matrix.T``: each query's cosine to every row, one contiguous row a
-    query (they only propose candidates: :func:`~._ranking.nearest_rows` scores its
-    pool exactly, so how the product rounds changes no answer).
+    """``queries @ matrix.T`` (into ``out`` when given): each query's cosine to every
+    row, one contiguous row a query. They only propose candidates
+    (:func:`~._ranking.nearest_rows` scores its pool exactly), so how the product
+    rounds changes no answer.
 
     A batch of two to :data:`_BLOCKED_QUERIES` queries is computed in row blocks of
     ``_BLOCK_CELLS / (queries x dims)`` rows. One GEMM over the whole matrix with so
@@ -72,20 +74,32 @@ def similarities(
     gemv; more than eight, one GEMM is cheaper again (12 queries: 1.0 against 1.2 ms).
     """
     b, dims = queries.shape
-    out: npt.NDArray[np.float32]
-    if b == 1:
-        out = (matrix @ queries[0])[None, :]
-        return out
-    if b > _BLOCKED_QUERIES:
-        out = np.ascontiguousarray((matrix @ queries.T).T)
-        return out
     n = matrix.shape[0]
-    out = np.empty((b, n), dtype=np.float32)
-    step = max(32, _BLOCK_CELLS // (b * dims) // 32 * 32)
-    for start in range(0, n, step):
-        stop = min(start + step, n)
-        np.matmul(matrix[start:stop], queries.T, out=out[:, start:stop].T)
+    if out is None:
+        out = np.empty((b, n), dtype=np.float32)
+    if b == 1:
+        np.matmul(matrix, queries[0], out=out[0])
+    elif b > _BLOCKED_QUERIES:
+        out[...] = (matrix @ queries.T).T
+    else:
+        step = max(32, _BLOCK_CELLS // (b * dims) // 32 * 32)
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            np.matmul(matrix[start:stop], queries.T, out=out[:, start:stop].T)
     return out
+
+
+def similarities_slice(
+    matrix: npt.NDArray[np.float32],
+    queries: npt.NDArray[np.float32],
+    out: npt.NDArray[np.float32],
+    start: int,
+    stop: int,
+) -> None:
+    """Columns ``start:stop`` of :func:`similarities` into ``out`` (one worker's share
+    of a large product: it is bound by memory bandwidth, which one core does not
+    saturate, so two workers take about half the time)."""
+    similarities(matrix[start:stop], queries, out[:, start:stop])
 
 
 def _rank_inline(gen: Generation) -> bool:
@@ -226,16 +240,16 @@ class RankScheduler:
             matrix = items[0].gen.matrix
             assert matrix is not None
             queries = np.stack([it.query_vector for it in items])  # type: ignore[misc]
-            out = np.empty((matrix.shape[0], len(items)), dtype=np.float32)
+            out = np.empty((len(items), matrix.shape[0]), dtype=np.float32)
             parts = min(workers.total_tokens, 4)
             bounds = np.linspace(0, matrix.shape[0], parts + 1).astype(int).tolist()
             async with trio.open_nursery() as nursery:
                 for start, stop in itertools.pairwise(bounds):
                     nursery.start_soon(
-                        self.workers.run_sync, _product_slice, matrix, queries, out, start, stop
+                        self.workers.run_sync, similarities_slice, matrix, queries, out, start, stop
                     )
-            for column, it in enumerate(items):
-                it.sims = np.ascontiguousarray(out[:, column])
+            for row, it in zip(out, items, strict=True):
+                it.sims = row
 
     async def _inline_rank(self, item: BatchItem) -> Ranked | None:
         """Rank ``item`` on the event loop, batched with the searches ready to run.

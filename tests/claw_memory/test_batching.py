@@ -211,13 +211,13 @@ async def test_large_products_are_split_across_workers_and_change_no_answer(
         for word in WORDS:
             result = await index.search(word, max_results=5)
             whole[word] = [(h.path, h.score, h.vector_score) for h in result.hits]
-        assert "product_slice" not in pool.calls
+        assert "similarities_slice" not in pool.calls
         monkeypatch.setattr(_schedule, "_PARALLEL_PRODUCT_WORK", 1)
         split = {}
         for word in WORDS:
             result = await index.search(word, max_results=5)
             split[word] = [(h.path, h.score, h.vector_score) for h in result.hits]
-        assert pool.calls.count("product_slice") == 2 * len(WORDS)
+        assert pool.calls.count("similarities_slice") == 2 * len(WORDS)
         for word in WORDS:
             assert [p for p, _, _ in split[word]] == [p for p, _, _ in whole[word]]
             assert [s for _, s, _ in split[word]] == pytest.approx([s for _, s, _ in whole[word]])
