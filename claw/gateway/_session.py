@@ -273,38 +273,43 @@ class Session:
         self, frame: RequestFrame, method: GatewayMethod, cancel_scope: trio.CancelScope
     ) -> None:
         # The slot is held until the answer is queued, so a client that does not read
-        # cannot make the gateway hold more than max_in_flight answers for it.
+        # cannot make the gateway hold more than max_in_flight answers for it. The answer
+        # is made inside the request's own cancel scope and written outside it (a cancel
+        # frame aborts the work, never a half-written answer); one coroutine, not two.
         try:
-            await self._reply(await self._answer(frame, method, cancel_scope))
+            answer: str | None = None
+            with cancel_scope:
+                try:
+                    answer = await self._call(frame, method, cancel_scope)
+                except BaseExceptionGroup as group:
+                    answer = self._group_answer(frame, method, group)
+                except Exception as exc:
+                    answer = self._error_for(frame, method, exc)
+            if answer is None:
+                # The request's own scope caught the cancellation: a cancel frame aborted
+                # it. (Connection close cancels an outer scope and never gets here.)
+                answer = encode_error(frame.id, "UNAVAILABLE", f"request {frame.id!r} was aborted")
+            await self._reply(answer)
         finally:
             del self.inflight[frame.id]
 
-    async def _answer(
-        self, frame: RequestFrame, method: GatewayMethod, cancel_scope: trio.CancelScope
+    def _group_answer(
+        self, frame: RequestFrame, method: GatewayMethod, group: BaseExceptionGroup[Any]
     ) -> str:
-        with cancel_scope:
-            try:
-                return await self._call(frame, method, cancel_scope)
-            except BaseExceptionGroup as group:
-                # A handler's own nursery: answer for a lone error as if it were raised
-                # directly, but let cancellation (and KeyboardInterrupt) go on unwinding.
-                cancelled, rest = group.split(trio.Cancelled)
-                leaves = _leaves(rest) if rest is not None else []
-                if any(not isinstance(leaf, Exception) for leaf in leaves):
-                    raise
-                if cancelled is not None:
-                    if rest is not None:
-                        self._log_failure(frame, method, rest)
-                    raise cancelled from None
-                if len(leaves) == 1 and isinstance(leaves[0], Exception):
-                    return self._error_for(frame, method, leaves[0])
-                self._log_failure(frame, method, group)
-                return self._internal(frame, method)
-            except Exception as exc:
-                return self._error_for(frame, method, exc)
-        # Only reached when the request's own scope caught the cancellation: a cancel
-        # frame aborted it. (Connection close cancels an outer scope and never gets here.)
-        return encode_error(frame.id, "UNAVAILABLE", f"request {frame.id!r} was aborted")
+        """The answer for a handler's own nursery's error group: a lone error as if it
+        were raised directly; cancellation (and KeyboardInterrupt) goes on unwinding."""
+        cancelled, rest = group.split(trio.Cancelled)
+        leaves = _leaves(rest) if rest is not None else []
+        if any(not isinstance(leaf, Exception) for leaf in leaves):
+            raise group
+        if cancelled is not None:
+            if rest is not None:
+                self._log_failure(frame, method, rest)
+            raise cancelled from None
+        if len(leaves) == 1 and isinstance(leaves[0], Exception):
+            return self._error_for(frame, method, leaves[0])
+        self._log_failure(frame, method, group)
+        return self._internal(frame, method)
 
     def _error_for(self, frame: RequestFrame, method: GatewayMethod, exc: Exception) -> str:
         if isinstance(exc, GatewayError):

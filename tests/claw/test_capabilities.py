@@ -365,3 +365,11 @@ async def test_a_minting_scope_revokes_what_it_minted_on_exit_and_has_no_nursery
         host.verify(context)
     with pytest.raises(claw.HostClosedError, match="is closed"):
         scope.mint_host_authority("status")
+
+
+async def test_a_minting_scope_left_by_an_error_revokes_too(host: claw.Host) -> None:
+    with pytest.raises(RuntimeError, match="boom"), host.open_minting_scope("request") as scope:
+        context = scope.mint_caller_context(scope.mint_operator_authority({"operator.read"}))
+        raise RuntimeError("boom")
+    with pytest.raises(claw.StaleCapabilityError, match="scope 'request' closed"):
+        host.verify(context)
