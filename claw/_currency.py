@@ -43,7 +43,8 @@ RECALL_STALE_REASON = "a conversation it names changed incarnation"
 
 RequestCheck = Callable[[], None]
 """A caller's own extra condition, checked with every currency check of a request (the
-gateway's: the request was not aborted and its connection is still open)."""
+gateway's: its connection is still open and its client's authority not revoked; an
+aborted request needs no condition of its own, its caller context is stale)."""
 
 
 @attrs.frozen
@@ -202,11 +203,11 @@ class Currency:
             authority.audience is None and authority.conversation_recall is None
         ):
             try:
+                # Nothing is awaited here: ``also`` once, with the capability check
+                # (the slow path below checks it again after its read).
                 if also is not None:
                     also()
                 self.verify(context)
-                if also is not None:
-                    also()
             except CurrencyPendingError:
                 pass
             else:

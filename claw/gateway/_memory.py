@@ -7,9 +7,10 @@ request; the MCP server and the CLI call them the same way. This module is the
 boundary where a request enters: the wire parameters are validated here, once, into
 the neutral request, and nothing behind it checks them again. Every provider call goes
 through the guard's request routes (``MemoryRuntime.search``, ``get``, ``status``),
-which check currency, with ``check`` (the request's own condition: not aborted, its
-connection open), before and after each provider call and make the release check last;
-claw errors are translated to the wire's codes once, in :func:`translate_error`.
+which check currency, with ``check`` (the request's own condition: its connection open;
+an aborted request's caller context is stale), before and after each provider call and
+make the release check last; claw errors are translated to the wire's codes once, in
+:func:`translate_error`.
 
 Wire shapes (camelCase) are exactly those of the issue: v2 search answers
 ``{version: 2, agentId, providerId, hits, nextCursor?, coverage?, warning?}``; v1 (no
@@ -453,7 +454,9 @@ def _handler(fn: MemoryMethod) -> Callable[[GatewayRequestContext], Awaitable[di
     async def handle(ctx: GatewayRequestContext) -> dict[str, Any]:
         try:
             # The context was minted for this request just before: nothing was awaited.
-            return await fn(ctx.memory, ctx.caller, ctx.params, ctx.check_request, fresh=True)
+            # The guard verifies the context (an aborted request's is stale) with every
+            # check, and the connection with it.
+            return await fn(ctx.memory, ctx.caller, ctx.params, ctx.check_connection, fresh=True)
         except ClawError as exc:
             translated = translate_error(exc)
             if translated is exc:

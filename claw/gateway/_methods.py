@@ -107,6 +107,13 @@ class GatewayRequestContext(metaclass=NoPublicConstructor):
         the memory guard checks it with every currency check it makes)."""
         if self.caller.cancel_scope.cancel_called:
             raise GatewayError("UNAVAILABLE", f"request {self.request_id!r} was aborted")
+        self.check_connection()
+
+    def check_connection(self) -> None:
+        """Raise ``GatewayError("UNAVAILABLE")`` once the request's connection closed or
+        its client's authority was revoked: the condition the memory guard checks with
+        every currency check, beside the caller context (whose own check refuses an
+        aborted request, so the guard does not ask the request's scope twice)."""
         problem = self._connection_problem()
         if problem is not None:
             raise GatewayError("UNAVAILABLE", problem)

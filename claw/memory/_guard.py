@@ -131,15 +131,17 @@ class GuardedMemoryHandle:
         self._lifecycle.check_open()
         await self._currency.await_committed(self._context, also=self._also)
 
-    async def _call(self, what: str, fn: Callable[[], Awaitable[T]], *, checked: bool) -> T:
-        """One provider call, after the check before it unless ``checked`` (a check was
-        just made with nothing awaited since). The check after it is the caller's, so
-        that it can be the check before the next step."""
+    async def _call(
+        self, what: str, fn: Callable[..., Awaitable[T]], *args: Any, checked: bool
+    ) -> T:
+        """One provider call, ``await fn(*args)``, after the check before it unless
+        ``checked`` (a check was just made with nothing awaited since). The check after
+        it is the caller's, so that it can be the check before the next step."""
         if not checked:
             await self._current()
         # provider_call, inlined: one coroutine less on every provider call.
         try:
-            return await fn()
+            return await fn(*args)
         except ClawError:
             raise
         except Exception as exc:
@@ -180,8 +182,7 @@ class GuardedMemoryHandle:
         check; without ``release`` the caller makes it after closing the handle."""
         self._check_open()
         request = self._declared_search(request)
-        handle = self._handle
-        result = await self._call("search", lambda: handle.search(request), checked=checked)
+        result = await self._call("search", self._handle.search, request, checked=checked)
         await self._current()
         admitted = await self._authorize_hits(self._valid_hits(result, request))
         if release:
@@ -228,10 +229,7 @@ class GuardedMemoryHandle:
         request = AuthorizeSearchHitsRequest.for_caller(
             agent_id=self.agent_id, authority=self._context.authority, hits=hits
         )
-        authorize = self._authorize
-        admitted = await self._call(
-            "authorize_search_hits", lambda: authorize(request), checked=True
-        )
+        admitted = await self._call("authorize_search_hits", self._authorize, request, checked=True)
         # Only hits the provider was given may come back: a hook cannot add results.
         given = {id(h) for h in hits}
         return tuple(h for h in admitted if id(h) in given)
@@ -252,8 +250,7 @@ class GuardedMemoryHandle:
                 f'reference belongs to provider "{ref.provider_id}", not the selected memory '
                 f'provider "{self.provider_id}"'
             )
-        handle = self._handle
-        result = await self._call("get", lambda: handle.get(request), checked=checked)
+        result = await self._call("get", self._handle.get, request, checked=checked)
         if release:
             await self._released()
         if not isinstance(result, MemoryGetResult):
@@ -302,7 +299,7 @@ class GuardedMemoryHandle:
         if request.active_project_keys and not caps.project_filter:
             raise self._unsupported("project filtering", "active_project_keys were supplied")
         fn = self._handle.candidates  # type: ignore[attr-defined]
-        result = await self._call("candidates", lambda: fn(request), checked=False)
+        result = await self._call("candidates", fn, request, checked=False)
         await self._released()
         if not isinstance(result, MemoryCandidatesResult):
             raise ContractError(

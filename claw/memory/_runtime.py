@@ -267,7 +267,7 @@ class MemoryRuntime:
         if not fresh:
             await self._currency.await_current(context, also=also)
         agent = self._agent_for(context, agent_id)
-        if await self._require_known_agent(agent_id, agent) and fresh:
+        if agent_id is not None and await self._require_known_agent(agent_id, agent) and fresh:
             # The store was read: the context is no longer fresh.
             await self._currency.await_current(context, also=also)
         target, cap = self._target(plugin_id)

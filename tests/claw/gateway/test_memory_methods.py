@@ -15,6 +15,7 @@ import claw_memory
 from claw._currency import Currency
 from claw.gateway import (
     Gateway,
+    GatewayRequestContext,
     GatewayRequestError,
     open_gateway_client,
     open_in_memory_gateway_client,
@@ -391,6 +392,49 @@ async def test_a_v2_search_checks_currency_once_at_each_point_the_seed_names(
     assert "authorize_search_hits" in provider.call_names()
     assert len(counts.verified) == 3
     assert all(isinstance(c, claw.MemoryCallerContext) for c in counts.verified)
+
+
+async def test_a_v2_search_asks_its_connection_once_with_each_currency_check(
+    native_host: claw.Host,
+    provider: RecordingMemoryProvider,
+    counts: _Counts,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The request's own condition (its connection) goes with each of the guard's three
+    checks, once: not twice around the release check's verification, and not the
+    request's abort, which the caller context's verification already refuses."""
+    asked: list[str] = []
+    check_connection = GatewayRequestContext.check_connection
+
+    def counting(self: GatewayRequestContext) -> None:
+        asked.append("connection")
+        check_connection(self)
+
+    monkeypatch.setattr(GatewayRequestContext, "check_connection", counting)
+    async with open_in_memory_gateway_client(Gateway(native_host), TOKEN) as client:
+        payload = await client.request("memory.search", {"version": 2, "query": "quarterly"})
+    assert payload["hits"]
+    assert len(asked) == len(counts.verified) == 3
+
+
+async def test_an_aborted_request_is_refused_by_its_context_before_the_search(
+    native_host: claw.Host, provider: RecordingMemoryProvider
+) -> None:
+    """A request aborted with no checkpoint since (its scope cancelled, nothing raised
+    yet) is refused by its caller context's checks, with a request condition that knows
+    nothing of the abort: no search runs and no handle stays open."""
+    async with native_host.open_scope("gw") as scope:
+        aborted = trio.CancelScope()
+        aborted.cancel()
+        caller = scope.mint_caller_context(
+            scope.mint_operator_authority({"operator.read"}), cancel_scope=aborted
+        )
+        with pytest.raises(claw.StaleCapabilityError, match="aborted"):
+            await memory_search(
+                native_host.memory, caller, {"version": 2, "query": "quarterly"}, lambda: None
+            )
+    assert "search.enter" not in provider.call_names()
+    assert provider.open_handles == 0
 
 
 async def test_a_tool_search_checks_currency_once_at_each_point_and_reads_once(
