@@ -456,3 +456,36 @@ async def test_a_relative_date_in_a_search_counts_from_the_hosts_clock(tmp_path:
         )
     turns = [h for h in result.hits if h.source == "sessions"]
     assert turns and "air fryer" in turns[0].excerpt
+
+
+async def test_memory_core_search_checks_its_caller_before_ranking_and_after_it(
+    host: claw.Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider's own checks, without the host's guard around it: a caller reset
+    while the search ranked gets no hits, and a stale caller ranks nothing."""
+    from claw_memory._index import MemoryIndex
+
+    runtime = host.memory.slots.memory_capabilities["memory-core"].provider_runtime
+    ranked: list[str] = []
+    real_rank_page = MemoryIndex.rank_page
+    reset_while_ranking: list[str] = []
+
+    async def rank_page(self: MemoryIndex, query: str, **kw: Any) -> Any:
+        ranked.append(query)
+        page = await real_rank_page(self, query, **kw)
+        for key in reset_while_ranking:
+            await host.sessions.reset(key)
+        return page
+
+    monkeypatch.setattr(MemoryIndex, "rank_page", rank_page)
+    request = MemorySearchRequest(query="green tea", min_score=0.0)
+    async with host.open_run("dm:alice", sender_is_owner=True) as run:
+        handle = (await runtime.open(agent_id="main", context=run.caller)).provider
+        assert (await handle.search(request)).hits
+        reset_while_ranking.append("dm:alice")
+        with pytest.raises(claw.StaleCapabilityError):
+            await handle.search(request)
+        assert ranked == ["green tea", "green tea"]
+        with pytest.raises(claw.StaleCapabilityError):
+            await handle.search(request)
+        assert ranked == ["green tea", "green tea"]
