@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import signal
@@ -20,7 +21,7 @@ from claw.gateway import (
     open_gateway_client,
     run_gateway_until_signal,
 )
-from claw.gateway._server import transport_limit
+from claw.gateway._server import SERVING_GC_THRESHOLD, transport_limit
 
 from .conftest import (
     MAX_MESSAGE_BYTES,
@@ -220,6 +221,26 @@ async def test_signal_runner_stops_on_sigterm_and_closes_connections(gateway: Ga
                 await ws.get_message()
         assert closed.value.reason.code == 1001
     assert stopped_by == [signal.SIGTERM]
+
+
+async def test_a_serving_process_collects_cycles_less_often_and_restores_the_collector(
+    gateway: Gateway,
+) -> None:
+    """While the signal runner serves, the collector's youngest generation waits for
+    SERVING_GC_THRESHOLD allocations; once it returns, the thresholds are what they were
+    (the older generations' are never touched)."""
+    before = gc.get_threshold()
+    seen: list[tuple[int, ...]] = []
+
+    async def run(*, task_status: trio.TaskStatus[GatewayAddress]) -> None:
+        await run_gateway_until_signal(gateway, task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run)
+        seen.append(gc.get_threshold())
+        signal.raise_signal(signal.SIGTERM)
+    assert seen == [(max(before[0], SERVING_GC_THRESHOLD), *before[1:])]
+    assert gc.get_threshold() == before
 
 
 async def test_a_client_that_never_sends_connect_is_refused_after_the_handshake_timeout(
