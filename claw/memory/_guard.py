@@ -23,6 +23,7 @@ memory route (the gateway, MCP, agent tools, consumers) goes through inside
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -230,7 +231,14 @@ class GuardedMemoryHandle:
             agent_id=self.agent_id, authority=self._context.authority, hits=hits
         )
         admitted = await self._call("authorize_search_hits", self._authorize, request, checked=True)
-        # Only hits the provider was given may come back: a hook cannot add results.
+        # Only hits the provider was given may come back: a hook cannot add results. The
+        # common answer, every hit as given (the very objects, in order), needs no table.
+        if (
+            isinstance(admitted, list | tuple)
+            and len(admitted) == len(hits)
+            and all(map(operator.is_, admitted, hits))
+        ):
+            return hits
         given = {id(h) for h in hits}
         return tuple(h for h in admitted if id(h) in given)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import attrs
 import pytest
@@ -517,3 +518,56 @@ async def test_a_caller_revoked_inside_the_authorize_hook_gets_no_hits(
                 with pytest.raises(claw.StaleCapabilityError):
                     await handle.search(MemorySearchRequest(query="friday deploy"))
     assert "authorize_search_hits" in inner.call_names()
+
+
+@attrs.define(eq=False)
+class _RewritingHook:
+    """A provider runtime whose authorize hook answers with ``rewrite(given hits)``."""
+
+    inner: RecordingMemoryProvider
+    rewrite: Any
+
+    async def open(self, *, agent_id: str, context: claw.MemoryCallerContext) -> object:
+        return await self.inner.open(agent_id=agent_id, context=context)
+
+    async def authorize_search_hits(self, request: AuthorizeSearchHitsRequest) -> object:
+        admitted = await self.inner.authorize_search_hits(request)
+        return self.rewrite(list(admitted))
+
+
+@pytest.mark.parametrize("kind", ["as given", "reordered", "with a forged hit", "a subset"])
+async def test_the_authorize_hook_admits_only_hits_it_was_given(
+    host_config: claw.HostConfig, kind: str
+) -> None:
+    """Whatever the hook answers, only hits the guard gave it come back, in the hook's
+    order; a hit it made up (equal to a given one, but not that object) is dropped."""
+    from .conftest import RECORDS
+
+    rewrites = {
+        "as given": lambda hits: hits,
+        "reordered": lambda hits: hits[::-1],
+        "with a forged hit": lambda hits: [*hits, attrs.evolve(hits[0])],
+        "a subset": lambda hits: hits[1:],
+    }
+    given: list[tuple[object, ...]] = []
+
+    def rewrite(hits: list[Any]) -> list[Any]:
+        given.append(tuple(hits))
+        answer: list[Any] = rewrites[kind](hits)
+        return answer
+
+    inner = RecordingMemoryProvider(provider_id="rec", records=list(RECORDS))
+    hook = _RewritingHook(inner=inner, rewrite=rewrite)
+    plugin = claw.Plugin(
+        id="rec",
+        register=lambda api: api.register_memory_capability(
+            MemoryPluginCapability(provider_runtime=hook)
+        ),
+    )
+    async with claw.open_host(memory_config(host_config, "rec"), plugins=[plugin]) as host:
+        async with operator_context(host) as ctx, host.memory.open(ctx) as handle:
+            result = await handle.search(MemorySearchRequest(query="friday deploy"))
+    (hits,) = given
+    assert len(hits) >= 2
+    expected = {"as given": hits, "reordered": hits[::-1], "a subset": hits[1:]}
+    assert [id(h) for h in result.hits] == [id(h) for h in expected.get(kind, hits)]
