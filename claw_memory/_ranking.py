@@ -144,7 +144,11 @@ def row_cosines(
 
 
 def exact_cosines(
-    matrix: npt.NDArray[np.float32], rows: npt.NDArray[np.intp], query: npt.NDArray[np.float32]
+    matrix: npt.NDArray[np.float32],
+    rows: npt.NDArray[np.intp],
+    query: npt.NDArray[np.float32],
+    *,
+    ascending: bool = False,
 ) -> npt.NDArray[np.float64]:
     """The cosine of each of ``rows`` to ``query``, each computed the same way whatever
     other rows come with it, so a search ranks alike alone or batched.
@@ -157,6 +161,11 @@ def exact_cosines(
     """
     if not len(rows):
         return np.empty(0, dtype=np.float64)
+    if ascending:  # ``rows`` already in row order (the caller knows): no sort
+        found: npt.NDArray[np.float64] = np.einsum("ij,j->i", matrix[rows], query).astype(
+            np.float64
+        )
+        return found
     order = np.argsort(rows, kind="stable")
     out = np.empty(len(rows), dtype=np.float64)
     out[order] = np.einsum("ij,j->i", matrix[rows[order]], query)
@@ -196,7 +205,7 @@ def _nearest_pool(
     m = sample.shape[0]
     j = min(m, (k // _POOL_STRIDE) * 4 + 8)
     threshold = float(np.partition(sample, m - j)[m - j])
-    reached = np.flatnonzero(approx >= threshold)
+    reached = (approx >= threshold).nonzero()[0]
     if len(reached) < k:
         return None
     values = approx[reached]
@@ -248,11 +257,12 @@ def nearest_scored(
         picked = picked[np.isfinite(approx[picked])]
         if len(picked) == k and len(approx) > k:
             floor = float(approx[picked[-1]]) - margin
-            pool = np.flatnonzero(approx >= floor)
+            pool = (approx >= floor).nonzero()[0]
         else:  # every finite row is already in
-            pool = picked
+            pool = np.sort(picked)
+    # Ascending (the pool is, and so are ``rows``' when given in order).
     candidates = pool if rows is None else rows[pool]
-    exact = exact_cosines(matrix, candidates, query)
+    exact = exact_cosines(matrix, candidates, query, ascending=rows is None)
     order = np.lexsort((candidates, -exact))[:k]
     return candidates[order], exact[order]
 

@@ -226,6 +226,10 @@ def test_nearest_rows_pool_and_answer_are_the_two_pass_ones(  # noqa: PLR0917
         assert pool.tolist() == reference.tolist()
     # The answer: the k best of the pool by exact cosine, as the two-pass pool gives it.
     exact = _ranking.exact_cosines(matrix, reference, query)
+    # Rows known to be in order skip the sort, and get the same values.
+    assert (np.diff(reference) > 0).all()
+    ascending = _ranking.exact_cosines(matrix, reference, query, ascending=True)
+    assert ascending.dtype == exact.dtype and ascending.tolist() == exact.tolist()
     expected = reference[np.lexsort((reference, -exact))[:k]]
     assert nearest_rows(approx, None, k, matrix, query).tolist() == expected.tolist()
     rows = np.arange(n, dtype=np.intp) + 0  # an explicit row list: the same rows
