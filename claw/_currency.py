@@ -167,19 +167,26 @@ class Currency:
         # Raises for the revocation above, and for anything revoked while we read.
         self.verify(context)
 
+    def current_now(self, context: MemoryCallerContext, also: RequestCheck | None = None) -> bool:
+        """:meth:`verify` ``context`` (and ``also``) at once: ``True`` when current,
+        ``False`` while a session write it depends on is in flight (:meth:`await_current`
+        waits that out); raises as :meth:`verify` does otherwise. The common check, with
+        nothing to wait for, costs no coroutine."""
+        try:
+            if also is not None:
+                also()
+            self.verify(context)
+        except CurrencyPendingError:
+            return False
+        return True
+
     async def await_current(
         self, context: MemoryCallerContext, also: RequestCheck | None = None
     ) -> None:
         """:meth:`verify` ``context`` (and ``also``); while a session write is in flight,
         wait for it and check again. The check runs at once first: the common case does
         not wait (nor build the retry loop)."""
-        try:
-            if also is not None:
-                also()
-            self.verify(context)
-        except CurrencyPendingError:
-            pass
-        else:
+        if self.current_now(context, also):
             return
 
         def check() -> None:
@@ -189,6 +196,23 @@ class Currency:
 
         await _retry_pending(check, self.wait_for_writes)
 
+    def committed_now(self, context: MemoryCallerContext, also: RequestCheck | None = None) -> bool:
+        """The release check at once, where it needs no read: ``True`` for a current
+        caller whose authority carries no lineage (an operator, a host operation, a
+        session without audience or recall pass: nothing committed to read, so its check
+        is :meth:`verify`); ``False`` when the check must read the session store or wait
+        for a session write (:meth:`await_committed` does both); raises as :meth:`verify`
+        does otherwise."""
+        # Read as any attribute: a forged context is refused by verify, not here.
+        authority = getattr(context, "authority", None)
+        if isinstance(authority, SessionAuthority) and (
+            authority.audience is not None or authority.conversation_recall is not None
+        ):
+            return False
+        # Nothing is awaited here: ``also`` once, with the capability check (the slow
+        # path of await_committed checks it again after its read).
+        return self.current_now(context, also)
+
     async def await_committed(
         self, context: MemoryCallerContext, also: RequestCheck | None = None
     ) -> None:
@@ -197,21 +221,8 @@ class Currency:
         authority carries no lineage (an operator, a host operation, a session without
         audience or recall pass) has nothing committed to read: its check is
         :meth:`verify`, made at once."""
-        # Read as any attribute: a forged context is refused by verify, not here.
-        authority = getattr(context, "authority", None)
-        if not isinstance(authority, SessionAuthority) or (
-            authority.audience is None and authority.conversation_recall is None
-        ):
-            try:
-                # Nothing is awaited here: ``also`` once, with the capability check
-                # (the slow path below checks it again after its read).
-                if also is not None:
-                    also()
-                self.verify(context)
-            except CurrencyPendingError:
-                pass
-            else:
-                return
+        if self.committed_now(context, also):
+            return
 
         async def check() -> None:
             if also is not None:

@@ -112,7 +112,7 @@ def _string(
         return None
     if not isinstance(value, str):
         raise _invalid(f"{name} must be a string")
-    if required and not value.strip():
+    if required and (not value or value.isspace()):
         raise _invalid(f"{name} must not be empty")
     if len(value) > max_chars:
         raise _invalid(f"{name} must be at most {max_chars} characters, got {len(value)}")
@@ -174,7 +174,13 @@ def translate_error(exc: BaseException) -> BaseException:
 def _wire_hit(hit: MemorySearchHit) -> dict[str, Any]:
     # The whole reference, fragment included: it is what get, forget and restore take, so
     # a hit's reference names the hit's lines, never the whole file they lie in.
-    out: dict[str, Any] = {"reference": wire_reference(hit.reference), "excerpt": hit.excerpt}
+    ref = hit.reference  # wire_reference, inlined: a search's answer makes one per hit
+    reference: dict[str, Any] = {"providerId": ref.provider_id, "id": ref.id}
+    if ref.revision is not None:
+        reference["revision"] = ref.revision
+    if ref.fragment is not None:
+        reference["fragment"] = ref.fragment
+    out: dict[str, Any] = {"reference": reference, "excerpt": hit.excerpt}
     if hit.score is not None:
         out["score"] = hit.score
     if hit.citation is not None:

@@ -121,7 +121,8 @@ class GuardedMemoryHandle:
     async def _current(self) -> None:
         """Check currency by the host's own records (never by state reachable from the
         context); while a session write is in flight, wait for it and check again."""
-        await self._currency.await_current(self._context, also=self._check_usable)
+        if not self._currency.current_now(self._context, self._check_usable):
+            await self._currency.await_current(self._context, also=self._check_usable)
 
     async def _released(self) -> None:
         """The release check, right before a result leaves the guard: currency by the
@@ -130,7 +131,8 @@ class GuardedMemoryHandle:
         not heard of it yet. It may follow the handle's closing (the request routes
         close first, so that this is their last check)."""
         self._lifecycle.check_open()
-        await self._currency.await_committed(self._context, also=self._also)
+        if not self._currency.committed_now(self._context, self._also):
+            await self._currency.await_committed(self._context, also=self._also)
 
     async def _call(
         self, what: str, fn: Callable[..., Awaitable[T]], *args: Any, checked: bool

@@ -125,6 +125,37 @@ async def test_a_run_opener_mints_what_the_currency_checker_then_revokes(kernel:
         kernel.currency.verify(run.caller)
 
 
+async def test_the_checks_made_at_once_say_when_they_must_wait_or_read(kernel: Kernel) -> None:
+    """current_now and committed_now answer a current caller at once, and say False
+    (the awaiting checks' cue) where the answer needs a read of the session store; a
+    stale caller, and a failing request condition, raise."""
+    sessions = kernel.stores.sessions
+    await sessions.create("dm:alice", agent_id="main", chat_type="direct")
+    currency = kernel.currency
+    asked: list[str] = []
+    async with kernel.scopes.open("op") as scope:
+        operator = scope.mint_caller_context(scope.mint_operator_authority({"operator.read"}))
+        assert currency.current_now(operator, lambda: asked.append("now"))
+        assert currency.committed_now(operator, lambda: asked.append("committed"))
+        assert asked == ["now", "committed"]
+
+        def closed() -> None:
+            raise claw.HostClosedError("the request's connection closed")
+
+        with pytest.raises(claw.HostClosedError):
+            currency.committed_now(operator, closed)
+    async with kernel.runs.open("dm:alice", sender_is_owner=True) as run:
+        assert currency.current_now(run.caller)
+        # An audience: its release check reads the committed lineage, not at once.
+        assert not currency.committed_now(run.caller)
+        await currency.await_committed(run.caller)
+        await sessions.reset("dm:alice")
+        with pytest.raises(claw.StaleCapabilityError):
+            currency.current_now(run.caller)
+    with pytest.raises(claw.StaleCapabilityError):
+        currency.committed_now(operator)
+
+
 async def test_a_closed_lifecycle_stops_scopes_and_the_memory_guard(kernel: Kernel) -> None:
     provider = RecordingMemoryProvider(provider_id="rec")
     memory = _memory(kernel, provider)

@@ -480,3 +480,14 @@ async def test_a_search_is_validated_once_where_it_enters(
         with pytest.raises(GatewayRequestError, match="maxResults"):
             await client.request("memory.search", {"version": 2, "query": "x", "maxResults": 0})
     assert v2["hits"] and v1["results"]
+
+
+@pytest.mark.parametrize("query", ["", " ", "\t\n \u3000"])
+async def test_an_empty_or_blank_query_is_refused_where_it_enters(
+    native_host: claw.Host, provider: RecordingMemoryProvider, query: str
+) -> None:
+    async with open_in_memory_gateway_client(Gateway(native_host), TOKEN) as client:
+        with pytest.raises(GatewayRequestError, match="query must not be empty") as refused:
+            await client.request("memory.search", {"version": 2, "query": query})
+    assert refused.value.code == "INVALID_REQUEST"
+    assert provider.calls == []
