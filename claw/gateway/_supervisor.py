@@ -31,7 +31,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
 import attrs
@@ -74,6 +74,10 @@ def describe_exit(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+async def _write_in_thread(path: Path, pid: int, slots: list[SlotStatus]) -> None:
+    await trio.to_thread.run_sync(write_status, path, pid, slots)
+
+
 @attrs.define(eq=False)
 class _Board:
     """The supervisor's record of every slot; each change is written for the workers and
@@ -82,23 +86,31 @@ class _Board:
     path: Path
     slots: list[SlotStatus]
     report: Callable[[str], None]
+    #: Writes one record (in a worker thread: the file is replaced, not edited).
+    write: Callable[[Path, int, list[SlotStatus]], Awaitable[None]] = _write_in_thread
     _unwritable: bool = attrs.field(default=False, init=False)
+    _writing: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     async def update(self, index: int, state: SlotState, **fields: object) -> None:
         """Record slot ``index``'s new state (and any other fields) and write the record.
 
-        A record that cannot be written is reported once and does not stop serving.
+        Writes take turns, and each writes the slots as they are when its turn comes:
+        two slots changing at once (both workers listening at start) would otherwise
+        write from two threads, and the one holding the older record could replace the
+        file last, leaving ``memory.status`` a slot behind until the next change. A
+        record that cannot be written is reported once and does not stop serving.
         """
         self.slots[index] = attrs.evolve(self.slots[index], state=state, **fields)  # type: ignore[arg-type]
-        try:
-            await trio.to_thread.run_sync(write_status, self.path, os.getpid(), list(self.slots))
-        except OSError as exc:
-            if not self._unwritable:
-                self._unwritable = True
-                self.report(
-                    f"cannot record the workers' state at {self.path} ({exc.strerror or exc}); "
-                    "memory.status and doctor will not show it"
-                )
+        async with self._writing:
+            try:
+                await self.write(self.path, os.getpid(), list(self.slots))
+            except OSError as exc:
+                if not self._unwritable:
+                    self._unwritable = True
+                    self.report(
+                        f"cannot record the workers' state at {self.path} "
+                        f"({exc.strerror or exc}); memory.status and doctor will not show it"
+                    )
 
     def all_degraded_but(self, index: int) -> bool:
         """Whether every slot other than ``index`` is degraded (none of them serves)."""
