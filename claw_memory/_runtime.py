@@ -79,6 +79,7 @@ from ._index import MemoryIndex
 from ._purge import purge_memory
 from ._ranking import RankedRow
 from ._records import ChunkRecord
+from ._search import SearchPage
 from ._types import ReadResult, SearchFilter
 from ._writes import (
     PROVIDER_ID,
@@ -281,37 +282,35 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
                 warning=warning,
             )
         offset = parse_offset_cursor(request.cursor, PROVIDER_ID)
-        context = self.context
         api = self.service.api
         async with self.service.use(self.agent_id) as index:
             # The request was validated where it entered (the gateway, a tool, the
             # Python API's MemorySearchRequest): the index does not check it again.
-            # What effect() does, spelled out (one closure and coroutine less a search):
-            # the caller's check right before the search, and after its awaits.
-            context.assert_current()
-            result = await index.rank_page(
-                request.query,
-                mode="lexical" if request.lexical_only else None,
-                limit=request.max_results,
-                offset=offset,
-                min_score=request.min_score,
-                filter=SearchFilter(
-                    sources=frozenset(effective), agent_ids=frozenset((self.agent_id,))
-                ),
-                # The host's time: relative dates in the query ("10 days ago") and
-                # temporal decay count from the clock that stamped the transcripts.
-                now=api.clock(),
-            )
-            # Who wrote each memory-file entry: the workspace journal's record (read by
-            # a worker only when the journal changed since it was last read).
-            writers: Mapping[str, Any] = {}
-            for rec, _ in result.hits:
-                if rec.source == "memory":
-                    files = api.memory_files
-                    found = files.writers_nowait()
-                    writers = await files.writers() if found is None else found
-                    break
-            context.assert_current()
+
+            async def ranked() -> tuple[SearchPage, Mapping[str, Any]]:
+                page = await index.rank_page(
+                    request.query,
+                    mode="lexical" if request.lexical_only else None,
+                    limit=request.max_results,
+                    offset=offset,
+                    min_score=request.min_score,
+                    filter=SearchFilter(
+                        sources=frozenset(effective), agent_ids=frozenset((self.agent_id,))
+                    ),
+                    # The host's time: relative dates in the query ("10 days ago") and
+                    # temporal decay count from the clock that stamped the transcripts.
+                    now=api.clock(),
+                )
+                # Who wrote each memory-file entry: the workspace journal's record (read
+                # by a worker only when the journal changed since it was last read).
+                if not any(rec.source == "memory" for rec, _ in page.hits):
+                    return page, {}
+                files = api.memory_files
+                found = files.writers_nowait()
+                return page, (await files.writers() if found is None else found)
+
+            # Between the caller's checks (the SDK skeleton's rule, kept in one place).
+            result, writers = await self.effect(ranked)
             active = set(request.active_project_keys)
             hits = [
                 neutral_hit(rec, ranked, entry_provenance(rec.text, rec.start_line, writers))

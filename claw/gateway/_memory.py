@@ -174,13 +174,7 @@ def translate_error(exc: BaseException) -> BaseException:
 def _wire_hit(hit: MemorySearchHit) -> dict[str, Any]:
     # The whole reference, fragment included: it is what get, forget and restore take, so
     # a hit's reference names the hit's lines, never the whole file they lie in.
-    ref = hit.reference  # wire_reference, inlined: a search's answer makes one per hit
-    reference: dict[str, Any] = {"providerId": ref.provider_id, "id": ref.id}
-    if ref.revision is not None:
-        reference["revision"] = ref.revision
-    if ref.fragment is not None:
-        reference["fragment"] = ref.fragment
-    out: dict[str, Any] = {"reference": reference, "excerpt": hit.excerpt}
+    out: dict[str, Any] = {"reference": wire_reference(hit.reference), "excerpt": hit.excerpt}
     if hit.score is not None:
         out["score"] = hit.score
     if hit.citation is not None:
