@@ -5,9 +5,11 @@ loop, in batches of the searches ready to run together: a worker hand-off costs 
 than the work. Larger ones are ranked on the worker pool, concurrent searches sharing
 one matrix product per batch (the product is memory-bound, so a batch costs about what
 one query did), and from :data:`_PARALLEL_PRODUCT_WORK` cells the product is split into
-row slices computed by concurrent worker calls. Lexical-only searches go alone: they
-gain nothing from a shared product. :func:`rank_batch` ranks one batch; the ranking
-itself is :func:`claw_memory._ranking.rank`.
+row slices computed by concurrent worker calls. Lexical-only searches are ranked on the
+event loop up to :data:`_INLINE_LEXICAL_ROWS` rows (their cost is tantivy's, which grows
+with the postings, not with a matrix), on workers beyond, alone: they gain nothing from
+a shared product. :func:`rank_batch` ranks one batch; the ranking itself is
+:func:`claw_memory._ranking.rank`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ Ranked = tuple[list[RankedRow], bool]
 # loop's own system calls stall). Larger ones go to the worker pool.
 _INLINE_RANK_WORK = 4_000_000
 _INLINE_RANK_ROWS = 20_000
+# A lexical-only search over a generation up to this many rows is ranked on the event
+# loop too: it reads no matrix, and its BM25 search and ranking (about 0.15 ms at 100k
+# rows on the benchmark machine) cost little more than the hand-off to a worker thread
+# and back (about 0.1 ms of CPU alone, 0.2 ms of latency at 100k rows), which the
+# worker path adds to every search. Beyond, the postings grow long enough that the
+# loop would stall for longer than a vector search up to _INLINE_RANK_WORK stalls it.
+_INLINE_LEXICAL_ROWS = 200_000
 # How many more scheduling rounds an inline batch's leader waits while searches keep
 # arriving (measured on claw serve with 32 clients: about 15% more requests per second
 # than ranking after one round).
@@ -102,8 +111,11 @@ def similarities_slice(
     similarities(matrix[start:stop], queries, out[:, start:stop])
 
 
-def _rank_inline(gen: Generation) -> bool:
+def _rank_inline(gen: Generation, *, lexical_only: bool) -> bool:
+    """Whether a search over ``gen`` is ranked on the event loop (see the constants)."""
     rows = len(gen.records)
+    if lexical_only:
+        return rows <= _INLINE_LEXICAL_ROWS
     dims = 0 if gen.matrix is None else gen.matrix.shape[1]
     return rows <= _INLINE_RANK_ROWS and rows * dims <= _INLINE_RANK_WORK
 
@@ -159,9 +171,10 @@ class RankScheduler:
     async def rank(self, item: BatchItem) -> Ranked | None:
         """Rank ``item`` where it costs least; ``None`` when its stat check found the
         files moved and it did not ask to be ranked anyway."""
-        if item.check is None and _rank_inline(item.gen):
+        lexical_only = item.query_vector is None
+        if item.check is None and _rank_inline(item.gen, lexical_only=lexical_only):
             return await self._inline_rank(item)
-        if item.query_vector is not None:
+        if not lexical_only:
             return await self._batched_rank(item)
         # Lexical-only searches gain nothing from sharing a matrix product and would
         # only lose the parallelism of separate workers: they go alone.

@@ -33,3 +33,4 @@ def worker_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
     from claw_memory import _schedule
 
     monkeypatch.setattr(_schedule, "_INLINE_RANK_WORK", -1)
+    monkeypatch.setattr(_schedule, "_INLINE_LEXICAL_ROWS", -1)

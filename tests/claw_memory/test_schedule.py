@@ -103,6 +103,28 @@ async def test_a_lexical_search_is_ranked_alone_on_a_worker(
     assert pool.calls == ["_rank_one"]
 
 
+async def test_a_lexical_search_too_large_to_rank_vectors_inline_is_ranked_on_the_loop(
+    batches: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lexical search reads no matrix: a generation whose vector product would go to
+    # a worker still ranks its BM25 search on the event loop, sparing the hand-off.
+    monkeypatch.setattr(_schedule, "_INLINE_RANK_ROWS", -1)
+    pool = RecordingPool()
+    scheduler = RankScheduler(pool, lambda: LEXICAL)
+    item = _item("one")
+    item.query_vector = None
+    assert await scheduler.rank(item) == ([], False)
+    assert pool.calls == []
+    assert await scheduler.rank(_item("more")) == ([], True)  # a vector search is not
+    assert pool.calls == ["recorder"]
+    monkeypatch.setattr(_schedule, "_INLINE_LEXICAL_ROWS", -1)
+    lexical = _item("three")
+    lexical.query_vector = None
+    assert await scheduler.rank(lexical) == ([], False)
+    assert pool.calls == ["recorder", "_rank_one"]
+    assert batches == [["one"], ["more"], ["three"]]
+
+
 class ParkingPool(RecordingPool):
     """Parks every call until :attr:`release` is set."""
 
