@@ -302,3 +302,28 @@ def test_the_term_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     gen.rows_terms([0], analyse)
     assert calls == [0, 1, 2, 3, 4, 0]
     assert len(gen._memo["terms"]) <= 4
+
+
+def test_a_record_read_back_from_the_log_equals_the_one_written() -> None:
+    from claw_memory._published import _decode, _encode
+
+    record = ChunkRecord(
+        chunk_id="c1",
+        key=2**62 + 5,
+        source="sessions",
+        provenance="sessions:agent/s1",
+        path="sessions/agent/s1.jsonl",
+        start_line=3,
+        end_line=4,
+        content_hash="h",
+        revision="r",
+        text='Zoë said "ça va?" \\ 東京 \u2028 tab\\t',
+        agent_id="agent",
+        session_key=None,
+        session_id="s1",
+        entry_ids=("e1", "e2"),
+        timestamp=1.5e9 + 0.25,
+    )
+    line = _encode(record)
+    assert line.endswith(b"\n")
+    assert _decode(line) == record
