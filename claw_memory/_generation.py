@@ -40,6 +40,8 @@ class RowColumns:
         self.stamps = array("d")
         self.assistant_turns = bytearray()
         self.question_turns = bytearray()
+        self.states_time = bytearray()
+        self.question_terms = array("i")
         self.provenances: dict[str, int] = {}
         self.prov_codes = array("i")
         self.agents: dict[str, int] = {}
@@ -65,6 +67,7 @@ class RowColumns:
         keys, is_session, dated = self.keys, self.is_session, self.dated
         start_lines, stamps = self.start_lines, self.stamps
         assistant_turns, question_turns = self.assistant_turns, self.question_turns
+        states_time, question_terms = self.states_time, self.question_terms
         provenances, prov_codes = self.provenances, self.prov_codes
         agents, agent_codes = self.agents, self.agent_codes
         skeys, skey_codes = self.skeys, self.skey_codes
@@ -93,6 +96,8 @@ class RowColumns:
             stamps.append(nan if stamp is None else stamp)
             assistant_turns.append(session and r.text.startswith(ASSISTANT_PREFIX))
             question_turns.append(session and r.text.rstrip().endswith("?"))
+            states_time.append(r.states_time)
+            question_terms.append(r.question_terms)
             prov_codes.append(provenances.setdefault(r.provenance, len(provenances)))
             agent = r.agent_id
             agent_codes.append(-1 if agent is None else agents.setdefault(agent, len(agents)))
@@ -158,6 +163,12 @@ class RowColumns:
 
     def question_column(self) -> npt.NDArray[np.bool_]:
         return np.frombuffer(bytes(self.question_turns), dtype=np.bool_).copy()
+
+    def states_time_column(self) -> npt.NDArray[np.bool_]:
+        return np.frombuffer(bytes(self.states_time), dtype=np.bool_).copy()
+
+    def question_terms_column(self) -> npt.NDArray[np.int32]:
+        return np.array(self.question_terms, dtype=np.int32)
 
 
 _NO_KEYS: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -491,6 +502,10 @@ class Generation:
     prov_index: Mapping[str, int]
     assistant_turns: npt.NDArray[np.bool_]
     question_turns: npt.NDArray[np.bool_]
+    # The records' index-time facts (:class:`~._records.ChunkRecord`): whether a
+    # transcript turn says when, and how many terms a question turn has.
+    states_time: npt.NDArray[np.bool_]
+    question_terms: npt.NDArray[np.int32]
     # What the rows hold, so that a search filter that excludes nothing here can be
     # dropped before ranking (a per-agent index answers agent filters trivially).
     sources_present: frozenset[str] = frozenset()
@@ -558,6 +573,8 @@ class Generation:
             prov_index=prov_index,
             assistant_turns=cols.assistant_column(),
             question_turns=cols.question_column(),
+            states_time=cols.states_time_column(),
+            question_terms=cols.question_terms_column(),
             sources_present=frozenset(cols.sources),
             session_agents=frozenset(cols.session_agents),
             session_keys=frozenset(cols.session_keys),
@@ -884,6 +901,8 @@ class Generation:
             prov_index=prov_index,
             assistant_turns=np.concatenate([self.assistant_turns, cols.assistant_column()]),
             question_turns=np.concatenate([self.question_turns, cols.question_column()]),
+            states_time=np.concatenate([self.states_time, cols.states_time_column()]),
+            question_terms=np.concatenate([self.question_terms, cols.question_terms_column()]),
             sources_present=self.sources_present | cols.sources,
             session_agents=self.session_agents | cols.session_agents,
             session_keys=self.session_keys | cols.session_keys,

@@ -58,6 +58,7 @@ from ._lexical import DOCUMENT_VERSION
 from ._listing import SourceListing
 from ._publication import Publisher
 from ._read import SourceReader
+from ._records import RECORD_FORMAT
 from ._repair import set_aside_corrupt_database
 from ._schedule import RankScheduler
 from ._search import Searcher, SearchPage, search_hit
@@ -91,6 +92,7 @@ def _identity(settings: MemoryCoreSettings, embedder: EmbeddingProvider | None) 
             "lexical_document": DOCUMENT_VERSION,
             "memory_chunks": MEMORY_CHUNKING,
             "turn_vectors": TURN_VECTORS,
+            "records": RECORD_FORMAT,
             "provider": None if embedder is None else embedder.id,
             "model": None if embedder is None else embedder.model,
             "dims": None if embedder is None else embedder.dims,

@@ -90,6 +90,24 @@ def _date_aware(text: str) -> str:
     return _ORDINAL.sub("", _MONTH_MAY.sub(" " + _MAY_TOKEN + " ", text))
 
 
+# The query analysers hold no state between calls: one pair serves every index (and
+# the index-time facts of a chunk, :mod:`claw_memory._records`, analyse as a query does).
+_QUERY_ANALYZER = _query_analyzer()
+_FALLBACK_QUERY_ANALYZER = _fallback_query_analyzer()
+
+
+def query_terms(text: str, *, fallback: bool = True) -> list[str]:
+    """The distinct analysed terms a query for ``text`` searches, in query order.
+
+    A text made only of function words is analysed with the short standard list
+    instead (``fallback=False``: it has no terms)."""
+    analysed = _QUERY_ANALYZER.analyze(_date_aware(text))
+    terms = list(dict.fromkeys("may" if t == _MAY_TOKEN else t for t in analysed))
+    if terms or not fallback:
+        return terms
+    return list(dict.fromkeys(_FALLBACK_QUERY_ANALYZER.analyze(text)))
+
+
 def _schema() -> tantivy.Schema:
     sb = tantivy.SchemaBuilder()
     sb.add_text_field("cid", stored=True, tokenizer_name="raw")
@@ -128,8 +146,6 @@ class LexicalIndex:
             )
         except ValueError as exc:
             raise LexicalIndexError(f"cannot open the lexical index at {path}: {exc}") from exc
-        self._query_analyzer = _query_analyzer()
-        self._fallback_query_analyzer = _fallback_query_analyzer()
         self._document_analyzer = _analyzer()
 
     @classmethod
@@ -223,15 +239,9 @@ class LexicalIndex:
             writer.wait_merging_threads()
 
     def query_terms(self, text: str, *, fallback: bool = True) -> list[str]:
-        """The distinct analysed terms a query for ``text`` searches, in query order.
-
-        A text made only of function words is analysed with the short standard list
-        instead (``fallback=False``: it has no terms)."""
-        analysed = self._query_analyzer.analyze(_date_aware(text))
-        terms = list(dict.fromkeys("may" if t == _MAY_TOKEN else t for t in analysed))
-        if terms or not fallback:
-            return terms
-        return list(dict.fromkeys(self._fallback_query_analyzer.analyze(text)))
+        """The distinct analysed terms a query for ``text`` searches, in query order
+        (:func:`query_terms`)."""
+        return query_terms(text, fallback=fallback)
 
     def document_terms(self, text: str) -> list[str]:
         """``text`` analysed as a document's text is (every word kept, stemmed)."""

@@ -34,6 +34,7 @@ from claw.plugin_sdk.search import has_cjk, lexical_search, top_k
 
 from ._generation import Generation
 from ._lexical import LexicalIndex
+from ._records import SPEAKER
 from ._settings import DEFAULT_APPROXIMATE_ROWS, SearchMode
 from ._transcripts import date_text
 from ._types import SearchFilter
@@ -625,17 +626,6 @@ def coverage(
 _ASKS_WHEN = re.compile(
     r"\bwhen\b|\bwhat (?:year|month|day|date|time)\b|\bhow long ago\b", re.IGNORECASE
 )
-# A turn that says when something happened, relative to its own date or outright:
-# what a question asking when is answered by ("I went there yesterday", "last Friday").
-_SAYS_WHEN = re.compile(
-    r"\b(?:yesterday|today|tonight|tomorrow|ago|recently|lately|earlier|soon"
-    r"|(?:last|next|this|past|coming) (?:\w+ )?(?:week|weekend|month|year|night|time|summer"
-    r"|winter|spring|fall|autumn|mon|tue|wed|thu|fri|sat|sun)\w*"
-    r"|(?:mon|tues|wednes|thurs|fri|satur|sun)day"
-    r"|january|february|march|april|june|july|august|september|october|november|december"
-    r"|(?:19|20)\d\d)\b",
-    re.IGNORECASE,
-)
 
 
 def asks_when(query: str) -> bool:
@@ -665,49 +655,6 @@ def recalls_reply(query: str) -> bool:
     return _RECALLS_REPLY.search(query) is not None
 
 
-# Where a match of _SAYS_WHEN can begin: every alternative starts with one of these.
-_WHEN_ANCHORS = (
-    "yesterday", "today", "tonight", "tomorrow", "ago", "recently", "lately", "earlier",
-    "soon", "last", "next", "this", "past", "coming", "mon", "tues", "wednes", "thurs",
-    "fri", "satur", "sun", "january", "february", "march", "april", "june", "july",
-    "august", "september", "october", "november", "december", "19", "20",
-)  # fmt: skip
-# _SAYS_WHEN after its leading word boundary, for lower-case ASCII text (matched at a
-# position where an anchor begins a word).
-_SAYS_WHEN_AT = re.compile(_SAYS_WHEN.pattern.removeprefix(r"\b"))
-
-
-def _word_char(c: str) -> bool:
-    return c.isalnum() or c == "_"
-
-
-def says_when(text: str) -> bool:
-    """Whether ``text`` states a time: a relative day or period, a weekday, a month, a year.
-
-    What ``_SAYS_WHEN.search`` says, found faster: Python's regular expressions try
-    every alternative at every word start (about 0.3 ms for a 1,000-character chat
-    turn, and a question asking when checks the head of its candidates). In ASCII
-    text (most), a match can only begin at a word start where one of
-    :data:`_WHEN_ANCHORS` lies; :meth:`str.find` locates those in the lower-cased
-    text and the pattern is tried there alone (for ASCII, lower-casing is exactly
-    what ``IGNORECASE`` matches, and a word character is a letter, digit or ``_``).
-    Other text takes the pattern itself (case folding beyond ASCII: U+017F is ``s``).
-    """
-    if not text.isascii():
-        return _SAYS_WHEN.search(text) is not None
-    low = text.lower()
-    match = _SAYS_WHEN_AT.match
-    for anchor in _WHEN_ANCHORS:
-        at = low.find(anchor)
-        while at >= 0:
-            if (at == 0 or not _word_char(low[at - 1])) and match(low, at) is not None:
-                return True
-            at = low.find(anchor, at + 1)
-    return False
-
-
-# The speaker prefix of a rendered transcript turn ("assistant: ", "Ann: ").
-_SPEAKER = re.compile(r"^[^:\n]{1,80}: ")
 # An echo may hold this many content terms the query lacks ("Who is the release
 # manager again?" still echoes "Who is the release manager?").
 ECHO_EXTRA_TERMS = 1
@@ -723,7 +670,7 @@ def is_echo(lexical: LexicalIndex, text: str, query_terms: AbstractSet[str]) -> 
     fact is in the memory file or the reply, not in the question."""
     if not text.rstrip().endswith("?"):
         return False
-    text = _SPEAKER.sub("", text, count=1)
+    text = SPEAKER.sub("", text, count=1)
     if len(text) > 2 * _ECHO_PREFIX_CHARS:
         # Most questions in a chat are no echo, and a long one shows it early: the
         # terms of a prefix cut at a space are terms of the whole (the analysers
@@ -758,6 +705,10 @@ def priors(
     reply is the answer and the user's turns, which only asked for it, count
     ``assistant_weight`` instead. A turn that only echoes the query (:func:`is_echo`)
     counts ``echo_weight``. Memory files and other speakers' turns count 1.
+
+    Only a user's question with no more terms than the query's and one can echo it
+    (its count is a column, :attr:`~._records.ChunkRecord.question_terms`): only those
+    have their records read and their text compared with the query.
     """
     out = np.ones(len(rows), dtype=np.float64)
     if params.assistant_weight == 1.0 and (params.echo_weight == 1.0 or lexical is None):
@@ -775,7 +726,9 @@ def priors(
         out[assistant] *= params.assistant_weight
     if params.echo_weight != 1.0 and lexical is not None and query_terms:
         records = gen.records
-        for i in np.flatnonzero(gen.question_turns[at] & ~assistant).tolist():
+        counts = gen.question_terms[at]
+        could = (counts > 0) & (counts <= len(query_terms) + ECHO_EXTRA_TERMS) & ~assistant
+        for i in np.flatnonzero(could).tolist():
             if is_echo(lexical, records[rows[i]].text, query_terms):
                 out[i] *= params.echo_weight
     return out
@@ -1040,14 +993,11 @@ def rank(
             bonus[stage] = sum(w * part for w, part in zip(weights, parts, strict=True))
             total = 1.0 + sum(weights)
             if params.when_weight > 0 and asks_when(query):
-                # Transcript turns only: a memory-file chunk of hundreds of words
-                # nearly always names some time, so the bonus would not discriminate.
-                records = gen.records
-                timed = [
-                    records[r].source == "sessions" and says_when(records[r].text)
-                    for r in stage_rows
-                ]
-                bonus[stage] += params.when_weight * np.array(timed, dtype=np.float64)
+                # Transcript turns only (the column is false for any other chunk): a
+                # memory-file chunk of hundreds of words nearly always names some
+                # time, so the bonus would not discriminate.
+                timed = gen.states_time[rows[stage]]
+                bonus[stage] += params.when_weight * timed.astype(np.float64)
                 total += params.when_weight
             window = query_window(query, params.now) if params.window_weight > 0 else None
             if window is not None:

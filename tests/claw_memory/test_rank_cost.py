@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -18,12 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from claw.plugin_sdk.search import top_k
-from claw_memory import _ranking
+from claw_memory import _ranking, _when
 from claw_memory._generation import Generation
 from claw_memory._lexical import LexicalIndex
-from claw_memory._ranking import ECHO_EXTRA_TERMS, cosine_slack, is_echo, nearest_rows, says_when
-from claw_memory._records import ChunkRecord
+from claw_memory._ranking import ECHO_EXTRA_TERMS, cosine_slack, is_echo, nearest_rows
+from claw_memory._records import SPEAKER, ChunkRecord
+from claw_memory._search import _rank_params
+from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import date_text
+from claw_memory._types import SearchFilter
+from claw_memory._when import says_when
 
 # Words near the pattern's (and on its edges): what says_when must tell apart exactly.
 _WHEN_WORDS = [
@@ -39,7 +44,7 @@ _WHEN_WORDS = [
 ]  # fmt: skip
 # And every word the pattern names (a word it gains is drawn here too, so an
 # alternative added without its anchor in _WHEN_ANCHORS fails the test below).
-_WHEN_WORDS += sorted(set(re.findall(r"[a-z]{2,}|\d\d", _ranking._SAYS_WHEN.pattern)))
+_WHEN_WORDS += sorted(set(re.findall(r"[a-z]{2,}|\d\d", _when._SAYS_WHEN.pattern)))
 _WHEN_WORDS += [w + "day" for w in ("mon", "tues", "wednes", "thurs", "fri", "satur", "sun")]
 _SEPARATORS = [" ", " ", " ", "  ", ", ", ".", "\n", "-", "_", "'", "?", "\t", ""]
 
@@ -58,7 +63,7 @@ def _when_texts(draw: st.DrawFn) -> str:
 @settings(max_examples=3000, deadline=None)
 @given(st.one_of(_when_texts(), st.text(max_size=40)))
 def test_says_when_is_the_pattern_search(text: str) -> None:
-    assert says_when(text) is (_ranking._SAYS_WHEN.search(text) is not None)
+    assert says_when(text) is (_when._SAYS_WHEN.search(text) is not None)
 
 
 def test_says_when_on_long_chat_turns() -> None:
@@ -66,7 +71,7 @@ def test_says_when_on_long_chat_turns() -> None:
     for _ in range(300):
         words = rng.choice(_WHEN_WORDS + ["plain"] * 200, size=int(rng.integers(50, 400)))
         text = " ".join(words.tolist())
-        assert says_when(text) is (_ranking._SAYS_WHEN.search(text) is not None)
+        assert says_when(text) is (_when._SAYS_WHEN.search(text) is not None)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +83,7 @@ def _echo_reference(lexical: LexicalIndex, text: str, query_terms: set[str]) -> 
     """is_echo as it was: the whole question analysed."""
     if not text.rstrip().endswith("?"):
         return False
-    own = set(lexical.query_terms(_ranking._SPEAKER.sub("", text, count=1)))
+    own = set(lexical.query_terms(SPEAKER.sub("", text, count=1)))
     return bool(own & query_terms) and len(own - query_terms) <= ECHO_EXTRA_TERMS
 
 
@@ -243,3 +248,78 @@ def test_nearest_rows_pool_and_answer_are_the_two_pass_ones(  # noqa: PLR0917
     assert scores.tolist() == [
         float(_ranking.exact_cosines(matrix, best[i : i + 1], query)[0]) for i in range(len(best))
     ]
+
+
+def _turn(text: str, key: int) -> ChunkRecord:
+    # Made anew (an evolved record would keep the facts of the text it had).
+    fields = attrs.asdict(_session_record("s", key, key), recurse=False)
+    del fields["states_time"], fields["question_terms"]
+    return ChunkRecord(**{**fields, "text": text})
+
+
+def _priors_reference(
+    lexical: LexicalIndex, records: list[ChunkRecord], terms: set[str], echo: float, asst: float
+) -> list[float]:
+    """The priors as they were: every user question compared with the query."""
+    out = []
+    for r in records:
+        factor = asst if r.text.startswith("assistant: ") else 1.0
+        if factor == 1.0 and is_echo(lexical, r.text, terms):
+            factor *= echo
+        out.append(factor)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    turns=st.lists(
+        st.tuples(
+            st.sampled_from(["user: ", "assistant: ", "Ann: "]),
+            st.lists(st.sampled_from(_ECHO_WORDS), max_size=10),
+            st.sampled_from(["?", "? ", ".", ""]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    query=st.lists(st.sampled_from(_ECHO_WORDS), min_size=1, max_size=6),
+)
+def test_priors_weigh_as_if_every_question_were_compared_with_the_query(
+    lexical: LexicalIndex, turns: list[tuple[str, list[str], str]], query: list[str]
+) -> None:
+    records = [_turn(who + " ".join(words) + end, i) for i, (who, words, end) in enumerate(turns)]
+    gen = _built(records)
+    settings_ = MemoryCoreSettings(sources=("sessions",))
+    params = _rank_params(settings_, None)(
+        mode="lexical", offset=0, limit=10, min_score=0.0, now=0.0, filter=SearchFilter()
+    )
+    terms = set(lexical.query_terms(" ".join(query)))
+    got = _ranking.priors(gen, lexical, list(range(len(records))), params, terms)
+    want = _priors_reference(
+        lexical, records, terms, params.echo_weight, params.assistant_weight
+    )
+    assert got.tolist() == want
+
+
+def test_a_question_with_more_terms_than_an_echo_holds_is_not_read(
+    lexical: LexicalIndex,
+) -> None:
+    long_question = "user: could you tell me about the otter colony by the river?"
+    records = [_turn(long_question, 0), _turn("user: who is the release manager?", 1)]
+    gen = _built(records)
+    read: list[int] = []
+
+    class Spy(list[ChunkRecord]):
+        def __getitem__(self, row: int) -> ChunkRecord:  # type: ignore[override]
+            read.append(row)
+            return super().__getitem__(row)
+
+    object.__setattr__(gen, "records", Spy(records))
+    params = _rank_params(MemoryCoreSettings(sources=("sessions",)), None)(
+        mode="lexical", offset=0, limit=10, min_score=0.0, now=0.0, filter=SearchFilter()
+    )
+    terms = set(lexical.query_terms("who is the release manager"))
+    bound = len(terms) + ECHO_EXTRA_TERMS
+    assert records[0].question_terms > bound >= records[1].question_terms
+    got = _ranking.priors(gen, lexical, [0, 1], params, terms)
+    assert got.tolist() == [1.0, params.echo_weight]
+    assert read == [1]

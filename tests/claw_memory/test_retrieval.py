@@ -11,9 +11,10 @@ from hypothesis import given
 
 from claw.plugin_sdk import ConfigError
 from claw.plugin_sdk.search import QUERY_STOPWORDS
+from claw_memory import _lexical
 from claw_memory import _ranking as ranking_module
 from claw_memory._lexical import LexicalContext, LexicalIndex
-from claw_memory._ranking import asks_when, coverage, says_when
+from claw_memory._ranking import asks_when, coverage
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import (
     TranscriptSession,
@@ -21,6 +22,7 @@ from claw_memory._transcripts import (
     date_text,
     prepare_session_chunks,
 )
+from claw_memory._when import says_when
 
 from ._sessions import sessions_index
 
@@ -33,7 +35,8 @@ def _turns(speakers_and_texts: list[tuple[str, str]], sid: str = "s1") -> list[T
 
 
 def _terms(index: LexicalIndex, text: str) -> list[str]:
-    return list(index._query_analyzer.analyze(text))
+    # The analyser a query is analysed with (every index shares it).
+    return list(_lexical._QUERY_ANALYZER.analyze(text))
 
 
 def test_queries_drop_function_words_but_keep_content_words(tmp_path: Path) -> None:
