@@ -427,6 +427,10 @@ _TERM_ROWS: weakref.WeakKeyDictionary[Generation, _TermRows] = weakref.WeakKeyDi
 _DATE_TERMS: dict[str, frozenset[str]] = {}
 _STAMP_TERMS: dict[float, frozenset[str]] = {}
 _MAX_DATE_TERMS = 4096
+# The timestamps kept: a turn has its session's, and an index of many agents' sessions
+# holds tens of thousands (LongMemEval's tuning split about 12,000: a memo of 4,096
+# started over every few searches). An entry is a float and a shared set.
+_MAX_STAMP_TERMS = 1 << 16
 
 
 def _term_rows(
@@ -494,7 +498,7 @@ def _stamp_terms(lexical: LexicalIndex, stamp: float) -> frozenset[str]:
     each is put in words once)."""
     found = _STAMP_TERMS.get(stamp)
     if found is None:
-        if len(_STAMP_TERMS) >= _MAX_DATE_TERMS:
+        if len(_STAMP_TERMS) >= _MAX_STAMP_TERMS:
             _STAMP_TERMS.clear()
         found = _STAMP_TERMS[stamp] = _date_terms(lexical, date_text(stamp))
     return found
@@ -526,8 +530,9 @@ def _membership(
     if within is not None and not np.isin(at, within.rows).all():
         within = None
     analysed: list[frozenset[str]] | None = None
-    # The rows (positions in ``rows``) of each distinct date, with the date's words.
-    dated: list[tuple[npt.NDArray[np.intp], frozenset[str]]] | None = None
+    # The dated rows (positions in ``rows``), the distinct time of each (an index into
+    # ``words``) and each distinct time's date words.
+    dated: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], list[frozenset[str]]] | None = None
     for t, (term, df) in enumerate(zip(terms, dfs, strict=True)):
         if within is None and df > TERM_ROWS_MAX_DF:
             if analysed is None:
@@ -540,22 +545,33 @@ def _membership(
             place = np.minimum(np.searchsorted(having, at), len(having) - 1)
             out[t] = having[place] == at
         if dated is None:
-            # From the columns: the rows' records (neighbours of the candidates, most
-            # of them) are not read, and each distinct time is put in words once (a
-            # session's turns mostly share one).
-            dated = []
-            if "sessions" in gen.sources_present:
-                stamps = gen.stamps[at]
-                timed = np.flatnonzero(gen.is_session[at] & ~np.isnan(stamps))
-                times, which = np.unique(stamps[timed], return_inverse=True)
-                for j, stamp in enumerate(times.tolist()):
-                    words = _stamp_terms(lexical, stamp)
-                    if words:
-                        dated.append((timed[which == j], words))
-        for where, words in dated:
-            if term in words:
-                out[t, where] = True
+            dated = _dated(gen, lexical, at)
+        timed, which, words = dated
+        if words:
+            # The distinct times whose words hold the term, then their rows.
+            has = np.fromiter((term in w for w in words), np.bool_, len(words))
+            if has.any():
+                out[t, timed[has[which]]] = True
     return out
+
+
+def _dated(
+    gen: Generation, lexical: LexicalIndex, at: npt.NDArray[np.intp]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], list[frozenset[str]]]:
+    """The transcript turns among rows ``at`` that have a time (positions in ``at``),
+    which of the distinct times each has, and the date words of each distinct time.
+
+    From the columns: the rows' records (neighbours of the candidates, most of them)
+    are not read, and each distinct time is put in words once (a session's turns
+    mostly share one).
+    """
+    none = np.empty(0, dtype=np.intp)
+    if "sessions" not in gen.sources_present:
+        return none, none, []
+    stamps = gen.stamps[at]
+    timed = np.flatnonzero(gen.is_session[at] & ~np.isnan(stamps))
+    times, which = np.unique(stamps[timed], return_inverse=True)
+    return timed, which, [_stamp_terms(lexical, stamp) for stamp in times.tolist()]
 
 
 def coverage(
@@ -794,6 +810,49 @@ def _mmr(
     return [pool[i] for i in chosen] + rest
 
 
+def _text_candidates(
+    hits: Sequence[tuple[int, float]], found: Sequence[int]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+    """The rows of BM25's ``hits`` (``found``: each hit's row, ``-1``: none) in hit
+    order and their scores over the best hit's; none when no hit scores above 0. A row
+    found twice keeps its first place and its last score (as a dict filled in hit
+    order would)."""
+    rows = np.fromiter(found, np.intp, len(found))
+    scores = np.fromiter((s for _, s in hits), np.float64, len(hits))
+    best = float(scores.max()) if len(scores) else 0.0
+    if not best > 0:
+        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
+    keep = rows >= 0
+    rows, scores = rows[keep], scores[keep]
+    if len(np.unique(rows)) < len(rows):
+        kept = dict(zip(rows.tolist(), scores.tolist(), strict=True))
+        rows = np.fromiter(kept, np.intp, len(kept))
+        scores = np.fromiter(kept.values(), np.float64, len(kept))
+    return rows, scores / best
+
+
+def _head_order(
+    gen: Generation,
+    rows: npt.NDArray[np.intp],
+    scores: npt.NDArray[np.float64],
+    by_score: npt.NDArray[np.intp],
+    head: int,
+) -> list[int]:
+    """The first ``head`` of ``by_score`` (candidates by descending score) with ties
+    broken by chunk id: sorted by (score, id) is only the head that can reach the
+    page, extended over any run of scores equal to its last one."""
+    ranked = scores[by_score]
+    cut = min(head, len(by_score))
+    if 0 < cut < len(by_score) and ranked[cut] == ranked[cut - 1]:
+        differ = np.flatnonzero(ranked[cut:] != ranked[cut - 1])
+        cut = cut + int(differ[0]) if len(differ) else len(by_score)
+    if cut < 2 or not (ranked[1:cut] == ranked[: cut - 1]).any():  # no tie: no sort
+        found: list[int] = by_score[:head].tolist()
+        return found
+    order = _break_ties(gen, by_score[:cut].tolist(), scores.tolist(), rows.tolist())
+    return order[:head]
+
+
 def _break_ties(
     gen: Generation, order: list[int], score_of: list[float], row_of: list[int]
 ) -> list[int]:
@@ -881,7 +940,9 @@ def rank(
     )
     mask = _filter_mask(gen, f) if reach is None else None
 
-    text_scores: dict[int, float] = {}
+    # The rows BM25 found and their scores over the best one's, in BM25's order.
+    text_rows: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)
+    text_vals: npt.NDArray[np.float64] = np.empty(0, dtype=np.float64)
     # Analysed once: the first stage's query and the second stage's coverage use them.
     query_terms = lexical.query_terms(query) if use_text and lexical is not None else []
     if use_text and gen.searcher is not None and lexical is not None:
@@ -914,12 +975,7 @@ def rank(
             ):
                 hits = lexical_search(gen.searcher, q, k)
                 found = gen.row_of_key.lookup([key for key, _ in hits])
-            best = max((s for _, s in hits), default=0.0)
-            if best > 0:
-                # A dict: a row found twice keeps its first place and its last score.
-                text_scores = {
-                    row: s / best for (_, s), row in zip(hits, found, strict=True) if row >= 0
-                }
+            text_rows, text_vals = _text_candidates(hits, found)
 
     vec_rows: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)
     vec_exact: npt.NDArray[np.float64] = np.empty(0, dtype=np.float64)
@@ -945,12 +1001,11 @@ def rank(
             vec_rows, vec_exact = nearest_scored(ranked, None, k, gen.matrix, query_vector)
 
     # Candidates in first-seen order (lexical, then vector), scored all at once.
-    candidates = list(text_scores)
-    vec_only = [r not in text_scores for r in vec_rows.tolist()]
-    candidates.extend(vec_rows[vec_only].tolist())
-    rows = np.array(candidates, dtype=np.intp)
+    n_text = len(text_rows)
+    vec_only = ~np.isin(vec_rows, text_rows)
+    rows = np.concatenate([text_rows, vec_rows[vec_only]])
     t_arr = np.zeros(len(rows), dtype=np.float64)
-    t_arr[: len(text_scores)] = list(text_scores.values())
+    t_arr[:n_text] = text_vals
     # Every candidate's cosine computed exactly, the same way for every search: a
     # product's rounding (shared with other searches in a batch, or not) never reaches
     # a score. The vector candidates' were computed choosing them (exact_cosines gives
@@ -961,7 +1016,7 @@ def rank(
         v_arr = np.maximum(
             np.concatenate(
                 [
-                    exact_cosines(gen.matrix, rows[: len(text_scores)], query_vector),
+                    exact_cosines(gen.matrix, rows[:n_text], query_vector),
                     vec_exact[vec_only],
                 ]
             ),
@@ -1012,7 +1067,7 @@ def rank(
             scores = (scores + bonus) / total
     if (
         params.mode == "hybrid"
-        and not text_scores
+        and not n_text
         and v_arr is not None
         and params.similarity is not None
     ):
@@ -1046,18 +1101,14 @@ def rank(
             scores = scores * decay
     passed = np.flatnonzero((scores >= params.min_score) & (scores > 0.0))
     more = len(passed) > want
-    by_score = passed[np.argsort(-scores[passed], kind="stable")].tolist()
-    score_of, row_of = scores.tolist(), rows.tolist()
-    # Ties are broken by chunk id: sort by (score, id) only the head that can reach the
-    # page, extended over any run of scores equal to its last one.
+    by_score = passed[np.argsort(-scores[passed], kind="stable")]
     # MMR reorders a pool of four times the page; without it the page is the head.
     head = want * 4 if params.mmr else want
-    cut = min(head, len(by_score))
-    while 0 < cut < len(by_score) and score_of[by_score[cut]] == score_of[by_score[cut - 1]]:
-        cut += 1
-    order = _break_ties(gen, by_score[:cut], score_of, row_of)[:head]
-    text_of = t_arr.tolist() if use_text else None
-    vector_of = v_arr.tolist() if v_arr is not None else None
+    order = np.array(_head_order(gen, rows, scores, by_score, head), dtype=np.intp)
+    # Python values of the head's candidates only (a search has hundreds).
+    row_of, score_of = rows[order].tolist(), scores[order].tolist()
+    text_of = t_arr[order].tolist() if use_text else None
+    vector_of = v_arr[order].tolist() if v_arr is not None else None
     out = [
         RankedRow(
             row=row_of[i],
@@ -1065,7 +1116,7 @@ def rank(
             text_score=None if text_of is None else text_of[i],
             vector_score=None if vector_of is None else vector_of[i],
         )
-        for i in order
+        for i in range(len(order))
     ]
     if params.mmr:
         out = _mmr(gen, out, want, params.mmr_lambda, use_vectors=v_arr is not None)

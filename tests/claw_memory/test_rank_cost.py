@@ -323,3 +323,36 @@ def test_a_question_with_more_terms_than_an_echo_holds_is_not_read(
     got = _ranking.priors(gen, lexical, [0, 1], params, terms)
     assert got.tolist() == [1.0, params.echo_weight]
     assert read == [1]
+
+
+def test_bm25_candidates_keep_a_rows_first_place_and_last_score() -> None:
+    hits = [(10, 4.0), (11, 3.0), (12, 2.5), (10, 2.0), (13, 1.0)]
+    found = [5, 7, -1, 5, 9]
+    rows, scores = _ranking._text_candidates(hits, found)
+    reference = {row: s / 4.0 for (_, s), row in zip(hits, found, strict=True) if row >= 0}
+    assert rows.tolist() == list(reference)
+    assert scores.tolist() == list(reference.values())
+    assert rows.dtype == np.intp
+
+
+def test_bm25_candidates_are_none_when_nothing_scores() -> None:
+    for hits, found in (([], []), ([(1, 0.0), (2, 0.0)], [0, 1])):
+        rows, scores = _ranking._text_candidates(hits, found)
+        assert rows.tolist() == [] and scores.tolist() == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.sampled_from([0.9, 0.5, 0.5, 0.3, 0.1]), min_size=0, max_size=30),
+    head=st.integers(min_value=1, max_value=12),
+)
+def test_the_head_is_ordered_by_score_then_chunk_id(values: list[float], head: int) -> None:
+    rng = np.random.default_rng(len(values) * 31 + head)
+    records = [_session_record("s", i, int(k)) for i, k in enumerate(rng.permutation(100)[:30])]
+    gen = _built(records)
+    rows = rng.permutation(len(values)).astype(np.intp)
+    scores = np.array(values, dtype=np.float64)
+    by_score = np.argsort(-scores, kind="stable").astype(np.intp)
+    got = _ranking._head_order(gen, rows, scores, by_score, head)
+    want = sorted(range(len(values)), key=lambda i: (-values[i], records[rows[i]].chunk_id))
+    assert got == want[:head]
