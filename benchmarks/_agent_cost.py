@@ -13,11 +13,19 @@ as ``python -m benchmarks._agent_cost``); with ``--baseline DIR`` (a checkout of
 earlier commit) a second worker imports that checkout's claw and Memory Core and
 searches the same index (same identity: nothing is rebuilt), the two asked question by
 question in alternating order, so that load from other processes falls on both alike.
+
+With ``--alone K``, every K-th question's agent is also indexed alone, each in an
+index of its own, and those questions are asked of the agents' own indexes (a third
+worker) and of the shared one, alternately, after one warm-up round each (same
+configuration, same warmth): ``filtered_p50_ms`` against ``alone_p50_ms`` and their
+ratio ``filtered_over_alone``. A search that costs its agent's share keeps the ratio
+near 1 however many agents the shared index holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -40,7 +48,7 @@ def _serve(argv: Sequence[str]) -> None:
     from benchmarks import _retrieval
     from benchmarks.longmemeval import SEARCH_RESULTS, load
     from claw.plugin_sdk import ThreadWorkerPool
-    from claw_memory._index import open_memory_index
+    from claw_memory._index import MemoryIndex, open_memory_index
     from claw_memory._settings import MemoryCoreSettings
     from claw_memory._transcripts import InMemoryTranscriptSource
     from claw_memory._types import SearchFilter
@@ -51,6 +59,9 @@ def _serve(argv: Sequence[str]) -> None:
     p.add_argument("--index-dir", type=Path, required=True)
     p.add_argument("--questions", type=int, default=None)
     p.add_argument("--every", type=int, default=1)
+    p.add_argument(
+        "--alone", type=int, default=0, help="index every K-th question's agent alone instead"
+    )
     args = p.parse_args(argv)
     agents, questions = load(args.data, args.questions, args.every)
     (config,) = _retrieval.configs_for([args.config])
@@ -65,22 +76,39 @@ def _serve(argv: Sequence[str]) -> None:
     async def main() -> None:
         workers = ThreadWorkerPool(max_workers=2)
         embedder = _retrieval.make_embedder(config.embedder, workers)
-        root = args.index_dir / config.key
-        (root / "workspace").mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        async with open_memory_index(
-            workspace_dir=root / "workspace",
-            index_dir=root / "index",
-            workers=workers,
-            settings=MemoryCoreSettings(sources=("sessions",)),
-            embedder=embedder,
-            transcripts=source,
-        ) as index:
-            say({"chunks": index.status().chunks, "open_s": time.perf_counter() - t0})
+        async with contextlib.AsyncExitStack() as stack:
+
+            async def opened(root: Path, transcripts: InMemoryTranscriptSource) -> MemoryIndex:
+                (root / "workspace").mkdir(parents=True, exist_ok=True)
+                return await stack.enter_async_context(
+                    open_memory_index(
+                        workspace_dir=root / "workspace",
+                        index_dir=root / "index",
+                        workers=workers,
+                        settings=MemoryCoreSettings(sources=("sessions",)),
+                        embedder=embedder,
+                        transcripts=transcripts,
+                    )
+                )
+
+            # The shared index, or (--alone) one index per sampled agent, holding that
+            # agent's chunks only.
+            indexes: dict[str, MemoryIndex] = {}
+            for q in questions[:: args.alone] if args.alone else ():
+                alone = InMemoryTranscriptSource()
+                for session_key, session_id, turns in agents[q.question_id]:
+                    alone.put(q.question_id, session_key, session_id, turns)
+                root = args.index_dir / f"alone-{config.key}" / q.question_id
+                indexes[q.question_id] = await opened(root, alone)
+            shared = None if indexes else await opened(args.index_dir / config.key, source)
+            chunks = sum(i.status().chunks for i in (indexes.values() if indexes else [shared]))
+            say({"chunks": chunks, "open_s": time.perf_counter() - t0})
             # One BLAS thread, as the quality run and the gateway's workers search.
             with threadpool_limits(limits=1, user_api="blas"):
                 while line := await trio.to_thread.run_sync(sys.stdin.readline):
                     q = questions[int(line)]
+                    index = shared or indexes[q.question_id]
                     f = SearchFilter(agent_ids=frozenset([q.question_id]))
                     c, t = time.process_time(), time.perf_counter()
                     await index.search(
@@ -139,10 +167,14 @@ def measure(
     every: int = 1,
     limit: int | None = None,
     baseline: Path | None = None,
+    alone: int = 0,
 ) -> list[dict[str, Any]]:
     """Per configuration (and its baseline), every question's filtered search timed
     in a worker; a row of figures each: ``config``, ``system`` (``this`` or
-    ``baseline``), ``chunks``, ``p50_ms``, ``p95_ms``, ``cpu_p50_ms``, the load."""
+    ``baseline``), ``chunks``, ``p50_ms``, ``p95_ms``, ``cpu_p50_ms``, the load. With
+    ``alone`` (K > 0), one more row per configuration, ``system`` ``alone``: every K-th
+    question in its agent's own index against the shared one (see the module
+    docstring), with ``filtered_p50_ms``, ``alone_p50_ms`` and ``filtered_over_alone``."""
     from benchmarks._common import load as machine_load
     from benchmarks._common import percentile
     from benchmarks.latency._orchestrate import _baseline_tree
@@ -171,6 +203,18 @@ def measure(
                 for system, worker, _ in workers if q % 2 == 0 else workers[::-1]:
                     times[system].append(worker.ask(q))
             after = machine_load()
+            proportion = (
+                _proportion(
+                    name,
+                    [*argv, "--alone", str(alone)],
+                    cwd=here,
+                    tmp=Path(tmp),
+                    shared=workers[0][1],
+                    sample=range(0, questions, alone),
+                )
+                if alone > 0
+                else None
+            )
             for system, worker, ready in workers:
                 worker.close()
                 wall = [t["ms"] for t in times[system]]
@@ -188,7 +232,51 @@ def measure(
                         "load_after": after,
                     }
                 )
+            if proportion is not None:
+                rows.append(proportion)
     return rows
+
+
+def _proportion(
+    name: str, argv: list[str], *, cwd: Path, tmp: Path, shared: _Worker, sample: range
+) -> dict[str, Any]:
+    """The sampled questions asked of their agents' own indexes (a new worker) and of
+    ``shared``, alternately: a warm-up round, then a timed one."""
+    from benchmarks._common import load as machine_load
+    from benchmarks._common import percentile
+
+    worker = _Worker(argv, cwd, tmp / f"{name}-alone.log")
+    ready = worker.receive()
+    pair = [("filtered", shared), ("alone", worker)]
+    times: dict[str, list[dict[str, Any]]] = {"filtered": [], "alone": []}
+    before = machine_load()
+    for timed in (False, True):
+        for i, q in enumerate(sample):
+            for side, w in pair if i % 2 == 0 else pair[::-1]:
+                answer = w.ask(q)
+                if timed:
+                    times[side].append(answer)
+    after = machine_load()
+    worker.close()
+    p50 = {side: percentile([t["ms"] for t in times[side]], 50) for side in times}
+    cpu = {side: percentile([t["cpu_ms"] for t in times[side]], 50) for side in times}
+    return {
+        "config": name,
+        "system": "alone",
+        "chunks": ready["chunks"],
+        "agents": len(sample),
+        "searches": len(times["alone"]),
+        "p50_ms": p50["alone"],
+        "p95_ms": percentile([t["ms"] for t in times["alone"]], 95),
+        "cpu_p50_ms": cpu["alone"],
+        "filtered_p50_ms": p50["filtered"],
+        "alone_p50_ms": p50["alone"],
+        "filtered_over_alone": p50["filtered"] / p50["alone"] if p50["alone"] else None,
+        "filtered_cpu_p50_ms": cpu["filtered"],
+        "alone_cpu_p50_ms": cpu["alone"],
+        "load_before": before,
+        "load_after": after,
+    }
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ made on. It is MIT-licensed and never copied into the repository.
 
     python -m benchmarks.longmemeval [--data FILE] [--json] [--configs default,lexical,hash]
                                      [--questions N] [--index-dir DIR]
-                                     [--agent-cost [--baseline CHECKOUT]]
+                                     [--agent-cost [--baseline CHECKOUT] [--alone K]]
 
 With ``--json`` the last line is one JSON object: the embedded default's figures at
 the top level (``session_recall_any@1`` ... ``turn_recall_any@10``), ``fts5`` (an object
@@ -31,6 +31,10 @@ with the same keys), and every run in full under ``runs``.
 and p95 per filtered search of each configuration in the index of every question's
 agent, beside FTS5 on a table per question, and with ``--baseline CHECKOUT`` the same
 searches through an earlier checkout's code over the same index, in the same run.
+With ``--alone K`` it also sets every K-th question's filtered search against the same
+search in an index holding only that agent's chunks (``filtered_p50_ms``,
+``alone_p50_ms``, ``filtered_over_alone``): what issue 26 asks of a filtered search is to
+cost in proportion to its agent's share.
 """
 
 from __future__ import annotations
@@ -346,6 +350,7 @@ def agent_cost(
             every=every,
             limit=limit,
             baseline=args.baseline,
+            alone=args.alone,
         )
     rows.append(
         {
@@ -371,6 +376,20 @@ def agent_cost(
             [[r[c] for c in (*columns, "load_before", "load_after")] for r in rows],
         )
     )
+    proportion = [r for r in rows if r["system"] == "alone"]
+    if proportion:
+        print(
+            f"Filtered search in the shared index against the same agent's index alone"
+            f" (every {args.alone}th question, warm, alternating)"
+        )
+        keys = ["filtered_p50_ms", "alone_p50_ms", "filtered_over_alone"]
+        keys += ["filtered_cpu_p50_ms", "alone_cpu_p50_ms"]
+        print(
+            table(
+                ["config", "agents", *keys],
+                [[r["config"], r["agents"], *(r[k] for k in keys)] for r in proportion],
+            )
+        )
     if args.json:
         emit_json({"agent_cost": rows, "questions": len(questions), "machine": machine()})
 
@@ -411,6 +430,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         " scoring them",
     )
     p.add_argument(
+        "--alone",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --agent-cost: also search every K-th question's agent in an index of its"
+        " own against the shared index (filtered_over_alone)",
+    )
+    p.add_argument(
         "--baseline",
         type=Path,
         default=None,
@@ -422,6 +449,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"LongMemEval data not found at {args.data}; pass --data FILE")
     if args.baseline is not None and not args.agent_cost:
         raise SystemExit("--baseline needs --agent-cost")
+    if args.alone and not args.agent_cost:
+        raise SystemExit("--alone needs --agent-cost")
     if args.agent_cost:
         if args.set:
             raise SystemExit("--agent-cost times the settings as they are: drop --set")

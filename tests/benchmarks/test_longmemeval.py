@@ -192,6 +192,31 @@ def test_longmemeval_agent_cost_times_filtered_searches_beside_fts5_and_a_baseli
     assert {p.name for p in (tmp_path / "idx").iterdir()} == {"lexical", "default"}
 
 
+def test_longmemeval_agent_cost_sets_a_filtered_search_against_its_agent_alone(
+    tmp_path: Path,
+) -> None:
+    """``--alone K``: every K-th question's agent also gets an index of its own, and the
+    same searches in both give the proportionality figures (new keys only)."""
+    data = _write(tmp_path / "lme.json.gz")
+    argv = [sys.executable, "-m", "benchmarks.longmemeval", "--data", str(data), "--json"]
+    argv += ["--agent-cost", "--configs", "lexical", "--alone", "1"]
+    argv += ["--index-dir", str(tmp_path / "idx")]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=True)
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = {(r["config"], r["system"]): r for r in last["agent_cost"]}
+    assert set(rows) == {
+        ("lexical", "this"),
+        ("lexical", "alone"),
+        ("fts5", "SQLite FTS5, a table per question"),
+    }
+    alone = rows["lexical", "alone"]
+    assert alone["agents"] == alone["searches"] == 2
+    assert alone["chunks"] == rows["lexical", "this"]["chunks"]  # both agents, apart
+    assert alone["filtered_over_alone"] == alone["filtered_p50_ms"] / alone["alone_p50_ms"]
+    assert "filtered_over_alone" in done.stdout
+    assert {p.name for p in (tmp_path / "idx" / "alone-lexical").iterdir()} == {"q1", "q2"}
+
+
 def test_embedders_benchmark_times_a_first_index_and_query_embedding(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
