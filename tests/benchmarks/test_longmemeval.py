@@ -163,19 +163,26 @@ def test_longmemeval_runs_as_the_acceptance_checks_run_it(tmp_path: Path) -> Non
         assert set(run["per_type"]) == {"single-session-user"}
 
 
+def _agent_cost(
+    tmp_path: Path, *options: str
+) -> tuple[subprocess.CompletedProcess[str], dict[tuple[str, str], dict[str, Any]]]:
+    """Run ``--agent-cost`` with ``options`` over :func:`_write`'s data: the process and
+    its rows by (config, system)."""
+    data = _write(tmp_path / "lme.json.gz")
+    argv = [sys.executable, "-m", "benchmarks.longmemeval", "--data", str(data), "--json"]
+    argv += ["--agent-cost", *options, "--index-dir", str(tmp_path / "idx")]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=True)
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    return done, {(r["config"], r["system"]): r for r in last["agent_cost"]}
+
+
 def test_longmemeval_agent_cost_times_filtered_searches_beside_fts5_and_a_baseline(
     tmp_path: Path,
 ) -> None:
     """``--agent-cost`` times each question's search restricted to its agent, in one index
     of every agent, for each configuration and (``--baseline``) an earlier checkout's
     code over the same index; this checkout stands in for the earlier one here."""
-    data = _write(tmp_path / "lme.json.gz")
-    argv = [sys.executable, "-m", "benchmarks.longmemeval", "--data", str(data), "--json"]
-    argv += ["--agent-cost", "--configs", "lexical,default", "--baseline", str(REPO)]
-    argv += ["--index-dir", str(tmp_path / "idx")]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=True)
-    last = json.loads(done.stdout.strip().splitlines()[-1])
-    rows = {(r["config"], r["system"]): r for r in last["agent_cost"]}
+    done, rows = _agent_cost(tmp_path, "--configs", "lexical,default", "--baseline", str(REPO))
     assert set(rows) == {
         ("lexical", "this"),
         ("lexical", "baseline"),
@@ -197,13 +204,7 @@ def test_longmemeval_agent_cost_sets_a_filtered_search_against_its_agent_alone(
 ) -> None:
     """``--alone K``: every K-th question's agent also gets an index of its own, and the
     same searches in both give the proportionality figures (new keys only)."""
-    data = _write(tmp_path / "lme.json.gz")
-    argv = [sys.executable, "-m", "benchmarks.longmemeval", "--data", str(data), "--json"]
-    argv += ["--agent-cost", "--configs", "lexical", "--alone", "1"]
-    argv += ["--index-dir", str(tmp_path / "idx")]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=True)
-    last = json.loads(done.stdout.strip().splitlines()[-1])
-    rows = {(r["config"], r["system"]): r for r in last["agent_cost"]}
+    done, rows = _agent_cost(tmp_path, "--configs", "lexical", "--alone", "1")
     assert set(rows) == {
         ("lexical", "this"),
         ("lexical", "alone"),
