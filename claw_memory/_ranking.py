@@ -775,6 +775,33 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(w.lower() for w in _WORD.findall(text))
 
 
+def _jaccard(sets: Sequence[frozenset[str]]) -> npt.NDArray[np.float32]:
+    """Each pair's Jaccard similarity ``|a & b| / |a | b|`` (0 for two empty sets and
+    on the diagonal), the float32 of the exact quotient.
+
+    By a product of the sets' incidence over the words more than one of them holds
+    (the others add to no intersection): a pool of 240 sets has 28,680 pairs, which
+    set operations in Python took 45 ms to compare. The counts are whole numbers far
+    below 2**24, so the float32 product is exact whatever order it sums in, and the
+    quotient of two exact counts in float64 is the one Python's division gives.
+    """
+    n = len(sets)
+    seen: dict[str, int] = {}
+    for words in sets:
+        for w in words:
+            seen[w] = seen.get(w, 0) + 1
+    shared = {w: i for i, w in enumerate(w for w, count in seen.items() if count > 1)}
+    incidence = np.zeros((n, len(shared)), dtype=np.float32)
+    for i, words in enumerate(sets):
+        incidence[i, [shared[w] for w in words if w in shared]] = 1.0
+    inter = (incidence @ incidence.T).astype(np.float64)
+    sizes = np.array([len(words) for words in sets], dtype=np.float64)
+    union = sizes[:, None] + sizes[None, :] - inter
+    sim = np.divide(inter, union, out=np.zeros_like(union), where=union > 0)
+    np.fill_diagonal(sim, 0.0)
+    return sim.astype(np.float32)
+
+
 def _mmr(
     gen: Generation, ranked: list[RankedRow], want: int, lam: float, use_vectors: bool
 ) -> list[RankedRow]:
@@ -788,13 +815,7 @@ def _mmr(
         vecs = gen.matrix[rows]
         sim = np.clip(vecs @ vecs.T, 0.0, 1.0)
     else:
-        sets = [_words(gen.records[r].text) for r in rows]
-        sim = np.zeros((len(rows), len(rows)), dtype=np.float32)
-        for i in range(len(rows)):
-            for j in range(i + 1, len(rows)):
-                union = len(sets[i] | sets[j])
-                s = len(sets[i] & sets[j]) / union if union else 0.0
-                sim[i, j] = sim[j, i] = s
+        sim = _jaccard([_words(gen.records[r].text) for r in rows])
     top = max(r.score for r in pool) or 1.0
     rel = np.array([r.score / top for r in pool], dtype=np.float32)
     chosen: list[int] = []

@@ -356,3 +356,29 @@ def test_the_head_is_ordered_by_score_then_chunk_id(values: list[float], head: i
     got = _ranking._head_order(gen, rows, scores, by_score, head)
     want = sorted(range(len(values)), key=lambda i: (-values[i], records[rows[i]].chunk_id))
     assert got == want[:head]
+
+
+def _jaccard_reference(sets: list[frozenset[str]]) -> npt.NDArray[np.float32]:
+    """MMR's word similarity as it was: pair by pair with set operations."""
+    sim = np.zeros((len(sets), len(sets)), dtype=np.float32)
+    for i in range(len(sets)):
+        for j in range(i + 1, len(sets)):
+            union = len(sets[i] | sets[j])
+            s = len(sets[i] & sets[j]) / union if union else 0.0
+            sim[i, j] = sim[j, i] = s
+    return sim
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.frozensets(st.sampled_from([f"w{i}" for i in range(40)]), max_size=25),
+        max_size=30,
+    )
+)
+def test_mmr_word_similarity_is_each_pairs_jaccard_to_the_bit(
+    sets: list[frozenset[str]],
+) -> None:
+    got = _ranking._jaccard(sets)
+    assert got.dtype == np.float32
+    assert got.tobytes() == _jaccard_reference(sets).tobytes()
