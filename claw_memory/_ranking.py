@@ -380,6 +380,43 @@ def scores_every_row(gen: Generation, params: RankParams) -> bool:
 _SECOND_STAGE_MIN = 32
 
 
+# np.unique and np.isin cost tens of microseconds in Python around a sort of a few
+# dozen values (a search calls them several times on that many rows); these give
+# their answers with one sort or one search each.
+
+
+def _unique(
+    values: npt.NDArray[Any],
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp]]:
+    """``np.unique(values, return_inverse=True)`` for a 1-D array without NaN: the
+    distinct values ascending, and where each of ``values`` lies among them."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    first = np.empty(len(ordered), dtype=np.bool_)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(len(values), dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
+def _sorted_unique(values: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """``np.unique(values)`` (the distinct values, ascending)."""
+    ordered = np.sort(values)
+    if len(ordered) > 1:
+        ordered = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+    return ordered
+
+
+def _among(ascending: npt.NDArray[np.intp], values: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+    """``np.isin(values, ascending)`` where ``ascending`` is sorted."""
+    if not len(ascending):
+        return np.zeros(len(values), dtype=np.bool_)
+    place = np.minimum(np.searchsorted(ascending, values), len(ascending) - 1)
+    found: npt.NDArray[np.bool_] = ascending[place] == values
+    return found
+
+
 def _rows_terms(
     gen: Generation, lexical: LexicalIndex, rows: Sequence[int]
 ) -> list[frozenset[str]]:
@@ -474,7 +511,7 @@ def _term_rows(
         except ValueError as exc:
             raise LexicalIndexError(f"lexical search failed: {exc}") from exc
     rows = np.array(gen.row_of_key.lookup(keys), dtype=np.intp)
-    found = np.unique(rows[rows >= 0])
+    found = _sorted_unique(rows[rows >= 0])
     found.setflags(write=False)
     if memo.entries + len(found) > MAX_TERM_ROW_ENTRIES:
         memo.rows.clear()
@@ -527,7 +564,7 @@ def _membership(
     if memo is None:
         memo = _TERM_ROWS[gen] = _TermRows()
     at = np.asarray(rows, dtype=np.intp)
-    if within is not None and not np.isin(at, within.rows).all():
+    if within is not None and not _among(within.rows, at).all():
         within = None
     analysed: list[frozenset[str]] | None = None
     # The dated rows (positions in ``rows``), the distinct time of each (an index into
@@ -570,7 +607,7 @@ def _dated(
         return none, none, []
     stamps = gen.stamps[at]
     timed = np.flatnonzero(gen.is_session[at] & ~np.isnan(stamps))
-    times, which = np.unique(stamps[timed], return_inverse=True)
+    times, which = _unique(stamps[timed])
     return timed, which, [_stamp_terms(lexical, stamp) for stamp in times.tolist()]
 
 
@@ -616,9 +653,7 @@ def coverage(
     near_rows[session] = gen.neighbour_rows(at_rows[session].tolist())
     # Every row the coverage reads (the order changes no membership), and where each
     # row and neighbour lies among them; one more column, never set, for "none".
-    wanted, where = np.unique(
-        np.concatenate([at_rows, near_rows[near_rows >= 0]]), return_inverse=True
-    )
+    wanted, where = _unique(np.concatenate([at_rows, near_rows[near_rows >= 0]]))
     member = np.zeros((len(terms), len(wanted) + 1), dtype=np.bool_)
     member[:, :-1] = _membership(gen, lexical, wanted.tolist(), terms, dfs, within=within)
     placed = np.full((n, 4), len(wanted), dtype=np.intp)
@@ -845,7 +880,8 @@ def _text_candidates(
         return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.float64)
     keep = rows >= 0
     rows, scores = rows[keep], scores[keep]
-    if len(np.unique(rows)) < len(rows):
+    ordered = np.sort(rows)
+    if (ordered[1:] == ordered[:-1]).any():
         kept = dict(zip(rows.tolist(), scores.tolist(), strict=True))
         rows = np.fromiter(kept, np.intp, len(kept))
         scores = np.fromiter(kept.values(), np.float64, len(kept))
@@ -1023,7 +1059,7 @@ def rank(
 
     # Candidates in first-seen order (lexical, then vector), scored all at once.
     n_text = len(text_rows)
-    vec_only = ~np.isin(vec_rows, text_rows)
+    vec_only = ~_among(np.sort(text_rows), vec_rows)
     rows = np.concatenate([text_rows, vec_rows[vec_only]])
     t_arr = np.zeros(len(rows), dtype=np.float64)
     t_arr[:n_text] = text_vals

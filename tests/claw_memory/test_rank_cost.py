@@ -382,3 +382,23 @@ def test_mmr_word_similarity_is_each_pairs_jaccard_to_the_bit(
     got = _ranking._jaccard(sets)
     assert got.dtype == np.float32
     assert got.tobytes() == _jaccard_reference(sets).tobytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(st.integers(min_value=-3, max_value=40), max_size=60),
+    among=st.lists(st.integers(min_value=-3, max_value=40), max_size=30),
+)
+def test_the_rankings_set_helpers_answer_as_numpy_does(values: list[int], among: list[int]) -> None:
+    a = np.array(values, dtype=np.intp)
+    b = np.sort(np.array(among, dtype=np.intp))
+    distinct, inverse = _ranking._unique(a)
+    want_distinct, want_inverse = np.unique(a, return_inverse=True)
+    assert distinct.tolist() == want_distinct.tolist()
+    assert inverse.tolist() == want_inverse.tolist()
+    assert _ranking._sorted_unique(a).tolist() == want_distinct.tolist()
+    assert _ranking._among(b, a).tolist() == np.isin(a, b).tolist()
+    stamps = a.astype(np.float64) * 86_400.5
+    times, which = _ranking._unique(stamps)
+    assert times.tolist() == np.unique(stamps).tolist()
+    assert times[which].tolist() == stamps.tolist()
