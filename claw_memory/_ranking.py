@@ -643,7 +643,8 @@ def coverage(
         mine = _membership(gen, lexical, rows, terms, dfs, within=within)
         own = np.zeros(n, dtype=np.float64)
         for t, w in enumerate(weights):
-            own += np.where(mine[t], w, 0.0)
+            # (Adding w where the row holds the term is adding 0.0 elsewhere.)
+            np.add(own, w, out=own, where=mine[t])
         return own, own.copy(), own.copy()
     # Each row's neighbours (one place before and after, two places before and
     # after; -1: none, and a memory-file chunk has none here), gathered as arrays.
@@ -667,9 +668,9 @@ def coverage(
     # Term by term, in query order: the same sums, added in the same order, as one
     # row at a time would give.
     for t, w in enumerate(weights):
-        own += np.where(mine[t], w, 0.0)
-        near += np.where(near_hit[t], w, 0.0)
-        far += np.where(far_hit[t], w, 0.0)
+        np.add(own, w, out=own, where=mine[t])
+        np.add(near, w, out=near, where=near_hit[t])
+        np.add(far, w, out=far, where=far_hit[t])
     return own, near, far
 
 
