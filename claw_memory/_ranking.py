@@ -483,7 +483,14 @@ def _term_rows(
     documents at most: its document frequency, which also counts deleted documents); with
     ``within``, only those its filter lets through, read by intersecting the term's
     postings with the filter's in tantivy: the cost of the rows reached, not of the
-    term's every document in the index."""
+    term's every document in the index.
+
+    Which documents match is all that is read, so they are not scored: under a
+    constant score tantivy collects them without BM25 (22 instead of 34 us a term
+    among an agent's rows of the LongMemEval index, 440 instead of 670 us for a term
+    of thousands of documents). The rows read are still all its matches (a first
+    limit that could cut them is followed by one that cannot).
+    """
     f = None if within is None else within.filter
     found = memo.rows.get((term, f))
     if found is not None:
@@ -494,11 +501,16 @@ def _term_rows(
     if df > 0:
         try:
             if f is None:
-                query = tantivy.Query.term_query(lexical.schema, "text", term)
+                query = tantivy.Query.const_score_query(
+                    tantivy.Query.term_query(lexical.schema, "text", term), 1.0
+                )
                 hits = searcher.search(query, limit=df, count=False).hits
             else:
-                query = lexical.text_term_query(
-                    term, sources=f.sources, agent_ids=f.agent_ids, session_keys=f.session_keys
+                query = tantivy.Query.const_score_query(
+                    lexical.text_term_query(
+                        term, sources=f.sources, agent_ids=f.agent_ids, session_keys=f.session_keys
+                    ),
+                    1.0,
                 )
                 # One more than the rows reached: if that many documents pass (never
                 # expected: a dead row's document is deleted with it), read them all.

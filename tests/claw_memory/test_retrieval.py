@@ -9,22 +9,25 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from claw.plugin_sdk import ConfigError
+from claw.plugin_sdk import ConfigError, InlineWorkerPool
 from claw.plugin_sdk.search import QUERY_STOPWORDS
 from claw_memory import _lexical
 from claw_memory import _ranking as ranking_module
+from claw_memory._index import open_memory_index
 from claw_memory._lexical import LexicalContext, LexicalIndex
 from claw_memory._ranking import asks_when, coverage
 from claw_memory._settings import MemoryCoreSettings
 from claw_memory._transcripts import (
+    InMemoryTranscriptSource,
     TranscriptSession,
     TranscriptTurn,
     date_text,
     prepare_session_chunks,
 )
+from claw_memory._types import SearchFilter
 from claw_memory._when import says_when
 
-from ._sessions import sessions_index
+from ._sessions import SESSIONS_ONLY, sessions_index
 
 
 def _turns(speakers_and_texts: list[tuple[str, str]], sid: str = "s1") -> list[TranscriptTurn]:
@@ -407,6 +410,45 @@ async def test_coverage_from_the_lexical_index_equals_coverage_from_analysed_row
         from_rows = coverage(gen, lexical, rows, terms)
     assert [part.tolist() for part in from_index] == [part.tolist() for part in from_rows]
     assert any(part.any() for part in from_index) == (query != "nothing")
+
+
+@pytest.mark.parametrize("query", ["paint orange violet", "brush canvas easel filler"])
+async def test_a_terms_rows_among_an_agents_are_those_whose_text_holds_it(
+    tmp_path: Path, query: str
+) -> None:
+    """Read from tantivy (the term's postings within the agent's, unscored), a term's
+    rows are exactly the agent's rows whose analysed text holds it, and alike unfiltered."""
+    src = InMemoryTranscriptSource()
+    for agent in "abcde":
+        for sid, turns in _many_turns().items():
+            src.put(agent, f"agent:{agent}:{sid}", sid, turns[: 3 + "abcde".index(agent)])
+    (tmp_path / "ws").mkdir()
+    async with open_memory_index(
+        workspace_dir=tmp_path / "ws",
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=SESSIONS_ONLY,
+        transcripts=src,
+    ) as index:
+        gen, lexical = index._view.generation, index._view.lexical
+        f = ranking_module.narrow_filter(gen, SearchFilter(agent_ids=frozenset({"c"})))
+        reach = ranking_module.reachable_rows(gen, f)
+        assert reach is not None and 0 < len(reach) < len(gen.records)
+        within = ranking_module._Within(f, reach)
+        searcher = gen.searcher
+        assert searcher is not None
+        for term in lexical.query_terms(query):
+            df = int(searcher.doc_freq("text", term))
+            holding = [
+                r
+                for r in range(len(gen.records))
+                if term in lexical.document_terms(gen.records[r].text)
+            ]
+            memo = ranking_module._TermRows()
+            got = ranking_module._term_rows(gen, lexical, memo, term, df, within=within)
+            assert got.tolist() == [r for r in holding if r in set(reach.tolist())]
+            assert ranking_module._term_rows(gen, lexical, memo, term, df).tolist() == holding
+            assert holding
 
 
 def _session_index_turns(tmp_path: Path, turns: list[TranscriptTurn]) -> Any:
