@@ -27,9 +27,11 @@ back and the rewrite starts again.
 ``pending.json`` beside the lock (the append's bytes and offset; the rewrite's
 temporary file, the hashes before and after, and the inode it read); the next writer to
 take the lock settles it first: a torn append is cut back to where it began (it was
-never acknowledged), a complete one gets its journal record, a stray temporary file is
-removed, and a forget whose rename never happened is marked void in the journal (told
-by inodes, since lines appended meanwhile change the content either way).
+never acknowledged), a complete one gets its journal record (a displaced file's late
+bytes carried over are recorded the same way, so a carry is never made twice), a stray
+temporary file is removed, and a forget whose rename never happened is marked void in
+the journal (told by inodes, since lines appended meanwhile change the content either
+way).
 
 Everything here blocks: the host runs it on its worker pool (:mod:`._service`).
 """
@@ -415,20 +417,27 @@ class MemoryFileWriter:
             vpath = str(op["path"])
             target = self.workspace.joinpath(*check_path(vpath).parts)
             if op["op"] == "append":
-                self._recover_append(target, op, journal)
+                landed = self._recover_append(target, op, journal)
+                settled = op.get("settled")  # a displaced file's late bytes carried over
+                if landed and isinstance(settled, list) and len(settled) == 2:
+                    home = self.home / DISPLACED_DIR
+                    with contextlib.suppress(OSError):
+                        (home / str(settled[0])).rename(home / str(settled[1]))
             elif op["op"] == "rewrite":
                 self._recover_rewrite(target, op, journal)
         except (ValueError, KeyError, TypeError, MemoryPathError):
             pass  # torn before the op began: it never happened
         self._clear_pending()
 
-    def _recover_append(self, target: Path, op: dict[str, Any], journal: Journal) -> None:
+    def _recover_append(self, target: Path, op: dict[str, Any], journal: Journal) -> bool:
+        """Settle a killed append; whether its bytes landed whole (journalled if it
+        carried a record; a torn one is cut back and counts as never written)."""
         offset = int(op["offset"])
         data = base64.b64decode(op["data"])
         try:
             current = target.read_bytes()
         except FileNotFoundError:
-            return
+            return False
         landed = current[offset : offset + len(data)]
         record = op.get("record")
         if landed != data and len(current) >= offset + len(data):
@@ -446,7 +455,8 @@ class MemoryFileWriter:
         if landed == data:
             if isinstance(record, dict) and journal.last_id() != record.get("id"):
                 journal.append(record, sync=True)
-        elif len(current) > offset and data.startswith(current[offset:]):
+            return True
+        if len(current) > offset and data.startswith(current[offset:]):
             # Torn by the kill and never acknowledged: cut back to where it began.
             fd = os.open(target, os.O_RDWR | _NOFOLLOW | os.O_CLOEXEC)
             try:
@@ -459,6 +469,7 @@ class MemoryFileWriter:
                 op["path"],
                 len(current) - offset,
             )
+        return False
 
     def _recover_rewrite(self, target: Path, op: dict[str, Any], journal: Journal) -> None:
         tmp = target.parent / str(op["tmp"])
@@ -885,10 +896,26 @@ class MemoryFileWriter:
                         f.seek(int(settled))
                         tail = f.read()
                     target = self.resolve(vpath)
+                    carried = str(int(settled) + len(tail))
+                    marked = entry.with_name(".".join((rid, carried, at, encoded)))
                     if target.exists():
+                        # Recorded first, as an append is: a kill between the carry and
+                        # the new name is settled by recovery (the carry landed: the
+                        # name moves on; torn: cut back, carried again), never twice.
+                        self._set_pending(
+                            {
+                                "op": "append",
+                                "path": vpath,
+                                "offset": os.lstat(target).st_size,
+                                "data": base64.b64encode(tail).decode(),
+                                "record": None,
+                                "settled": [entry.name, marked.name],
+                            }
+                        )
                         self._append_bytes(target, tail)
                         logger.info("%s: carried over %d late bytes", vpath, len(tail))
-                    entry = entry.rename(entry.with_name(".".join((rid, str(size), at, encoded))))
+                    entry = entry.rename(marked)
+                    self._clear_pending()
                 if drop_all or now - int(at) > DISPLACED_GRACE * 1e9:
                     entry.unlink()
             except (ValueError, OSError, MemoryPathError):

@@ -642,6 +642,49 @@ def test_a_line_the_recheck_carried_is_kept_once_when_the_kill_follows_at_once(
     assert writer.removals() == []
 
 
+# A child process whose writer, settling what displaced files hold before its own
+# append, is killed (SIGKILL, by itself) right after it carried a late line over.
+_KILLED_STRAGGLER_CARRY = """
+import os, signal, sys
+from pathlib import Path
+from claw.memory_files import MemoryFileWriter
+from claw.memory_files import _writer as w
+
+ws = Path(sys.argv[1])
+append_bytes = w.MemoryFileWriter._append_bytes
+
+def appended(self, target, data):
+    append_bytes(self, target, data)
+    if target.name == "MEMORY.md":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+w.MemoryFileWriter._append_bytes = appended
+MemoryFileWriter(ws).append("memory/n.md", "- next", by={"kind": "operator"})
+"""
+
+
+def test_a_late_line_carried_from_a_displaced_file_is_not_carried_twice_after_a_kill(
+    ws: Path,
+) -> None:
+    writer = MemoryFileWriter(ws)
+    writer.remove("MEMORY.md", 9, 9, by=BY)  # the rename displaces the old file
+    (displaced,) = (writer.home / writer_module.DISPLACED_DIR).iterdir()
+    # An editor that opened the old file before the rename writes to it after.
+    with displaced.open("a", encoding="utf-8") as f:
+        f.write("- appended by an editor, late\n")
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_STRAGGLER_CARRY, str(ws)])
+    try:
+        assert proc.wait(timeout=60) == -9
+    finally:
+        reap(proc)
+    assert _text(ws).count("- appended by an editor, late\n") == 1  # carried, then killed
+    writer = MemoryFileWriter(ws)
+    writer.recover()
+    writer.append("memory/n.md", "- again", by=BY)
+    assert _text(ws).count("- appended by an editor, late\n") == 1
+    assert "release manager" not in _text(ws)
+
+
 def test_a_torn_journal_line_is_cut_off(ws: Path) -> None:
     writer = MemoryFileWriter(ws)
     writer.append("MEMORY.md", "- one", by=BY)
