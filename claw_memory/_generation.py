@@ -39,7 +39,6 @@ class RowColumns:
         self.start_lines = array("i")
         self.stamps = array("d")
         self.assistant_turns = bytearray()
-        self.question_turns = bytearray()
         self.states_time = bytearray()
         self.question_terms = array("i")
         self.provenances: dict[str, int] = {}
@@ -66,7 +65,7 @@ class RowColumns:
         # million records) and the date of each path parsed once.
         keys, is_session, dated = self.keys, self.is_session, self.dated
         start_lines, stamps = self.start_lines, self.stamps
-        assistant_turns, question_turns = self.assistant_turns, self.question_turns
+        assistant_turns = self.assistant_turns
         states_time, question_terms = self.states_time, self.question_terms
         provenances, prov_codes = self.provenances, self.prov_codes
         agents, agent_codes = self.agents, self.agent_codes
@@ -95,7 +94,6 @@ class RowColumns:
             stamp = r.timestamp
             stamps.append(nan if stamp is None else stamp)
             assistant_turns.append(session and r.text.startswith(ASSISTANT_PREFIX))
-            question_turns.append(session and r.text.rstrip().endswith("?"))
             states_time.append(r.states_time)
             question_terms.append(r.question_terms)
             prov_codes.append(provenances.setdefault(r.provenance, len(provenances)))
@@ -160,9 +158,6 @@ class RowColumns:
 
     def assistant_column(self) -> npt.NDArray[np.bool_]:
         return np.frombuffer(bytes(self.assistant_turns), dtype=np.bool_).copy()
-
-    def question_column(self) -> npt.NDArray[np.bool_]:
-        return np.frombuffer(bytes(self.question_turns), dtype=np.bool_).copy()
 
     def states_time_column(self) -> npt.NDArray[np.bool_]:
         return np.frombuffer(bytes(self.states_time), dtype=np.bool_).copy()
@@ -496,12 +491,11 @@ class Generation:
     start_lines: npt.NDArray[np.int32]
     stamps: npt.NDArray[np.float64]
     # Each row's provenance as a code of ``prov_index`` (codes in the index's order),
-    # and whether it is an assistant's transcript turn and one that ends in a question:
-    # what adjacency and the priors on turns need without reading the row's record.
+    # and whether it is an assistant's transcript turn: what adjacency and the priors
+    # on turns need without reading the row's record.
     prov_codes: npt.NDArray[np.int32]
     prov_index: Mapping[str, int]
     assistant_turns: npt.NDArray[np.bool_]
-    question_turns: npt.NDArray[np.bool_]
     # The records' index-time facts (:class:`~._records.ChunkRecord`): whether a
     # transcript turn says when, and how many terms a question turn has.
     states_time: npt.NDArray[np.bool_]
@@ -572,7 +566,6 @@ class Generation:
             prov_codes=cols.prov_column(prov_index),
             prov_index=prov_index,
             assistant_turns=cols.assistant_column(),
-            question_turns=cols.question_column(),
             states_time=cols.states_time_column(),
             question_terms=cols.question_terms_column(),
             sources_present=frozenset(cols.sources),
@@ -900,7 +893,6 @@ class Generation:
             prov_codes=np.concatenate([self.prov_codes, cols.prov_column(prov_index)]),
             prov_index=prov_index,
             assistant_turns=np.concatenate([self.assistant_turns, cols.assistant_column()]),
-            question_turns=np.concatenate([self.question_turns, cols.question_column()]),
             states_time=np.concatenate([self.states_time, cols.states_time_column()]),
             question_terms=np.concatenate([self.question_terms, cols.question_terms_column()]),
             sources_present=self.sources_present | cols.sources,

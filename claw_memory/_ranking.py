@@ -588,11 +588,7 @@ def _membership(
                 analysed = _rows_terms(gen, lexical, rows)
             out[t] = [term in mine for mine in analysed]
             continue
-        having = _term_rows(gen, lexical, memo, term, df, within=within)
-        if len(having):
-            # Membership in the sorted rows: where each row would go, and whether it is there.
-            place = np.minimum(np.searchsorted(having, at), len(having) - 1)
-            out[t] = having[place] == at
+        out[t] = _among(_term_rows(gen, lexical, memo, term, df, within=within), at)
         if dated is None:
             dated = _dated(gen, lexical, at)
         timed, which, words = dated

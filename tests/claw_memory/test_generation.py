@@ -90,7 +90,8 @@ def _check(gen: Generation, live: dict[int, ChunkRecord]) -> None:
         assert list(gen.prov_index)[gen.prov_codes[row]] == rec.provenance
         turn = rec.source == "sessions"
         assert gen.assistant_turns[row] == (turn and rec.text.startswith("assistant: "))
-        assert gen.question_turns[row] == (turn and rec.text.rstrip().endswith("?"))
+        assert gen.states_time[row] == rec.states_time
+        assert gen.question_terms[row] == rec.question_terms
         ordered = sorted(
             gen.rows_of_provenance[rec.provenance], key=lambda r: (gen.records[r].start_line, r)
         )
