@@ -333,19 +333,42 @@ def _filter_mask(gen: Generation, f: SearchFilter) -> npt.NDArray[np.bool_] | No
 REACH_SHARE = 0.25
 
 
+# The rows each filter reaches, by generation: a hybrid search asks twice (whether
+# its batch's product should score every row, then its own ranking), and an agent's
+# searches in one generation ask again. A generation keeps this many filters' rows.
+_MAX_REACHES = 256
+_REACHES: weakref.WeakKeyDictionary[
+    Generation, dict[SearchFilter, npt.NDArray[np.intp] | None]
+] = weakref.WeakKeyDictionary()
+
+
 def reachable_rows(gen: Generation, f: SearchFilter) -> npt.NDArray[np.intp] | None:
     """The live rows a search filtered by ``f`` (already narrowed by
-    :func:`narrow_filter`) can reach, ascending, when its agent filter leaves at most
-    :data:`REACH_SHARE` of ``gen``'s rows; else ``None``.
+    :func:`narrow_filter`) can reach, ascending and read-only, when its agent filter
+    leaves at most :data:`REACH_SHARE` of ``gen``'s rows; else ``None``.
 
     An index holding many agents' transcripts (a host's, Memory Records' per-host
     index) is searched one agent at a time: found from the generation's per-agent
     rows (:meth:`~._generation.Generation.rows_of_agent`), the search costs that
     agent's share of the index instead of a cosine for every row and a mask over
-    all of them. Memory-file chunks pass agent filters, as everywhere.
+    all of them. Memory-file chunks pass agent filters, as everywhere. Found once
+    per generation and filter (a generation never changes).
     """
     if f.agent_ids is None:
         return None
+    found = _REACHES.get(gen)
+    if found is None:
+        found = _REACHES[gen] = {}
+    if f in found:
+        return found[f]
+    if len(found) >= _MAX_REACHES:
+        found.clear()
+    rows = found[f] = _reachable_rows(gen, f)
+    return rows
+
+
+def _reachable_rows(gen: Generation, f: SearchFilter) -> npt.NDArray[np.intp] | None:
+    assert f.agent_ids is not None
     parts: list[npt.NDArray[np.intp]] = []
     if f.sources is None or "memory" in f.sources:
         parts.append(gen.memory_rows())
@@ -366,6 +389,7 @@ def reachable_rows(gen: Generation, f: SearchFilter) -> npt.NDArray[np.intp] | N
         known = np.array([gen.skey_index[v] for v in f.session_keys if v in gen.skey_index])
         ok = ~gen.is_session[rows] | np.isin(gen.skey_codes[rows], known)
         rows = rows[ok]
+    rows.setflags(write=False)
     return rows
 
 
