@@ -79,13 +79,28 @@ class Syncer:
     publisher: Publisher
     #: When the last sync ended (epoch seconds), for status.
     last_sync_at: float | None = None
+    #: The transcript listing the last run worked from, with the source's listing
+    #: version read before it (see :meth:`take_listing`).
+    _listed: tuple[object | None, list[TranscriptSession]] | None = attrs.field(
+        default=None, init=False
+    )
+
+    def take_listing(self) -> tuple[object | None, list[TranscriptSession]] | None:
+        """The session listing the last run synced from and the listing version read
+        before it, once (``None`` after that, or when the run did not finish): what
+        lets the next search know the index is current without listing again."""
+        listed, self._listed = self._listed, None
+        return listed
 
     async def run(self, force: bool, progress: SyncProgress | None = None) -> SyncReport:
         """Sync (``force``: re-read and re-chunk every source); hold the writer lease."""
         view = self.view
         settings = self.settings
         report = progress or _no_progress
+        self._listed = None
         entries = await self.listing.scan_memory()
+        # Read before listing: a change after this read moves the version past it.
+        version = self.listing.sessions_version()
         sessions = await self.listing.list_sessions()
         report("scan", len(entries) + len(sessions), len(entries) + len(sessions))
         present: set[str] = set()
@@ -99,9 +114,10 @@ class Syncer:
         session_map: dict[str, TranscriptSession] = {}
         to_chunk: list[TranscriptSession] = []
         for s in sessions:
-            present.add(session_provenance(s))
+            prov = session_provenance(s)
+            present.add(prov)
             session_map[session_path(s)] = s
-            prev = view.sources.get(session_provenance(s))
+            prev = view.sources.get(prov)
             if force or prev is None or prev.token != s.change_token:
                 to_chunk.append(s)
         view.sessions = session_map
@@ -225,6 +241,7 @@ class Syncer:
                 view.sources[st.provenance] = st
         if pub is None:
             self.last_sync_at = time.time()
+            self._listed = (version, sessions)
             return SyncReport(
                 indexed=(),
                 removed=(),
@@ -241,6 +258,7 @@ class Syncer:
         await self.publisher.finish(pub)
         report("publish", 3, 3)
         self.last_sync_at = time.time()
+        self._listed = (version, sessions)
         return SyncReport(
             indexed=tuple(sorted(indexed)),
             removed=tuple(sorted(_path_of_prov(p) for p in removed)),

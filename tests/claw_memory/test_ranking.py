@@ -462,11 +462,24 @@ async def test_a_search_lists_no_session_while_the_transcript_version_stands(
         )
         found = await index.search("quokka", mode="lexical", filter=only3)
         assert listed and [h.agent_id for h in found.hits] == ["agent3"]
-        # (The first search after the sync lists once against the new sources.)
-        await index.search("quokka", mode="lexical", filter=only3)
+        # The sync that search ran leaves its listing as the one searches check
+        # against: the next search lists nothing.
         listed.clear()
         again = await index.search("quokka", mode="lexical", filter=only3)
         assert listed == [] and again.hits == found.hits
+        # An explicit sync after a change does the same.
+        src.put(
+            "agent3",
+            "agent:agent3:main",
+            "s3c",
+            [TranscriptTurn("a3-r", "user", "", "a quokka by the heron", 1_800_000_100.0)],
+        )
+        await index.sync()
+        listed.clear()
+        synced = await index.search("quokka", mode="lexical", filter=only3)
+        assert listed == [] and len(synced.hits) == 2
+        src.remove("agent3", "s3c")
+        await index.sync()
         # Without a version (a source that keeps none), every search lists: same pages.
         src.remove("agent3", "s3b")
         await index.search("otter", filter=only3)
