@@ -10,6 +10,7 @@ which is what authorization and turn-level evaluation need.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -127,7 +128,15 @@ def session_provenance(session: TranscriptSession) -> str:
 
 def session_path(session: TranscriptSession) -> str:
     """The virtual path of a session: ``sessions/<agent>/<session id>`` (quoted)."""
-    return f"sessions/{quote(session.agent_id, safe='')}/{quote(session.session_id, safe='')}"
+    return _session_path(session.agent_id, session.session_id)
+
+
+# A sync names every session the source lists (thousands in an index of many agents'
+# transcripts, on every sync): quoting them again each time was most of a one-turn
+# sync's Python. Bounded: a path is a short string.
+@functools.lru_cache(maxsize=1 << 16)
+def _session_path(agent_id: str, session_id: str) -> str:
+    return f"sessions/{quote(agent_id, safe='')}/{quote(session_id, safe='')}"
 
 
 def render_turn(turn: TranscriptTurn) -> str:
