@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-import weakref
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -333,13 +332,11 @@ def _filter_mask(gen: Generation, f: SearchFilter) -> npt.NDArray[np.bool_] | No
 REACH_SHARE = 0.25
 
 
-# The rows each filter reaches, by generation: a hybrid search asks twice (whether
-# its batch's product should score every row, then its own ranking), and an agent's
-# searches in one generation ask again. A generation keeps this many filters' rows.
+# The rows each filter reaches, by generation (its memo ``"reaches"``): a hybrid
+# search asks twice (whether its batch's product should score every row, then its own
+# ranking), and an agent's searches in one generation ask again. A generation keeps
+# this many filters' rows.
 _MAX_REACHES = 256
-_REACHES: weakref.WeakKeyDictionary[
-    Generation, dict[SearchFilter, npt.NDArray[np.intp] | None]
-] = weakref.WeakKeyDictionary()
 
 
 def reachable_rows(gen: Generation, f: SearchFilter) -> npt.NDArray[np.intp] | None:
@@ -356,9 +353,7 @@ def reachable_rows(gen: Generation, f: SearchFilter) -> npt.NDArray[np.intp] | N
     """
     if f.agent_ids is None:
         return None
-    found = _REACHES.get(gen)
-    if found is None:
-        found = _REACHES[gen] = {}
+    found: dict[SearchFilter, npt.NDArray[np.intp] | None] = gen.memo("reaches", dict)
     if f in found:
         return found[f]
     if len(found) >= _MAX_REACHES:
@@ -475,14 +470,14 @@ class _Within:
 
 @attrs.define(eq=False)
 class _TermRows:
-    """One generation's memo: (term, filter or ``None``) -> the rows whose text has the
-    term (among those the filter lets through)."""
+    """One generation's memo (:meth:`~._generation.Generation.memo` ``"term_rows"``):
+    (term, filter or ``None``) -> the rows whose text has the term (among those the
+    filter lets through); and the analysed text terms of the rows the generation added
+    to the one it was derived from (see :func:`_carried_rows`), found once."""
 
     rows: dict[tuple[str, SearchFilter | None], npt.NDArray[np.intp]] = attrs.field(factory=dict)
     entries: int = 0
-
-
-_TERM_ROWS: weakref.WeakKeyDictionary[Generation, _TermRows] = weakref.WeakKeyDictionary()
+    added_terms: list[frozenset[str]] | None = None
 # The analysed words of a transcript turn's date ("8 May 2023"), by date text, and by
 # timestamp.
 _DATE_TERMS: dict[str, frozenset[str]] = {}
@@ -519,6 +514,70 @@ def _term_rows(
     found = memo.rows.get((term, f))
     if found is not None:
         return found
+    found = _carried_rows(gen, lexical, memo, term, within)
+    if found is None:
+        found = _searched_rows(gen, lexical, term, df, within)
+    found.setflags(write=False)
+    if memo.entries + len(found) > MAX_TERM_ROW_ENTRIES:
+        memo.rows.clear()
+        memo.entries = 0
+    memo.rows[(term, f)] = found
+    memo.entries += len(found)
+    return found
+
+
+def _carried_rows(
+    gen: Generation,
+    lexical: LexicalIndex,
+    memo: _TermRows,
+    term: str,
+    within: _Within | None,
+) -> npt.NDArray[np.intp] | None:
+    """:func:`_term_rows` from the generation ``gen`` was derived from by appending,
+    when it had found them: its rows still live here, then the added rows (among those
+    ``within`` reaches) whose text has the term. ``None`` when it had not.
+
+    What a live host searches right after every appended turn: the term's rows of the
+    whole index need not be read from tantivy again (thousands of documents for a
+    common term), only the few added rows' text analysed, once a generation.
+    """
+    inherited = gen.inherited("term_rows")
+    if inherited is None:
+        return None
+    start, before = inherited
+    f = None if within is None else within.filter
+    base: npt.NDArray[np.intp] | None = before.rows.get((term, f))
+    if base is None:
+        return None
+    if gen.alive is not None:
+        base = base[gen.alive[base]]
+    if within is None:
+        added = np.arange(start, len(gen.records), dtype=np.intp)
+        if gen.alive is not None:
+            added = added[gen.alive[added]]
+    else:
+        added = within.rows[np.searchsorted(within.rows, start) :]
+    if not len(added):
+        return base
+    if memo.added_terms is None:
+        memo.added_terms = [
+            frozenset(lexical.document_terms(gen.records[r].text))
+            for r in range(start, len(gen.records))
+        ]
+    terms = memo.added_terms
+    has = np.fromiter((term in terms[r - start] for r in added.tolist()), np.bool_, len(added))
+    return np.concatenate([base, added[has]])
+
+
+def _searched_rows(
+    gen: Generation,
+    lexical: LexicalIndex,
+    term: str,
+    df: int,
+    within: _Within | None,
+) -> npt.NDArray[np.intp]:
+    """:func:`_term_rows` read from the lexical index."""
+    f = None if within is None else within.filter
     searcher = gen.searcher
     assert searcher is not None
     keys: list[Any] = []
@@ -547,14 +606,7 @@ def _term_rows(
         except ValueError as exc:
             raise LexicalIndexError(f"lexical search failed: {exc}") from exc
     rows = np.array(gen.row_of_key.lookup(keys), dtype=np.intp)
-    found = _sorted_unique(rows[rows >= 0])
-    found.setflags(write=False)
-    if memo.entries + len(found) > MAX_TERM_ROW_ENTRIES:
-        memo.rows.clear()
-        memo.entries = 0
-    memo.rows[(term, f)] = found
-    memo.entries += len(found)
-    return found
+    return _sorted_unique(rows[rows >= 0])
 
 
 def _date_terms(lexical: LexicalIndex, text: str) -> frozenset[str]:
@@ -596,9 +648,7 @@ def _membership(
     membership for these rows, at the cost of the reached rows).
     """
     out = np.zeros((len(terms), len(rows)), dtype=np.bool_)
-    memo = _TERM_ROWS.get(gen)
-    if memo is None:
-        memo = _TERM_ROWS[gen] = _TermRows()
+    memo = gen.memo("term_rows", _TermRows)
     at = np.asarray(rows, dtype=np.intp)
     if within is not None and not _among(within.rows, at).all():
         within = None

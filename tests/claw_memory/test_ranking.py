@@ -426,6 +426,106 @@ async def test_a_lexical_search_filtered_to_one_agent_reads_only_that_agents_row
                         )
 
 
+async def test_a_generation_derived_by_appending_inherits_only_what_it_would_find_afresh(
+    tmp_path: Path,
+) -> None:
+    """A live host derives a generation for every change and searches it at once: what
+    it inherits from the generation before (each term's rows, each agent's rows, the
+    memory rows, neighbours, analysed terms) is exactly what it would find afresh,
+    through appended turns, new agents, removed and forgotten sessions and
+    compactions."""
+    import random
+
+    from claw_memory import _ranking
+    from claw_memory._generation import Generation
+    from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
+
+    rng = random.Random(26)
+    src = InMemoryTranscriptSource()
+    queries = ["otter heron", "kiwi walrus lynx near", "badger seen", "the stoat and the ibis"]
+    carried_steps = 0
+    async with _many_agents(tmp_path, src) as index:
+        sessions = {f"s{a}": f"agent{a}" for a in range(16)}
+        for step in range(40):
+            agents = sorted(set(sessions.values()))
+            filters = [None, *(SearchFilter(agent_ids=frozenset({a})) for a in agents[:4])]
+            for query in queries:
+                for f in filters:
+                    await index.search(query, mode="lexical", max_results=10, filter=f)
+            parent = index._view.generation
+            kind = rng.choice(["append", "append", "new", "remove", "forget"])
+            if kind == "append" or len(sessions) < 4:
+                sid = rng.choice(sorted(sessions))
+                agent = sessions[sid]
+                turns = list(
+                    await src.read_turns(
+                        next(s for s in await src.list_sessions() if s.session_id == sid)
+                    )
+                )
+                turns.append(
+                    TranscriptTurn(
+                        f"{sid}-{step}",
+                        "user",
+                        "",
+                        f"{rng.choice(_WORDS)} and the {rng.choice(_WORDS)} at step {step}",
+                        1_700_000_000.0 + 86_400.0 * len(turns),
+                    )
+                )
+                src.put(agent, f"agent:{agent}:main", sid, turns)
+            elif kind == "new":
+                sid, agent = f"n{step}", f"agent{rng.randrange(20)}"
+                words = " ".join(rng.choice(_WORDS) for _ in range(4))
+                src.put(
+                    agent,
+                    f"agent:{agent}:main",
+                    sid,
+                    [TranscriptTurn(f"{sid}-0", "user", "", words, 1_800_000_000.0)],
+                )
+                sessions[sid] = agent
+            elif kind == "remove":
+                sid = rng.choice(sorted(sessions))
+                src.remove(sessions.pop(sid), sid)
+            else:
+                sid = rng.choice(sorted(sessions))
+                await index.forget(session_id=sid, agent_id=sessions.pop(sid))
+            await index.sync()
+            gen = index._view.generation
+            assert gen is not parent
+            inherited = gen.inherited("term_rows")
+            if inherited is None:
+                continue  # (compacted: nothing inherited)
+            carried_steps += 1
+            lexical = index._view.lexical
+            start, before = inherited
+            assert start == len(parent.records)
+            for (term, f), _ in list(before.rows.items()):
+                within = None
+                if f is not None:
+                    reach = _ranking.reachable_rows(gen, f)
+                    if reach is None:
+                        continue
+                    within = _ranking._Within(f, reach)
+                found = _ranking._carried_rows(gen, lexical, _ranking._TermRows(), term, within)
+                assert found is not None
+                afresh = _ranking._searched_rows(gen, lexical, term, len(gen.records), within)
+                assert found.tolist() == afresh.tolist(), (step, term, f)
+            live = (
+                np.flatnonzero(gen.alive) if gen.alive is not None else np.arange(len(gen.records))
+            )
+            for code in gen.agent_index.values():
+                expected = np.flatnonzero(gen.agent_codes == code)
+                assert gen.rows_of_agent(code).tolist() == expected.tolist()
+            assert gen.memory_rows().tolist() == np.flatnonzero(~gen.is_session).tolist()
+            rows = live.tolist()
+            assert gen.neighbour_rows(rows).tolist() == _neighbours_from_records(gen, rows).tolist()
+
+            def analyse(r: int, g: Generation = gen, lx: object = lexical) -> list[str]:
+                return lx.document_terms(g.records[r].text)  # type: ignore[attr-defined,no-any-return]
+
+            assert gen.rows_terms(rows, analyse) == [frozenset(analyse(r)) for r in rows]
+        assert carried_steps >= 10
+
+
 async def test_a_search_lists_no_session_while_the_transcript_version_stands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -149,7 +149,7 @@ def test_key_index_answers_as_a_dict_filled_in_row_order(steps: list[tuple[str, 
             keys.append(key)
             alive.append(True)
             expected[key] = len(keys) - 1
-            index.overlay[key] = len(keys) - 1
+            index = index.changed({key: len(keys) - 1})
         elif op == "kill":
             live = [r for r, a in enumerate(alive) if a]
             if not live:
@@ -159,7 +159,7 @@ def test_key_index_answers_as_a_dict_filled_in_row_order(steps: list[tuple[str, 
             if expected.get(keys[row]) == row:
                 del expected[keys[row]]
             if index.get(keys[row]) == row:
-                index.overlay[keys[row]] = -1
+                index = index.changed({keys[row]: -1})
         else:
             index = KeyIndex.build(np.array(keys, dtype=np.int64), np.array(alive, dtype=bool))
             # A rebuild keeps the last live row of a key; the dict keeps the last
