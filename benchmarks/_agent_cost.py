@@ -20,6 +20,14 @@ worker) and of the shared one, alternately, after one warm-up round each (same
 configuration, same warmth): ``filtered_p50_ms`` against ``alone_p50_ms`` and their
 ratio ``filtered_over_alone``. A search that costs its agent's share keeps the ratio
 near 1 however many agents the shared index holds.
+
+With ``--live``, each worker (this checkout, and the baseline's) works on a copy of
+the shared index of its own and does what a live host does between two searches:
+every second question, a turn is first appended to one session of one agent and the
+index synced (``sync_cpu_p50_ms``), then the question's agent is searched on the
+generation that sync derived; the other questions search an unchanged generation.
+``after_append_p50_ms`` against ``unchanged_p50_ms`` (and their ratio) is what a
+host whose transcripts grow pays for searching right after a write.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,7 +59,7 @@ def _serve(argv: Sequence[str]) -> None:
     from claw.plugin_sdk import ThreadWorkerPool
     from claw_memory._index import MemoryIndex, open_memory_index
     from claw_memory._settings import MemoryCoreSettings
-    from claw_memory._transcripts import InMemoryTranscriptSource
+    from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
     from claw_memory._types import SearchFilter
 
     p = argparse.ArgumentParser(prog="python -m benchmarks._agent_cost")
@@ -61,6 +70,9 @@ def _serve(argv: Sequence[str]) -> None:
     p.add_argument("--every", type=int, default=1)
     p.add_argument(
         "--alone", type=int, default=0, help="index every K-th question's agent alone instead"
+    )
+    p.add_argument(
+        "--live", action="store_true", help="append a turn and sync before every odd question"
     )
     args = p.parse_args(argv)
     agents, questions = load(args.data, args.questions, args.every)
@@ -104,12 +116,33 @@ def _serve(argv: Sequence[str]) -> None:
             shared = None if indexes else await opened(args.index_dir / config.key, source)
             chunks = sum(i.status().chunks for i in (indexes.values() if indexes else [shared]))
             say({"chunks": chunks, "open_s": time.perf_counter() - t0})
+            # --live: the session a turn is appended to (the first question's agent's
+            # last session), and the turns it has so far.
+            live_agent = questions[0].question_id
+            live_key, live_id, live_turns = agents[live_agent][-1]
+            grown = list(live_turns)
             # One BLAS thread, as the quality run and the gateway's workers search.
             with threadpool_limits(limits=1, user_api="blas"):
                 while line := await trio.to_thread.run_sync(sys.stdin.readline):
-                    q = questions[int(line)]
+                    number = int(line)
+                    q = questions[number]
                     index = shared or indexes[q.question_id]
                     f = SearchFilter(agent_ids=frozenset([q.question_id]))
+                    synced: dict[str, float] = {}
+                    if args.live and number % 2 == 1:
+                        grown.append(
+                            TranscriptTurn(
+                                f"live-{number}-{len(grown)}",
+                                "user",
+                                "user",
+                                f"a note for later, number {len(grown)}: {q.text}",
+                                grown[-1].timestamp,
+                            )
+                        )
+                        source.put(live_agent, live_key, live_id, grown)
+                        c = time.process_time()
+                        await index.sync()
+                        synced["sync_cpu_ms"] = (time.process_time() - c) * 1000.0
                     c, t = time.process_time(), time.perf_counter()
                     await index.search(
                         q.text,
@@ -119,7 +152,7 @@ def _serve(argv: Sequence[str]) -> None:
                         filter=f,
                     )
                     wall = (time.perf_counter() - t) * 1000.0
-                    say({"ms": wall, "cpu_ms": (time.process_time() - c) * 1000.0})
+                    say({"ms": wall, "cpu_ms": (time.process_time() - c) * 1000.0, **synced})
 
     trio.run(main)
 
@@ -168,13 +201,17 @@ def measure(
     limit: int | None = None,
     baseline: Path | None = None,
     alone: int = 0,
+    live: bool = False,
 ) -> list[dict[str, Any]]:
     """Per configuration (and its baseline), every question's filtered search timed
     in a worker; a row of figures each: ``config``, ``system`` (``this`` or
     ``baseline``), ``chunks``, ``p50_ms``, ``p95_ms``, ``cpu_p50_ms``, the load. With
     ``alone`` (K > 0), one more row per configuration, ``system`` ``alone``: every K-th
     question in its agent's own index against the shared one (see the module
-    docstring), with ``filtered_p50_ms``, ``alone_p50_ms`` and ``filtered_over_alone``."""
+    docstring), with ``filtered_p50_ms``, ``alone_p50_ms`` and ``filtered_over_alone``.
+    With ``live``, the rows are the live workers' (``mode`` ``live``): ``unchanged_p50_ms``,
+    ``after_append_p50_ms``, ``after_append_over_unchanged``, ``sync_cpu_p50_ms`` and
+    their CPU figures."""
     from benchmarks._common import load as machine_load
     from benchmarks._common import percentile
     from benchmarks.latency._orchestrate import _baseline_tree
@@ -191,10 +228,22 @@ def measure(
             if limit is not None:
                 argv += ["--questions", str(limit)]
             workers: list[tuple[str, _Worker, dict[str, Any]]] = []
+            if live:
+                # Built (if need be) by a worker that only opens it, then copied: each
+                # live worker writes to an index of its own.
+                opener = _Worker(argv, here, Path(tmp) / f"{name}-build.log")
+                opener.receive()
+                opener.close()
             # One after the other: the first opens (and if need be builds) the index,
             # the baseline then opens what it published.
             for system, cwd in trees:
-                worker = _Worker(argv, cwd, Path(tmp) / f"{name}-{system}.log")
+                own = argv
+                if live:
+                    copy = Path(tmp) / f"live-{system}"
+                    shutil.copytree(index_dir / _config_key(name), copy / _config_key(name))
+                    own = [*argv, "--live"]
+                    own[own.index("--index-dir") + 1] = str(copy)
+                worker = _Worker(own, cwd, Path(tmp) / f"{name}-{system}.log")
                 workers.append((system, worker, worker.receive()))
             times: dict[str, list[dict[str, Any]]] = {system: [] for system, _, _ in workers}
             before = machine_load()
@@ -217,6 +266,18 @@ def measure(
             )
             for system, worker, ready in workers:
                 worker.close()
+                if live:
+                    rows.append(
+                        _live_row(
+                            name,
+                            system,
+                            ready=ready,
+                            times=times[system],
+                            before=before,
+                            after=after,
+                        )
+                    )
+                    continue
                 wall = [t["ms"] for t in times[system]]
                 cpu = [t["cpu_ms"] for t in times[system]]
                 rows.append(
@@ -235,6 +296,47 @@ def measure(
             if proportion is not None:
                 rows.append(proportion)
     return rows
+
+
+def _config_key(name: str) -> str:
+    from benchmarks import _retrieval
+
+    (config,) = _retrieval.configs_for([name])
+    return config.key
+
+
+def _live_row(
+    name: str,
+    system: str,
+    *,
+    ready: dict[str, Any],
+    times: Sequence[dict[str, Any]],
+    before: object,
+    after: object,
+) -> dict[str, Any]:
+    """A live worker's figures: searches of an unchanged generation against searches
+    right after an appended turn's sync, and the syncs."""
+    from benchmarks._common import percentile
+
+    fresh = [t for t in times if "sync_cpu_ms" in t]
+    still = [t for t in times if "sync_cpu_ms" not in t]
+    unchanged = percentile([t["ms"] for t in still], 50)
+    appended = percentile([t["ms"] for t in fresh], 50)
+    return {
+        "config": name,
+        "system": system,
+        "mode": "live",
+        "chunks": ready["chunks"],
+        "searches": len(times),
+        "unchanged_p50_ms": unchanged,
+        "after_append_p50_ms": appended,
+        "after_append_over_unchanged": appended / unchanged if unchanged else None,
+        "unchanged_cpu_p50_ms": percentile([t["cpu_ms"] for t in still], 50),
+        "after_append_cpu_p50_ms": percentile([t["cpu_ms"] for t in fresh], 50),
+        "sync_cpu_p50_ms": percentile([t["sync_cpu_ms"] for t in fresh], 50),
+        "load_before": before,
+        "load_after": after,
+    }
 
 
 def _proportion(

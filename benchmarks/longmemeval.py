@@ -21,7 +21,7 @@ made on. It is MIT-licensed and never copied into the repository.
 
     python -m benchmarks.longmemeval [--data FILE] [--json] [--configs default,lexical,hash]
                                      [--questions N] [--index-dir DIR]
-                                     [--agent-cost [--baseline CHECKOUT] [--alone K]]
+                                     [--agent-cost [--baseline CHECKOUT] [--alone K | --live]]
 
 With ``--json`` the last line is one JSON object: the embedded default's figures at
 the top level (``session_recall_any@1`` ... ``turn_recall_any@10``), ``fts5`` (an object
@@ -351,7 +351,31 @@ def agent_cost(
             limit=limit,
             baseline=args.baseline,
             alone=args.alone,
+            live=args.live,
         )
+    if args.live:
+        print(
+            f"Filtered search of an unchanged generation against one right after a turn"
+            f" was appended and synced (every second question), {len(questions)} questions"
+        )
+        keys = ["unchanged_p50_ms", "after_append_p50_ms", "after_append_over_unchanged"]
+        keys += ["unchanged_cpu_p50_ms", "after_append_cpu_p50_ms", "sync_cpu_p50_ms"]
+        print(
+            table(
+                ["config", "system", "chunks", *keys, "load before", "load after"],
+                [
+                    [
+                        *(r[k] for k in ("config", "system", "chunks", *keys)),
+                        r["load_before"],
+                        r["load_after"],
+                    ]
+                    for r in rows
+                ],
+            )
+        )
+        if args.json:
+            emit_json({"agent_cost": rows, "questions": len(questions), "machine": machine()})
+        return
     rows.append(
         {
             "config": "fts5",
@@ -443,6 +467,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="with --agent-cost: also time the searches through this checkout's claw",
     )
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="with --agent-cost: append a turn and sync before every second question, on"
+        " a copy of the index per worker (after_append_p50_ms against unchanged_p50_ms)",
+    )
     args = p.parse_args(argv)
     overrides = _retrieval.setting_overrides(args.set)
     if not args.data.exists():
@@ -451,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("--baseline needs --agent-cost")
     if args.alone and not args.agent_cost:
         raise SystemExit("--alone needs --agent-cost")
+    if args.live and (not args.agent_cost or args.alone):
+        raise SystemExit("--live needs --agent-cost, without --alone")
     if args.agent_cost:
         if args.set:
             raise SystemExit("--agent-cost times the settings as they are: drop --set")

@@ -218,6 +218,24 @@ def test_longmemeval_agent_cost_sets_a_filtered_search_against_its_agent_alone(
     assert {p.name for p in (tmp_path / "idx" / "alone-lexical").iterdir()} == {"q1", "q2"}
 
 
+def test_longmemeval_agent_cost_live_searches_right_after_an_appended_turn(
+    tmp_path: Path,
+) -> None:
+    """``--live``: every second question is searched right after a turn was appended
+    and synced, in each worker's own copy of the index (the kept index is not
+    written), against searches of an unchanged generation (new keys only)."""
+    done, rows = _agent_cost(tmp_path, "--configs", "lexical", "--live", "--baseline", str(REPO))
+    assert set(rows) == {("lexical", "this"), ("lexical", "baseline")}
+    for row in rows.values():
+        assert row["mode"] == "live" and row["searches"] == 2
+        assert row["chunks"] == 2 * 13 * 2
+        assert row["sync_cpu_p50_ms"] > 0
+        ratio = row["after_append_p50_ms"] / row["unchanged_p50_ms"]
+        assert row["after_append_over_unchanged"] == ratio
+    assert "after_append_over_unchanged" in done.stdout
+    assert {p.name for p in (tmp_path / "idx").iterdir()} == {"lexical"}
+
+
 def test_embedders_benchmark_times_a_first_index_and_query_embedding(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
