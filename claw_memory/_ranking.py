@@ -477,7 +477,13 @@ class _TermRows:
 
     rows: dict[tuple[str, SearchFilter | None], npt.NDArray[np.intp]] = attrs.field(factory=dict)
     entries: int = 0
-    added_terms: list[frozenset[str]] | None = None
+    added_terms: dict[int, frozenset[str]] = attrs.field(factory=dict)
+
+
+# The most added rows a term's carried rows analyse (:func:`_carried_rows`): beyond
+# that (a large sync's publication), reading the term's rows from tantivy costs less
+# than analysing the added rows' text in Python.
+_CARRY_MAX_ADDED = 256
 # The analysed words of a transcript turn's date ("8 May 2023"), by date text, and by
 # timestamp.
 _DATE_TERMS: dict[str, frozenset[str]] = {}
@@ -539,7 +545,8 @@ def _carried_rows(
 
     What a live host searches right after every appended turn: the term's rows of the
     whole index need not be read from tantivy again (thousands of documents for a
-    common term), only the few added rows' text analysed, once a generation.
+    common term), only the few added rows' text analysed, once a generation (``None``
+    past :data:`_CARRY_MAX_ADDED` of them).
     """
     inherited = gen.inherited("term_rows")
     if inherited is None:
@@ -559,13 +566,13 @@ def _carried_rows(
         added = within.rows[np.searchsorted(within.rows, start) :]
     if not len(added):
         return base
-    if memo.added_terms is None:
-        memo.added_terms = [
-            frozenset(lexical.document_terms(gen.records[r].text))
-            for r in range(start, len(gen.records))
-        ]
+    if len(added) > _CARRY_MAX_ADDED:
+        return None
     terms = memo.added_terms
-    has = np.fromiter((term in terms[r - start] for r in added.tolist()), np.bool_, len(added))
+    for r in added.tolist():
+        if r not in terms:
+            terms[r] = frozenset(lexical.document_terms(gen.records[r].text))
+    has = np.fromiter((term in terms[r] for r in added.tolist()), np.bool_, len(added))
     return np.concatenate([base, added[has]])
 
 

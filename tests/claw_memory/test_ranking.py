@@ -427,7 +427,7 @@ async def test_a_lexical_search_filtered_to_one_agent_reads_only_that_agents_row
 
 
 async def test_a_generation_derived_by_appending_inherits_only_what_it_would_find_afresh(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A live host derives a generation for every change and searches it at once: what
     it inherits from the generation before (each term's rows, each agent's rows, the
@@ -507,6 +507,13 @@ async def test_a_generation_derived_by_appending_inherits_only_what_it_would_fin
                     within = _ranking._Within(f, reach)
                 found = _ranking._carried_rows(gen, lexical, _ranking._TermRows(), term, within)
                 assert found is not None
+                with monkeypatch.context() as few:
+                    # Past the bound of added rows to analyse, tantivy is read instead.
+                    few.setattr(_ranking, "_CARRY_MAX_ADDED", 0)
+                    bounded = _ranking._carried_rows(
+                        gen, lexical, _ranking._TermRows(), term, within
+                    )
+                    assert bounded is None or bounded.tolist() == found.tolist()
                 afresh = _ranking._searched_rows(gen, lexical, term, len(gen.records), within)
                 assert found.tolist() == afresh.tolist(), (step, term, f)
             live = (
