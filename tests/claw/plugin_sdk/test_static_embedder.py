@@ -199,3 +199,61 @@ def test_a_common_component_of_the_wrong_width_is_refused(tmp_path: Path) -> Non
     _distil.write_table(path, "x", VOCAB, rows, {}, common=np.ones((1, 2), np.float32))
     with pytest.raises(ValueError, match="common component"):
         StaticTable.load(path)
+
+
+WORDNET_NOUN = """\
+  1 This software and database is being provided to you, the LICENSEE, by
+  2 Princeton University under the following license.
+00001740 03 n 02 ship 0 cat(p) 0 000 | a vessel; "the ship sails"; "cats deploy"
+00001930 03 n 01 cafe 0 000 | a small place
+"""
+
+
+def test_wordnet_gives_words_with_their_definition_and_each_example(tmp_path: Path) -> None:
+    (tmp_path / "data.noun").write_text(WORDNET_NOUN, encoding="utf-8")
+    for name in ("data.verb", "data.adj", "data.adv"):
+        (tmp_path / name).write_text("  1 licence only  \n", encoding="utf-8")
+    texts = ["ship, cat: a vessel", "the ship sails", "cats deploy", "cafe: a small place"]
+    assert _distil.wordnet_texts(tmp_path) == texts
+    assert _distil.read_corpus(tmp_path) == texts
+    lines = tmp_path / "lines.txt"
+    lines.write_text("one text\n\n  another  \n", encoding="utf-8")
+    assert _distil.read_corpus(lines) == ["one text", "another"]
+
+
+@pytest.mark.parametrize("use_scipy", [True, False])
+def test_a_mean_matrix_weighs_each_text_as_the_embedder_does(use_scipy: bool) -> None:
+    weights = np.array([0.0, 1.0, 2.0, 1.0])
+    a = _distil.MeanMatrix.of([[1, 2, 1, 0], [3]], weights, use_scipy=use_scipy)
+    dense = np.array([[0.0, 0.5, 0.5, 0.0], [0.0, 0.0, 0.0, 1.0]])
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    np.testing.assert_allclose(a.dot(x), dense @ x, rtol=1e-6)
+    y = np.array([[1.0, -1.0], [2.0, 0.5]], np.float32)
+    np.testing.assert_allclose(a.tdot(y), dense.T @ y, rtol=1e-6)
+    np.testing.assert_allclose(a.gram_diagonal(), (dense**2).sum(axis=0))
+
+
+def test_fitted_rows_give_the_targets_and_unused_tokens_keep_their_prior() -> None:
+    rng = np.random.default_rng(5)
+    truth = rng.normal(size=(6, 3)).astype(np.float32)
+    texts = [[1, 2], [2, 3], [1, 3], [4, 1], [4, 2, 3], [1], [2], [3], [4]]
+    a = _distil.MeanMatrix.of(texts, np.ones(6))
+    prior = rng.normal(size=(6, 3)).astype(np.float32)
+    fitted = _distil.fit_rows(a, a.dot(truth), prior, ridge=1e-6, iterations=50)
+    np.testing.assert_allclose(fitted[1:5], truth[1:5], atol=1e-3)
+    np.testing.assert_array_equal(fitted[[0, 5]], prior[[0, 5]])
+
+
+def test_distillation_fitted_to_a_corpus_is_deterministic(tmp_path: Path) -> None:
+    model = _tiny_bert(tmp_path)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("ship the cats\ndeploy prod\ncafe ship\nunaffable cats\n", encoding="utf-8")
+    plain, first, second = tmp_path / "p.npz", tmp_path / "a.npz", tmp_path / "b.npz"
+    _distil.distil(model, plain, dims=4)
+    _distil.distil(model, first, dims=4, corpus=[corpus])
+    _distil.main([str(model), str(second), "--dims", "4", "--corpus", str(corpus)])
+    assert first.read_bytes() == second.read_bytes()
+    table, before = StaticTable.load(first), StaticTable.load(plain)
+    assert table.meta["fit"].endswith("texts=4")
+    assert not table.vectors[VOCAB.index("the")].any()
+    assert not np.array_equal(table.vectors, before.vectors)
