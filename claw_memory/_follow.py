@@ -25,7 +25,14 @@ from ._published import Pointer, follow_generation, load_generation, read_pointe
 from ._store import SourceState, Store
 from ._view import IndexView
 
-Followed = tuple[Pointer, LexicalIndex, Generation, dict[str, SourceState], frozenset[str]]
+Followed = tuple[
+    Pointer,
+    LexicalIndex,
+    Generation,
+    dict[str, SourceState],
+    tuple[int, int, int],
+    frozenset[str],
+]
 """What a pointer publishes: itself, the lexical reader, the generation, sources, tombstones."""
 
 
@@ -103,11 +110,11 @@ class Follower:
         if followed is None:
             return
         view = self.view
-        pointer, lexical, gen, sources, tombstones = followed
+        pointer, lexical, gen, sources, mark, tombstones = followed
         view.pointer, view.lexical = pointer, lexical
         view.generation = gen
         view.index_generation = pointer.index_generation
-        view.sources = sources
+        view.sources, view.sources_mark = sources, mark
         view.tombstones = tombstones
         view.sources_changed()
 
@@ -126,9 +133,14 @@ class Follower:
                     " settings, or give this one its own index directory"
                 )
             old = view.pointer
+            # (Read before the sources: a write after it moves the mark past this one.)
+            mark = self.store.sources_mark()
             if pointer == old:
-                sources = self.store.load_sources()
-                return pointer, view.lexical, view.generation, sources, view.tombstones
+                # Nothing published since: the sources are read again only if the store's
+                # changed since they were (a writer taking the lease for every synced
+                # turn read every source state of every session each time).
+                sources = view.sources if mark == view.sources_mark else self.store.load_sources()
+                return pointer, view.lexical, view.generation, sources, mark, view.tombstones
             try:
                 if old is not None and old.index_generation == pointer.index_generation:
                     lexical = view.lexical
@@ -152,6 +164,7 @@ class Follower:
                 lexical,
                 gen,
                 self.store.load_sources(),
+                mark,
                 frozenset(self.store.tombstones()),
             )
         return None

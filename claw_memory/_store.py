@@ -425,6 +425,24 @@ class Store:
                 "UPDATE sources SET size = ?, mtime_ns = ? WHERE provenance = ?",
                 [(s.size, s.mtime_ns, s.provenance) for s in states],
             )
+            self._set_meta("stats_version", str(int(self.get_meta("stats_version") or "0") + 1))
+
+    def sources_mark(self) -> tuple[int, int, int]:
+        """What changes whenever the sources table does: the index generation, the
+        content version (every other write of sources bumps it) and the count of stat
+        updates. A process whose copy of the sources was read (or kept in step by its
+        own writes) at the current mark need not read them again."""
+        meta = dict(
+            self._db.execute(
+                "SELECT key, value FROM meta"
+                " WHERE key IN ('generation', 'version', 'stats_version')"
+            ).fetchall()
+        )
+        return (
+            int(meta.get("generation") or 0),
+            int(meta.get("version") or 0),
+            int(meta.get("stats_version") or 0),
+        )
 
     def pending_lexical(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT provenance FROM lexical_pending")]

@@ -98,6 +98,10 @@ class Syncer:
         settings = self.settings
         report = progress or _no_progress
         self._listed = None
+        # Whether the view's sources are the store's as this run starts (the take-over
+        # just read or kept them): this run keeps them in step with what it writes, so
+        # at its end they are the store's again, at the store's new mark.
+        in_step = view.sources_mark == await self.workers.run_sync(self.store.sources_mark)
         entries = await self.listing.scan_memory()
         # Read before listing: a change after this read moves the version past it.
         version = self.listing.sessions_version()
@@ -242,6 +246,7 @@ class Syncer:
         if pub is None:
             self.last_sync_at = time.time()
             self._listed = (version, sessions)
+            await self._mark_in_step(in_step)
             return SyncReport(
                 indexed=(),
                 removed=(),
@@ -259,6 +264,7 @@ class Syncer:
         report("publish", 3, 3)
         self.last_sync_at = time.time()
         self._listed = (version, sessions)
+        await self._mark_in_step(in_step)
         return SyncReport(
             indexed=tuple(sorted(indexed)),
             removed=tuple(sorted(_path_of_prov(p) for p in removed)),
@@ -267,6 +273,14 @@ class Syncer:
             chunks_removed=old_count,
             embedded=embedded,
             generation=view.generation.number,
+        )
+
+    async def _mark_in_step(self, in_step: bool) -> None:
+        """At the end of a run that finished: the view's sources are the store's (they
+        were at its start, and every source it wrote it also set in the view), so the
+        next take-over of the lease need not read them all again."""
+        self.view.sources_mark = (
+            await self.workers.run_sync(self.store.sources_mark) if in_step else None
         )
 
     async def _apply_batch(

@@ -40,6 +40,9 @@ class IndexView:
     index_generation: int = 0
     #: Every source as last synced or followed, by provenance.
     sources: dict[str, SourceState] = attrs.field(factory=dict)
+    #: The store's :meth:`~._store.Store.sources_mark` that :attr:`sources` reflects
+    #: (None: unknown, read them again).
+    sources_mark: tuple[int, int, int] | None = None
     #: Chunk ids forgotten: filtered out of every generation, including held ones.
     tombstones: frozenset[str] = frozenset()
     #: The transcript sessions the latest sync listed, by virtual path (what a read of

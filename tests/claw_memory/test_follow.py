@@ -3,6 +3,7 @@ keeps to what the writer publishes."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,57 @@ async def test_a_follower_refuses_an_index_published_with_other_settings(
         finally:
             follower.close()
             store.close()
+
+
+async def test_a_writer_reads_every_source_again_only_after_another_writer_changed_one(
+    workspace: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each sync takes the writer lease over. A writer whose own syncs kept its copy of
+    the sources in step does not read them all again (a live host paid that for every
+    appended turn); after another writer changed one without publishing (a stat-only
+    sync), it does, and so does not read that file again itself."""
+    from claw_memory import _sync
+
+    loads: list[int] = []
+    read: list[str] = []
+    load_sources, prepare = Store.load_sources, _sync._prepare_files
+
+    def counted(self: Store) -> object:
+        loads.append(1)
+        return load_sources(self)
+
+    def reading(files: list, *args: object) -> object:  # type: ignore[type-arg]
+        read.extend(f.vpath for f in files)
+        return prepare(files, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "load_sources", counted)
+    monkeypatch.setattr(_sync, "_prepare_files", reading)
+    _write(workspace, "memory/a.md", "the gannet colony")
+
+    def opened() -> object:
+        return open_memory_index(
+            workspace_dir=workspace,
+            index_dir=index_dir,
+            workers=InlineWorkerPool(),
+            settings=SETTINGS,
+            embedder=HashEmbedder(),
+        )
+
+    async with opened() as a, opened() as b:  # type: ignore[attr-defined]
+        await a.sync()
+        _write(workspace, "memory/b.md", "the puffin burrow")
+        loads.clear()
+        assert (await a.sync()).indexed == ("memory/b.md",)
+        _write(workspace, "memory/c.md", "the skua")
+        assert (await a.sync()).indexed == ("memory/c.md",)
+        assert loads == []
+        # The other writer finds a.md touched (same bytes): it records the new stat.
+        stat = (workspace / "memory/a.md").stat()
+        os.utime(workspace / "memory/a.md", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        read.clear()
+        await b.sync()
+        assert read == ["memory/a.md"]
+        loads.clear()
+        read.clear()
+        assert (await a.sync()).indexed == ()
+        assert loads == [1] and read == []
