@@ -388,12 +388,22 @@ class MemoryFileWriter:
     # -- the pending op ---------------------------------------------------------------
 
     def _set_pending(self, op: dict[str, Any]) -> None:
+        """Record the op in flight, replacing the record whole.
+
+        Written beside and renamed over, never truncated in place: a rewrite updates
+        its record after it has journalled (what the re-check carried, a tail carried
+        over, an undo), and a kill between a truncation and the write's end left a torn
+        record, which recovery takes for an op that never began; the journal then kept
+        a forget whose rename never happened, and its lines stayed in the file.
+        """
         path = self.home / PENDING_NAME
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        staged = path.with_name(PENDING_NAME + ".next")
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             write_all(fd, json.dumps(op, separators=(",", ":")).encode())
         finally:
             os.close(fd)
+        staged.replace(path)
 
     def _clear_pending(self) -> None:
         with contextlib.suppress(FileNotFoundError):

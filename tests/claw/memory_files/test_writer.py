@@ -685,6 +685,63 @@ def test_a_late_line_carried_from_a_displaced_file_is_not_carried_twice_after_a_
     assert "release manager" not in _text(ws)
 
 
+_KILLED_WHILE_UPDATING_PENDING = """
+import os, signal, sys
+from pathlib import Path
+from claw.memory_files import MemoryFileWriter
+from claw.memory_files import _writer as w
+
+ws = Path(sys.argv[1])
+set_pending, recheck, write_all = (
+    w.MemoryFileWriter._set_pending, w.MemoryFileWriter._recheck, w.write_all
+)
+calls = []
+
+def rechecked(self, target, tmp, seen):
+    with open(target, "a", encoding="utf-8") as f:  # an editor, during the rewrite
+        f.write("- appended by an editor meanwhile\\n")
+    return recheck(self, target, tmp, seen)
+
+def torn(fd, data):
+    write_all(fd, data[: len(data) // 2])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def pending(self, op):
+    calls.append(op)
+    if len(calls) == 2:  # the update after the re-check (the forget is journalled)
+        w.write_all = torn
+    set_pending(self, op)
+
+w.MemoryFileWriter._recheck = rechecked
+w.MemoryFileWriter._set_pending = pending
+MemoryFileWriter(ws).remove("MEMORY.md", 9, 9, by={"kind": "operator"})
+"""
+
+
+def test_a_forget_killed_while_it_updates_its_pending_record_is_voided_not_left_live(
+    ws: Path,
+) -> None:
+    """A rewrite updates its pending record after it journalled (here: the line an
+    editor appended during it, carried into the new file by the re-check). A kill in
+    that update must leave the record recovery needs: the rename never happened, so
+    the forget is voided and its line stays; a torn record made recovery take the op
+    for one that never began, and the journal kept a live forget of a line still in
+    the file (seen once in a few hundred runs of the kill suite)."""
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WHILE_UPDATING_PENDING, str(ws)])
+    try:
+        assert proc.wait(timeout=60) == -9
+    finally:
+        reap(proc)
+    writer = MemoryFileWriter(ws)
+    records = writer.journal.records()
+    assert [r["op"] for r in records] == ["forget"]  # journalled, then killed
+    writer.recover()
+    assert "release manager" in _text(ws)  # the rename never happened
+    assert _text(ws).count("- appended by an editor meanwhile\n") == 1
+    assert writer_module.live(writer.journal.records()) == []  # the forget is voided
+    assert not [p for p in ws.iterdir() if p.name.endswith(".claw-tmp")]
+
+
 def test_a_torn_journal_line_is_cut_off(ws: Path) -> None:
     writer = MemoryFileWriter(ws)
     writer.append("MEMORY.md", "- one", by=BY)
