@@ -496,9 +496,10 @@ class _Parent:
     touched: frozenset[int]
 
 
-# The memos a derived generation does not inherit: the matrix's (it changed) and the
-# parent's own inheritance.
-_NOT_INHERITED = frozenset({"columns", "sketch", "sketch_base", "parent"})
+# The memos a derived generation inherits: those it reads back through its parent
+# (here, and the ranking's term rows through :meth:`Generation.inherited`). Not the
+# matrix's (it changed), the parent's own inheritance, nor memos no child reads.
+_INHERITED = frozenset({"agent_rows", "memory_rows", "neighbours", "terms", "term_rows"})
 
 
 @attrs.frozen(eq=False)
@@ -1000,7 +1001,7 @@ class Generation:
         base = self._memo.get("sketch", self._memo.get("sketch_base"))
         if base is not None and view is not None:
             gen._memo["sketch_base"] = base
-        memo = {k: v for k, v in self._memo.items() if k not in _NOT_INHERITED}
+        memo = {k: v for k, v in self._memo.items() if k in _INHERITED}
         if memo:
             moved = touched | set(added_by_prov)
             gen._memo["parent"] = _Parent(
