@@ -21,7 +21,7 @@ from .models import AssistantMessage, UserMessage
 
 if TYPE_CHECKING:
     from .state import SessionLister, TranscriptLedger
-    from .turns import TranscriptCursor, TranscriptDelta
+    from .turns import TranscriptCursor, TranscriptDelta, TranscriptStats
 
 
 @attrs.frozen
@@ -112,12 +112,21 @@ class TranscriptReader:
         cached = self._cache.get(agent_id)
         if cached is not None and cached[0] == version:
             return list(cached[1])
+        rows = await self._sessions.list(agent_id)
+        # One read for every session's transcript stats (an agent's keys, or all of
+        # them), not two per session: listing thousands of sessions after every write
+        # cost that many reads (on PostgreSQL, round trips).
+        by_key: dict[str, list[TranscriptStats]] = {}
+        for session_key, found in await store.session_listing(
+            None if agent_id is None else [row.session_key for row in rows]
+        ):
+            by_key.setdefault(session_key, []).append(found)
         out: list[TranscriptSessionInfo] = []
-        for row in await self._sessions.list(agent_id):
-            for session_id in await store.session_ids(row.session_key):
-                stats = await store.stats(session_id)
+        for row in rows:
+            for stats in by_key.get(row.session_key, ()):
                 if stats.entry_count == 0:
                     continue
+                session_id = stats.session_id
                 # Closing or reopening a turn changes what read_turns shows, so the
                 # turns in flight are part of the token.
                 in_flight = ",".join(map(str, stats.open_turn_seqs))

@@ -231,6 +231,10 @@ class TranscriptStorage(Protocol):
 
     async def session_ids(self, session_key: str) -> tuple[str, ...]: ...
 
+    async def session_listing(
+        self, session_keys: Sequence[str] | None = None
+    ) -> list[tuple[str, TranscriptStats]]: ...
+
     async def read_session_transcript_visible_message_delta(
         self, session_id: str, cursor: TranscriptCursor | None = None
     ) -> TranscriptDelta: ...

@@ -189,6 +189,18 @@ class TranscriptStoreBase(ABC):
         found: TranscriptStats = await self._read(core.stats, sql=self._sql, session_id=session_id)
         return found
 
+    async def session_listing(
+        self, session_keys: Sequence[str] | None = None
+    ) -> list[tuple[str, TranscriptStats]]:
+        """Every session id with a transcript (under ``session_keys``, when given), with
+        its session key and :meth:`stats`, read at once: ids within a key oldest first,
+        keys in the order given. What a listing of many sessions reads instead of a
+        :meth:`session_ids` and a :meth:`stats` per session."""
+        found: list[tuple[str, TranscriptStats]] = await self._read(
+            core.session_listing, sql=self._sql, session_keys=session_keys
+        )
+        return found
+
     async def session_ids(self, session_key: str) -> tuple[str, ...]:
         """The session ids that have a transcript under ``session_key``, oldest first."""
         found: tuple[str, ...] = await self._read(

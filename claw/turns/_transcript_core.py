@@ -521,6 +521,96 @@ def session_ids(conn: Connection, sql: TranscriptSql, session_key: str) -> tuple
     return tuple(str(row[0]) for row in rows)
 
 
+# Session keys per statement of :func:`session_listing` (SQLite allows 32,766 bound
+# parameters a statement, older builds 999).
+_KEYS_PER_STATEMENT = 500
+
+
+def session_listing(
+    conn: Connection, sql: TranscriptSql, session_keys: Sequence[str] | None
+) -> list[tuple[str, TranscriptStats]]:
+    """Every session incarnation with a transcript (under ``session_keys``, when given)
+    and its :func:`stats`, ordered as :func:`session_ids` orders them within a key,
+    keys in the order given (sorted when none are).
+
+    Three statements for any number of sessions (per 500 keys), where a :func:`stats`
+    and a :func:`session_ids` per session cost two reads each: a memory provider lists
+    an agent's sessions after every transcript write, and with thousands of sessions
+    (on PostgreSQL, each read a round trip) that listing was the cost of the search.
+    """
+    if session_keys is None:
+        return _listing_part(conn, sql, None)
+    out: list[tuple[str, TranscriptStats]] = []
+    keys = list(dict.fromkeys(session_keys))
+    for start in range(0, len(keys), _KEYS_PER_STATEMENT):
+        out.extend(_listing_part(conn, sql, keys[start : start + _KEYS_PER_STATEMENT]))
+    return out
+
+
+def _listing_part(
+    conn: Connection, sql: TranscriptSql, keys: Sequence[str] | None
+) -> list[tuple[str, TranscriptStats]]:
+    among = "" if keys is None else f" IN ({', '.join('?' * len(keys))})"
+    params: tuple[str, ...] = () if keys is None else tuple(keys)
+    where = "" if keys is None else f" WHERE session_key{among}"
+    sessions = conn.execute(
+        sql.q(
+            f"SELECT session_key, session_id FROM {{sessions}}{where} "
+            f"ORDER BY session_key, created_at, {sql.creation_tiebreak}"
+        ),
+        params,
+    ).fetchall()
+    joined = (
+        "" if keys is None else f" WHERE session_id IN (SELECT session_id FROM {{sessions}}{where})"
+    )
+    counted = {
+        str(row[0]): row[1:]
+        for row in conn.execute(
+            sql.q(
+                f"SELECT session_id, COUNT(*), COALESCE(SUM({sql.payload_bytes}), 0), "
+                "COALESCE(MAX(seq), 0), COUNT(*) FILTER (WHERE kind = 'compaction'), "
+                "MAX(seq) FILTER (WHERE kind = 'compaction') "
+                f"FROM {{entries}}{joined} GROUP BY session_id"
+            ),
+            params,
+        ).fetchall()
+    }
+    open_seqs: dict[str, list[int]] = {}
+    for session_id, first_seq in conn.execute(
+        sql.q(
+            "SELECT session_id, first_seq FROM {ledger} WHERE terminal_seq IS NULL "
+            f"AND close_status IS NULL{'' if keys is None else ' AND session_key' + among} "
+            "ORDER BY session_id, first_seq"
+        ),
+        params,
+    ).fetchall():
+        open_seqs.setdefault(str(session_id), []).append(int(first_seq))
+    order = {key: i for i, key in enumerate(keys)} if keys is not None else None
+    listed: list[tuple[str, TranscriptStats]] = []
+    for session_key, session_id in sessions:
+        found = counted.get(session_id)
+        count, size, last, compactions, last_compaction = (
+            (0, 0, 0, 0, None) if found is None else found
+        )
+        listed.append(
+            (
+                str(session_key),
+                TranscriptStats(
+                    session_id=str(session_id),
+                    entry_count=int(count),
+                    byte_size=int(size),
+                    last_seq=int(last),
+                    compaction_count=int(compactions),
+                    last_compaction_seq=None if last_compaction is None else int(last_compaction),
+                    open_turn_seqs=tuple(open_seqs.get(str(session_id), ())),
+                ),
+            )
+        )
+    if order is not None:
+        listed.sort(key=lambda item: order[item[0]])  # stable: ids stay in creation order
+    return listed
+
+
 def delta(
     conn: Connection, sql: TranscriptSql, session_id: str, cursor: TranscriptCursor | None
 ) -> TranscriptDelta:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from claw import UserMessage
 from claw_testing import (
     MemoryWorkspace,
@@ -95,3 +97,42 @@ async def test_a_turn_left_open_by_a_dead_process_is_aborted_at_the_next_open(
         await host.run_turn("dm:alice", UserMessage("two"), sender_is_owner=True)
         texts = [t.text for t in await host._new_transcript_reader().read_turns(row.session_id)]
         assert texts == ["one", "A.", "interrupted", "two", "B."]
+
+
+async def test_listing_many_sessions_reads_the_transcript_store_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory provider lists its sessions after every transcript write: two reads per
+    session (on PostgreSQL, round trips) made that listing cost in proportion to every
+    session, whatever changed."""
+    from claw import AssistantMessage
+
+    workspace = MemoryWorkspace(tmp_path / "ws")
+    async with open_harness_host(
+        harness_config(workspace.root, tmp_path / "state"), model=ScriptedModel([])
+    ) as host:
+        builder = SessionBuilder(host)
+        for i in range(30):
+            row = await builder.owner_direct(f"dm:u{i}", agent_id=f"agent-{i % 3}")
+            await host.transcripts.append(
+                row.session_key, row.session_id, [UserMessage(f"q{i}"), AssistantMessage("a")]
+            )
+        store = host.transcripts
+        reads = 0
+        read = store._read  # type: ignore[attr-defined]
+
+        async def counted(*args: object, **kwargs: object) -> object:
+            nonlocal reads
+            reads += 1
+            return await read(*args, **kwargs)
+
+        monkeypatch.setattr(store, "_read", counted)
+        reader = host._new_transcript_reader()
+        listed = await reader.list_sessions()
+        assert (len(listed), reads) == (30, 1)
+        await host.transcripts.append(row.session_key, row.session_id, [UserMessage("more")])
+        mine = await reader.list_sessions(agent_id="agent-2")
+        assert (len(mine), reads) == (10, 2)
+        assert {s.session_key for s in mine} == {f"dm:u{i}" for i in range(2, 30, 3)}
+        changed = {s.session_key: s.change_token for s in mine}
+        assert changed[row.session_key] == "3:3:" + changed[row.session_key].split(":")[2] + ":"

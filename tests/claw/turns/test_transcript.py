@@ -191,6 +191,39 @@ async def test_stats_count_entries_bytes_and_compactions(store: TranscriptStore)
     assert (stats.compaction_count, stats.last_compaction_seq) == (1, 3)
 
 
+async def test_a_session_listing_says_what_stats_and_session_ids_say_for_every_session(
+    store: TranscriptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from claw.turns import _transcript_core
+
+    # Two keys a statement, so that a listing of five keys takes the chunked path.
+    monkeypatch.setattr(_transcript_core, "_KEYS_PER_STATEMENT", 2)
+    await append_exchange(store, "first", SID)
+    await append_exchange(store, "after a reset", "sess-2")  # a second id under KEY
+    await store.append("agent:b", "sess-b", [UserMessage("b")])
+    await store.append_compaction("agent:b", "sess-b", "summary")
+    await store.record_admitted(
+        "agent:c", "sess-c", UserMessage("in flight"), turn_id="t-c", advancement_key="adv-c"
+    )
+    await store.append("agent:d", "sess-d", [UserMessage("d")])
+    keys = ["agent:d", KEY, "agent:none", "agent:c", "agent:b"]
+
+    async def expected(among: list[str]) -> list[tuple[str, object]]:
+        return [
+            (key, await store.stats(session_id))
+            for key in among
+            for session_id in await store.session_ids(key)
+        ]
+
+    assert await store.session_listing(keys) == await expected(keys)
+    assert await store.session_listing(["agent:c"]) == await expected(["agent:c"])
+    assert await store.session_listing([]) == []
+    everything = await store.session_listing()
+    assert sorted(everything, key=lambda item: item[0]) == await expected(sorted(set(keys)))
+    ((_, in_flight),) = await store.session_listing(["agent:c"])
+    assert in_flight.open_turn_seqs == (1,)
+
+
 async def test_concurrent_appends_get_gapless_distinct_seqs() -> None:
     async with open_transcript_store(":memory:", workers=ThreadWorkerPool(4)) as store:
         async with trio.open_nursery() as nursery:
