@@ -479,14 +479,15 @@ def read_entries(
     return tuple(row_to_entry(row) for row in conn.execute(query, args).fetchall())
 
 
+# What a session's row of the transcript sessions table says of its entries: kept by a
+# trigger on every insert (so by any writer, whatever its build), in the inserting
+# transaction, which makes a stats read one row, not a scan of the session's entries.
+_SUMMARY = "entry_count, byte_size, last_seq, compaction_count, last_compaction_seq"
+
+
 def stats(conn: Connection, sql: TranscriptSql, session_id: str) -> TranscriptStats:
-    count, size, last, compactions, last_compaction = conn.execute(
-        sql.q(
-            f"SELECT COUNT(*), COALESCE(SUM({sql.payload_bytes}), 0), COALESCE(MAX(seq), 0), "
-            "COUNT(*) FILTER (WHERE kind = 'compaction'), "
-            "MAX(seq) FILTER (WHERE kind = 'compaction') FROM {entries} WHERE session_id = ?"
-        ),
-        (session_id,),
+    row = conn.execute(
+        sql.q(f"SELECT {_SUMMARY} FROM {{sessions}} WHERE session_id = ?"), (session_id,)
     ).fetchone()
     open_seqs = tuple(
         int(row[0])
@@ -498,6 +499,15 @@ def stats(conn: Connection, sql: TranscriptSql, session_id: str) -> TranscriptSt
             (session_id,),
         ).fetchall()
     )
+    return _stats(session_id, row, open_seqs)
+
+
+def _stats(
+    session_id: str, summary: Sequence[Any] | None, open_seqs: Sequence[int]
+) -> TranscriptStats:
+    count, size, last, compactions, last_compaction = (
+        (0, 0, 0, 0, None) if summary is None else summary
+    )
     return TranscriptStats(
         session_id=session_id,
         entry_count=int(count),
@@ -505,8 +515,22 @@ def stats(conn: Connection, sql: TranscriptSql, session_id: str) -> TranscriptSt
         last_seq=int(last),
         compaction_count=int(compactions),
         last_compaction_seq=None if last_compaction is None else int(last_compaction),
-        open_turn_seqs=open_seqs,
+        open_turn_seqs=tuple(open_seqs),
     )
+
+
+def counted_stats(conn: Connection, sql: TranscriptSql, session_id: str) -> TranscriptStats:
+    """:func:`stats` counted from the entries themselves (a scan of the session's
+    entries): what the summary must always equal (tests and repairs check it)."""
+    row = conn.execute(
+        sql.q(
+            f"SELECT COUNT(*), COALESCE(SUM({sql.payload_bytes}), 0), COALESCE(MAX(seq), 0), "
+            "COUNT(*) FILTER (WHERE kind = 'compaction'), "
+            "MAX(seq) FILTER (WHERE kind = 'compaction') FROM {entries} WHERE session_id = ?"
+        ),
+        (session_id,),
+    ).fetchone()
+    return _stats(session_id, row, stats(conn, sql, session_id).open_turn_seqs)
 
 
 def session_ids(conn: Connection, sql: TranscriptSql, session_key: str) -> tuple[str, ...]:
@@ -533,7 +557,7 @@ def session_listing(
     and its :func:`stats`, ordered as :func:`session_ids` orders them within a key,
     keys in the order given (sorted when none are).
 
-    Three statements for any number of sessions (per 500 keys), where a :func:`stats`
+    Two statements for any number of sessions (per 500 keys), where a :func:`stats`
     and a :func:`session_ids` per session cost two reads each: a memory provider lists
     an agent's sessions after every transcript write, and with thousands of sessions
     (on PostgreSQL, each read a round trip) that listing was the cost of the search.
@@ -552,29 +576,14 @@ def _listing_part(
 ) -> list[tuple[str, TranscriptStats]]:
     among = "" if keys is None else f" IN ({', '.join('?' * len(keys))})"
     params: tuple[str, ...] = () if keys is None else tuple(keys)
-    where = "" if keys is None else f" WHERE session_key{among}"
     sessions = conn.execute(
         sql.q(
-            f"SELECT session_key, session_id FROM {{sessions}}{where} "
+            f"SELECT session_key, session_id, {_SUMMARY} FROM {{sessions}}"
+            f"{'' if keys is None else ' WHERE session_key' + among} "
             f"ORDER BY session_key, created_at, {sql.creation_tiebreak}"
         ),
         params,
     ).fetchall()
-    joined = (
-        "" if keys is None else f" WHERE session_id IN (SELECT session_id FROM {{sessions}}{where})"
-    )
-    counted = {
-        str(row[0]): row[1:]
-        for row in conn.execute(
-            sql.q(
-                f"SELECT session_id, COUNT(*), COALESCE(SUM({sql.payload_bytes}), 0), "
-                "COALESCE(MAX(seq), 0), COUNT(*) FILTER (WHERE kind = 'compaction'), "
-                "MAX(seq) FILTER (WHERE kind = 'compaction') "
-                f"FROM {{entries}}{joined} GROUP BY session_id"
-            ),
-            params,
-        ).fetchall()
-    }
     open_seqs: dict[str, list[int]] = {}
     for session_id, first_seq in conn.execute(
         sql.q(
@@ -585,28 +594,12 @@ def _listing_part(
         params,
     ).fetchall():
         open_seqs.setdefault(str(session_id), []).append(int(first_seq))
-    order = {key: i for i, key in enumerate(keys)} if keys is not None else None
-    listed: list[tuple[str, TranscriptStats]] = []
-    for session_key, session_id in sessions:
-        found = counted.get(session_id)
-        count, size, last, compactions, last_compaction = (
-            (0, 0, 0, 0, None) if found is None else found
-        )
-        listed.append(
-            (
-                str(session_key),
-                TranscriptStats(
-                    session_id=str(session_id),
-                    entry_count=int(count),
-                    byte_size=int(size),
-                    last_seq=int(last),
-                    compaction_count=int(compactions),
-                    last_compaction_seq=None if last_compaction is None else int(last_compaction),
-                    open_turn_seqs=tuple(open_seqs.get(str(session_id), ())),
-                ),
-            )
-        )
-    if order is not None:
+    listed = [
+        (str(row[0]), _stats(str(row[1]), row[2:], open_seqs.get(str(row[1]), ())))
+        for row in sessions
+    ]
+    if keys is not None:
+        order = {key: i for i, key in enumerate(keys)}
         listed.sort(key=lambda item: order[item[0]])  # stable: ids stay in creation order
     return listed
 

@@ -64,7 +64,46 @@ def test_an_older_schema_is_migrated_forward_by_name(postgres_dsn: str) -> None:
             check_current(conn, "state", STATE_MIGRATIONS, where="test")
         assert migrate(conn, "state", STATE_MIGRATIONS, where="test") == (
             "0002_transcripts_and_ledger",
+            "0003_transcript_summaries",
         )
+
+
+async def test_transcripts_written_before_summaries_are_counted_by_their_migration(
+    postgres_dsn: str,
+) -> None:
+    from claw.turns import _transcript_core as core
+
+    with psycopg.connect(postgres_dsn) as conn:  # what a build before 0003 wrote
+        migrate(conn, "state", STATE_MIGRATIONS[:2], where="test")
+        conn.execute(
+            "INSERT INTO claw_transcript_sessions (session_id, session_key, created_at) "
+            "VALUES (%s, 'dm:old', 1), ('sess-empty', 'dm:empty', 2)",
+            (SID,),
+        )
+        for seq, kind, payload in (
+            (1, "user", '{"text":"héllo"}'),
+            (2, "compaction", '{"summary":"s"}'),
+            (3, "assistant", '{"text":"ok"}'),
+        ):
+            conn.execute(
+                "INSERT INTO claw_transcript_entries (session_id, seq, kind, created_at, "
+                "payload, first_kept_seq) VALUES (%s, %s, %s, 1, %s, %s)",
+                (SID, seq, kind, payload, 2 if kind == "compaction" else None),
+            )
+    async with open_state(postgres_dsn, workers=ThreadWorkerPool(2)) as state:
+        t = state.transcripts
+        stats = await t.stats(SID)
+        assert (stats.entry_count, stats.last_seq, stats.compaction_count) == (3, 3, 1)
+        assert stats.last_compaction_seq == 2
+        assert stats == await t._read(core.counted_stats, sql=t._sql, session_id=SID)
+        await t.append("dm:old", SID, [UserMessage("after")])
+        assert await t.stats(SID) == await t._read(core.counted_stats, sql=t._sql, session_id=SID)
+        assert (await t.stats("sess-empty")).entry_count == 0
+        listed = await t.session_listing(["dm:old", "dm:empty"])
+        assert [(key, s.session_id, s.entry_count) for key, s in listed] == [
+            ("dm:old", SID, 4),
+            ("dm:empty", "sess-empty", 0),
+        ]
 
 
 async def test_a_schema_with_a_migration_this_build_does_not_know_is_refused_by_name(

@@ -135,8 +135,60 @@ _TRANSCRIPTS: Final[tuple[str, ...]] = (
         WHERE terminal_seq IS NULL AND close_status IS NULL""",
 )
 
+# Each transcript session's summary of its entries (what ``stats`` and a listing read
+# instead of the entries), kept by a trigger in the inserting transaction, whatever
+# build of claw the inserting host runs. The trigger comes before the first count: its
+# lock on the entries holds other hosts' inserts until this migration commits, so none
+# falls between the count and the trigger.
+_SUMMARIES: Final[tuple[str, ...]] = (
+    """
+    ALTER TABLE claw_transcript_sessions
+        ADD COLUMN entry_count bigint NOT NULL DEFAULT 0,
+        ADD COLUMN byte_size bigint NOT NULL DEFAULT 0,
+        ADD COLUMN last_seq integer NOT NULL DEFAULT 0,
+        ADD COLUMN compaction_count bigint NOT NULL DEFAULT 0,
+        ADD COLUMN last_compaction_seq integer
+    """,
+    """
+    CREATE FUNCTION claw_transcript_summary() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE claw_transcript_sessions SET
+            entry_count = entry_count + 1,
+            byte_size = byte_size + octet_length(NEW.payload),
+            last_seq = greatest(last_seq, NEW.seq),
+            compaction_count = compaction_count + (NEW.kind = 'compaction')::int,
+            last_compaction_seq = CASE WHEN NEW.kind = 'compaction'
+                THEN greatest(coalesce(last_compaction_seq, 0), NEW.seq)
+                ELSE last_compaction_seq END
+        WHERE session_id = NEW.session_id;
+        RETURN NULL;
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER claw_transcript_entries_summary
+        AFTER INSERT ON claw_transcript_entries
+        FOR EACH ROW EXECUTE FUNCTION claw_transcript_summary()
+    """,
+    """
+    UPDATE claw_transcript_sessions s SET
+        entry_count = c.entry_count, byte_size = c.byte_size, last_seq = c.last_seq,
+        compaction_count = c.compaction_count, last_compaction_seq = c.last_compaction_seq
+    FROM (
+        SELECT session_id, count(*) AS entry_count,
+            coalesce(sum(octet_length(payload)), 0) AS byte_size,
+            coalesce(max(seq), 0) AS last_seq,
+            count(*) FILTER (WHERE kind = 'compaction') AS compaction_count,
+            max(seq) FILTER (WHERE kind = 'compaction') AS last_compaction_seq
+        FROM claw_transcript_entries GROUP BY session_id
+    ) c
+    WHERE s.session_id = c.session_id
+    """,
+)
+
 #: The state component's migrations, in order. Append; never edit a released one.
 STATE_MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration("0001_sessions", _SESSIONS),
     Migration("0002_transcripts_and_ledger", _TRANSCRIPTS),
+    Migration("0003_transcript_summaries", _SUMMARIES),
 )

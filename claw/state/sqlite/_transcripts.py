@@ -123,15 +123,22 @@ LEDGER = ledger_sql.LedgerSql(
 WRITES = writes.TranscriptWrites(SQLITE, LEDGER)
 """What SQLite adds to a write: nothing (``BEGIN IMMEDIATE`` serialises the writers)."""
 
-SCHEMA_VERSION = 3
-"""Version 1 had no closed turns in the ledger, version 2 no turn owners; opening an
-older database adds their columns."""
+SCHEMA_VERSION = 4
+"""Version 1 had no closed turns in the ledger, version 2 no turn owners, version 3 no
+per-session summary of the entries; opening an older database adds them."""
 
 _SCHEMA = (
+    # The summary columns (entry_count .. last_compaction_seq) are kept by the trigger
+    # below: claw.turns._transcript_core.stats reads them instead of the entries.
     """CREATE TABLE IF NOT EXISTS transcript_sessions (
         session_id TEXT PRIMARY KEY,
         session_key TEXT NOT NULL,
-        created_at REAL NOT NULL
+        created_at REAL NOT NULL,
+        entry_count INTEGER NOT NULL DEFAULT 0,
+        byte_size INTEGER NOT NULL DEFAULT 0,
+        last_seq INTEGER NOT NULL DEFAULT 0,
+        compaction_count INTEGER NOT NULL DEFAULT 0,
+        last_compaction_seq INTEGER
     )""",
     """CREATE INDEX IF NOT EXISTS transcript_sessions_by_key
         ON transcript_sessions (session_key, created_at)""",
@@ -151,6 +158,21 @@ _SCHEMA = (
     ) WITHOUT ROWID""",
     """CREATE INDEX IF NOT EXISTS transcript_compactions
         ON transcript_entries (session_id, seq) WHERE kind = 'compaction'""",
+    # In the inserting transaction, by whatever process inserts: a row is never out of
+    # step with its entries (entries are never updated or deleted).
+    """CREATE TRIGGER IF NOT EXISTS transcript_entries_summary
+        AFTER INSERT ON transcript_entries
+        BEGIN
+            UPDATE transcript_sessions SET
+                entry_count = entry_count + 1,
+                byte_size = byte_size + LENGTH(CAST(NEW.payload AS BLOB)),
+                last_seq = MAX(last_seq, NEW.seq),
+                compaction_count = compaction_count + (NEW.kind = 'compaction'),
+                last_compaction_seq = CASE WHEN NEW.kind = 'compaction'
+                    THEN MAX(COALESCE(last_compaction_seq, 0), NEW.seq)
+                    ELSE last_compaction_seq END
+            WHERE session_id = NEW.session_id;
+        END""",
     # Settled (completed or skipped) pre-compaction flushes, by flush id (one per session
     # incarnation and compaction cycle), so neither a restart inside a cycle nor another
     # process flushes that cycle again.
@@ -185,6 +207,10 @@ _LEDGER_SCHEMA = (
     )""",
     """CREATE INDEX IF NOT EXISTS turn_ledger_by_session
         ON turn_ledger (session_id, first_seq)""",
+    # The turns in flight: read with every stats and listing, so not a ledger scan.
+    """CREATE INDEX IF NOT EXISTS turn_ledger_open
+        ON turn_ledger (session_id, first_seq)
+        WHERE terminal_seq IS NULL AND close_status IS NULL""",
     # The commit queue: looked up before every turn, so it must not scan the ledger.
     f"""CREATE INDEX IF NOT EXISTS turn_ledger_pending
         ON turn_ledger (session_key) WHERE {ledger_sql.PENDING}""",
@@ -201,6 +227,23 @@ _LEDGER_MIGRATION_V1_V2 = (
 """Statements bringing a version-1 ledger (no closed turns) to version 2."""
 
 _LEDGER_MIGRATION_V2_V3 = ("ALTER TABLE turn_ledger ADD COLUMN owner_id TEXT",)
+
+# Version 3 -> 4: the per-session summary, counted once from the entries; the trigger
+# (created with the schema, in the same transaction) keeps it from then on.
+_SUMMARY_MIGRATION_V3_V4 = (
+    "ALTER TABLE transcript_sessions ADD COLUMN entry_count INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE transcript_sessions ADD COLUMN byte_size INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE transcript_sessions ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE transcript_sessions ADD COLUMN compaction_count INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE transcript_sessions ADD COLUMN last_compaction_seq INTEGER",
+    """UPDATE transcript_sessions SET
+        (entry_count, byte_size, last_seq, compaction_count, last_compaction_seq) = (
+            SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0),
+                COALESCE(MAX(seq), 0), COUNT(*) FILTER (WHERE kind = 'compaction'),
+                MAX(seq) FILTER (WHERE kind = 'compaction')
+            FROM transcript_entries e WHERE e.session_id = transcript_sessions.session_id
+        )""",
+)
 """Statements bringing a version-2 ledger (no turn owners) to version 3."""
 
 
@@ -466,6 +509,9 @@ def _connect(path: str) -> sqlite3.Connection:
             if version in (1, 2):
                 for statement in _LEDGER_MIGRATION_V2_V3:
                     conn.execute(statement)
+            if version in (1, 2, 3):
+                for statement in _SUMMARY_MIGRATION_V3_V4:
+                    conn.execute(statement)
             for statement in (*_SCHEMA, *_LEDGER_SCHEMA):
                 conn.execute(statement)
             if version != SCHEMA_VERSION:
@@ -515,7 +561,7 @@ def _check_wal(mode: object, path: str) -> None:
 
 
 def _check_version(version: object, path: str) -> None:
-    if version not in (0, 1, 2, SCHEMA_VERSION):
+    if version not in (0, 1, 2, 3, SCHEMA_VERSION):
         raise TranscriptError(
             f"transcript database {path} has schema version {version}; this claw "
             f"understands version {SCHEMA_VERSION}"

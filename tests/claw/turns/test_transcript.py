@@ -222,6 +222,13 @@ async def test_a_session_listing_says_what_stats_and_session_ids_say_for_every_s
     assert sorted(everything, key=lambda item: item[0]) == await expected(sorted(set(keys)))
     ((_, in_flight),) = await store.session_listing(["agent:c"])
     assert in_flight.open_turn_seqs == (1,)
+    # What stats say is each session's summary row, kept by the database on insert:
+    # always what counting the entries says.
+    for _, found in everything:
+        counted = await store._read(
+            _transcript_core.counted_stats, sql=store._sql, session_id=found.session_id
+        )
+        assert found == counted
 
 
 async def test_concurrent_appends_get_gapless_distinct_seqs() -> None:
@@ -235,6 +242,8 @@ async def test_concurrent_appends_get_gapless_distinct_seqs() -> None:
         assert [e.seq for e in entries] == list(range(1, 41))
         for user, reply in zip(entries[::2], entries[1::2], strict=True):
             assert (user.kind, reply.kind) == ("user", "assistant"), "batches never interleave"
+        stats = await store.stats(SID)
+        assert (stats.entry_count, stats.last_seq) == (40, 40)
 
 
 async def test_a_closed_store_refuses_calls(tmp_path: Path) -> None:

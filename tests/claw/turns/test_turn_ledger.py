@@ -1,3 +1,4 @@
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -7,6 +8,7 @@ import trio
 
 from claw import InlineWorkerPool
 from claw.models import AssistantMessage, ToolCall, ToolResult, UserMessage
+from claw.state.sqlite._transcripts import SCHEMA_VERSION
 from claw.turns import (
     TranscriptError,
     TranscriptStore,
@@ -265,13 +267,55 @@ async def test_repeating_an_admission_exactly_records_one_turn(store: Transcript
     assert len(await store.read_entries(SID)) == 1
 
 
-async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
-    import sqlite3
+def as_version_3(conn: sqlite3.Connection) -> None:
+    """Turn a transcript database back into what version 3 wrote: no per-session
+    summary of the entries, no index of the turns in flight."""
+    conn.execute("DROP TRIGGER transcript_entries_summary")
+    conn.execute("DROP INDEX turn_ledger_open")
+    for column in (
+        "entry_count",
+        "byte_size",
+        "last_seq",
+        "compaction_count",
+        "last_compaction_seq",
+    ):
+        conn.execute(f"ALTER TABLE transcript_sessions DROP COLUMN {column}")
+    conn.execute("PRAGMA user_version = 3")
+
+
+async def test_a_version_3_database_gains_summaries_counted_from_its_entries(
+    tmp_path: Path,
+) -> None:
+    from claw.turns import _transcript_core as core
 
     path = tmp_path / "t.db"
     async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
         await run_turn(store, "t1")
+        await store.append_compaction(KEY, SID, "summary")
+        await store.append("other", "sess-2", [UserMessage("héllo"), AssistantMessage("ok")])
+        await store.record_admitted(
+            "other", "sess-2", UserMessage("q"), turn_id="t2", advancement_key="a2"
+        )
+        before = [await store.stats(SID), await store.stats("sess-2")]
+    with sqlite3.connect(path) as conn:
+        as_version_3(conn)
+    async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
+        assert [await store.stats(SID), await store.stats("sess-2")] == before
+        await store.append(KEY, SID, [UserMessage("after the migration")])
+        for session_id in (SID, "sess-2"):
+            counted = await store._read(core.counted_stats, sql=store._sql, session_id=session_id)
+            assert await store.stats(session_id) == counted
+        assert (await store.stats(SID)).entry_count == before[0].entry_count + 1
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
+        await run_turn(store, "t1")
     with sqlite3.connect(path) as conn:  # turn it back into what version 1 wrote
+        as_version_3(conn)
         conn.execute("DROP INDEX turn_ledger_pending")
         for column in (
             "owner_id",
@@ -288,16 +332,15 @@ async def test_a_version_1_ledger_is_migrated_in_place(tmp_path: Path) -> None:
         await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t2", advancement_key="a2")
         await store.close_turn("t2", TurnStatus.FAILED, "boom")
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 async def test_a_version_2_ledger_gains_turn_owners(tmp_path: Path) -> None:
-    import sqlite3
-
     path = tmp_path / "t.db"
     async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
         await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t1", advancement_key="a1")
     with sqlite3.connect(path) as conn:  # what version 2 wrote: no owners
+        as_version_3(conn)
         conn.execute("ALTER TABLE turn_ledger DROP COLUMN owner_id")
         conn.execute("PRAGMA user_version = 2")
     async with open_transcript_store(path, workers=InlineWorkerPool()) as store:
@@ -307,7 +350,7 @@ async def test_a_version_2_ledger_gains_turn_owners(tmp_path: Path) -> None:
         (aborted,) = await store.close_orphaned_turns("process died")
         assert aborted.status is TurnStatus.ABORTED
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 async def test_the_commit_queue_of_a_session_key_is_an_index_search(
