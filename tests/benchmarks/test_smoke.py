@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from benchmarks import _retrieval, gateway_load, locomo, search_latency
+from benchmarks import _retrieval, gateway_load, locomo, long_session, search_latency
 from benchmarks.latency import _orchestrate, _shared, _worker
 
 LOCOMO = locomo.DEFAULT_DATA
@@ -413,3 +413,19 @@ def test_bridge_measures_both_candidates_and_every_cancel_unwinds(
         run = runs[name]  # type: ignore[index]
         assert run["cancel_unwound"] == "30/30"
         assert run["checkpoint"]["p50_us"] > 0 and run["close_ms"] > 0
+
+
+def test_long_session_benchmark_measures_one_turn_syncs_per_length(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    long_session.main(["--json", "--turns", "20,5", "--appends", "2"])
+    result = _last_json(capsys)
+    assert result["turns"] == [5, 20]
+    assert result["turns_ratio"] == 4.0
+    chunks = result["chunks"]
+    assert isinstance(chunks, list) and chunks[0] >= 5 and chunks[1] >= 20  # a chunk a turn
+    for key in ("sync_cpu_p50_ms", "sync_wall_p50_ms", "search_cpu_p50_ms", "build_s"):
+        assert all(v > 0 for v in result[key]), key  # type: ignore[attr-defined]
+    assert float(result["sync_growth"]) > 0  # type: ignore[arg-type]
+    with pytest.raises(SystemExit):
+        long_session.main(["--turns", "many"])
