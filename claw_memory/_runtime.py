@@ -18,6 +18,7 @@ after its own awaits, so a caller whose audience went stale meanwhile is refused
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -169,6 +170,16 @@ def authorize_hits(
     return admitted
 
 
+# Bounded: a search hands out a revision per transcript hit, and a host has at most
+# a few thousand current change tokens.
+@functools.lru_cache(maxsize=4096)
+def transcript_revision(change_token: str) -> str:
+    """The revision of a transcript at ``change_token``: what its hits carry and what
+    a get at a revision is checked against (a hash, so the counts in the token are
+    not a contract)."""
+    return hashlib.sha256(change_token.encode()).hexdigest()
+
+
 def _context_grants(context: MemoryCallerContext) -> dict[str, Any]:
     authority = context.authority
     if isinstance(authority, SessionAuthority):
@@ -196,7 +207,9 @@ def neutral_hit(
 
     A memory-file hit's revision is its lines' hash (the chunk's content hash): it stays
     current while other lines of the file change, and goes stale when its own do (see
-    :mod:`claw_memory._writes`). A transcript hit's is the transcript's.
+    :mod:`claw_memory._writes`). A transcript hit's is the transcript's when it was
+    indexed (:func:`transcript_revision`), the one a get checks: it goes stale when
+    the session moves on.
     """
     # Positional arguments, in the classes' field order: a search builds three objects
     # for each of its hits, and keyword arguments cost about a fifth more here.
@@ -206,7 +219,7 @@ def neutral_hit(
         MemoryReference(
             PROVIDER_ID,
             path,
-            rec.content_hash if source == "memory" else rec.revision,
+            rec.content_hash if source == "memory" else transcript_revision(rec.revision),
             line_fragment(start, end),
         ),
         rec.text[:_EXCERPT_CHARS],
@@ -349,7 +362,7 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
             **grants,
         ):
             raise CapabilityDeniedError(f"this caller may not read transcript {path!r}")
-        return hashlib.sha256(session.change_token.encode()).hexdigest()
+        return transcript_revision(session.change_token)
 
     async def get(self, request: MemoryGetRequest) -> MemoryGetResult:
         """Read a source's lines; only a current source of the index is ever opened.

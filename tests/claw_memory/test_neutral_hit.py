@@ -7,7 +7,7 @@ import pytest
 from claw.plugin_sdk import Citation, MemoryProvenance, MemoryReference, MemorySearchHit
 from claw_memory._ranking import RankedRow
 from claw_memory._records import ChunkRecord
-from claw_memory._runtime import neutral_hit
+from claw_memory._runtime import neutral_hit, transcript_revision
 
 
 def _record(source: str) -> ChunkRecord:
@@ -42,7 +42,8 @@ def test_a_hit_is_built_field_by_field_as_named(source: str) -> None:
         reference=MemoryReference(
             provider_id="memory-core",
             id=rec.path,
-            revision=rec.content_hash if source == "memory" else rec.revision,
+            # A transcript's revision as get checks it (the hash of its change token).
+            revision=rec.content_hash if source == "memory" else transcript_revision(rec.revision),
             fragment="L4-L9",
         ),
         excerpt="x" * 700,

@@ -113,6 +113,47 @@ async def test_get_resolves_a_fragment_and_refuses_a_stale_revision(host: claw.H
             assert missing.status == "not_found"
 
 
+async def test_get_reads_a_transcript_hit_by_its_own_reference_until_the_session_moves(
+    host: claw.Host,
+) -> None:
+    """A transcript hit's revision is the one get checks: the reference a search hands
+    out reads the cited turn (it answered not_found for every transcript hit, its
+    revision and the transcript's spelled differently); once the session has moved
+    on the reference is stale, and a new search hands out a current one."""
+    model = ScriptedModel(["noted", "ok"])
+    host.models.register_provider("scripted", lambda name: model)
+    await host.run_turn(
+        "dm:alice", UserMessage("the zeppelin launch moved to Tuesday"), sender_is_owner=True
+    )
+
+    async def transcript_ref() -> MemoryReference:
+        found = await _operator_search(host, "zeppelin launch", min_score=0.0)
+        if found.coverage is not None and not found.coverage.complete:
+            # It noticed the new turn and answered from the index as it stood, with
+            # that revision; the background sync indexes the turn.
+            await trio.testing.wait_all_tasks_blocked()
+            found = await _operator_search(host, "zeppelin launch", min_score=0.0)
+        assert found.coverage is not None and found.coverage.complete
+        return next(h.reference for h in found.hits if h.source == "sessions")
+
+    async def get(ref: MemoryReference) -> Any:
+        async with host.open_scope("op") as scope:
+            ctx = scope.mint_caller_context(scope.mint_operator_authority({"operator.read"}))
+            async with host.memory.open(ctx) as handle:
+                return await handle.get(MemoryGetRequest(reference=ref))
+
+    ref = await transcript_ref()
+    got = await get(ref)
+    assert got.status == "ok", ref
+    assert got.text is not None and "zeppelin launch moved to Tuesday" in got.text
+    assert got.reference == ref
+    await host.run_turn("dm:alice", UserMessage("thanks"), sender_is_owner=True)
+    assert (await get(ref)).status == "not_found"
+    fresh = await transcript_ref()
+    assert fresh.revision != ref.revision
+    assert (await get(fresh)).status == "ok"
+
+
 async def test_group_run_is_denied_reading_memory_files(host: claw.Host) -> None:
     async with host.open_run("grp:1", sender_is_owner=False) as run:
         async with host.memory.open(run.caller) as handle:
