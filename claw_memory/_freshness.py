@@ -76,7 +76,7 @@ class Freshness:
     # The last session listing found unchanged, as (agent, session key, session id) ->
     # change token, the view's sources epoch it was checked against, and the transcript
     # source's listing version read before that listing (None: it keeps none).
-    _listed: tuple[dict[tuple[str, str, str], str], int, object | None] | None = attrs.field(
+    _listed: tuple[dict[str, str], int, object | None] | None = attrs.field(
         default=None, init=False
     )
 
@@ -144,33 +144,33 @@ class Freshness:
         return True
 
     def _note_listing(self) -> None:
-        """After a sync: the listing it synced from, when the index now holds exactly
-        those sessions, becomes the one the next search checks against, so that search
-        need not list every session of every agent again (in an index of many agents'
-        sessions that full check cost more than the search: 4 ms of CPU at 3,800
-        sessions, paid by the first search after every appended turn)."""
+        """After a sync: the sessions it left the index holding become the listing the
+        next search checks against, so that search need not list every session of
+        every agent again (in an index of many agents' sessions that full check cost
+        more than the search: 4 ms of CPU at 3,800 sessions, paid by the first search
+        after every appended turn). The sync built that listing as it compared each
+        session, so it is not checked against the sources a second time."""
         listed = self.syncer.take_listing()
         if listed is None or "sessions" not in self.settings.sources:
             return
-        version, sessions = listed
-        current = self._current_listing(sessions)
-        if current is not None:
-            self._listed = (current, self.view.sources_epoch, version)
+        version, holds = listed
+        self._listed = (holds, self.view.sources_epoch, version)
 
-    def _current_listing(
-        self, sessions: Sequence[TranscriptSession]
-    ) -> dict[tuple[str, str, str], str] | None:
-        """``sessions`` as (agent, session key, session id) -> change token when they are
-        exactly the sessions the index holds, at the tokens it holds them; else None."""
+    def _current_listing(self, sessions: Sequence[TranscriptSession]) -> dict[str, str] | None:
+        """``sessions`` as provenance key -> change token when they are exactly the
+        sessions the index holds, at the tokens it holds them; else None."""
         sources = self.view.sources
         known = sum(1 for st in sources.values() if st.source == "sessions")
         if len(sessions) != known:
             return None
+        current: dict[str, str] = {}
         for session in sessions:
-            prev = sources.get(session_provenance(session))
+            prov = session_provenance(session)
+            prev = sources.get(prov)
             if prev is None or prev.token != session.change_token:
                 return None
-        return {(s.agent_id, s.session_key, s.session_id): s.change_token for s in sessions}
+            current[prov] = session.change_token
+        return current if len(current) == len(sessions) else None
 
     async def changed(self) -> bool:
         """A search noticed changed sources: sync them. Returns whether it answers from
@@ -258,14 +258,10 @@ class Freshness:
             listed is not None
             and listed[1] == epoch
             and len(sessions) == len(listed[0])
-            and all(
-                listed[0].get((s.agent_id, s.session_key, s.session_id)) == s.change_token
-                for s in sessions
-            )
+            and all(listed[0].get(session_provenance(s)) == s.change_token for s in sessions)
         ):
-            # The listing found unchanged against these same sources: a search in an
-            # index of many agents' sessions need not build every session's provenance
-            # key again (most of the full check's cost).
+            # The listing found unchanged against these same sources (the one a sync
+            # left, or the last full check's): no need to compare it with the sources.
             self._listed = (listed[0], epoch, version)
             return False
         current = self._current_listing(sessions)

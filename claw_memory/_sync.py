@@ -79,16 +79,16 @@ class Syncer:
     publisher: Publisher
     #: When the last sync ended (epoch seconds), for status.
     last_sync_at: float | None = None
-    #: The transcript listing the last run worked from, with the source's listing
-    #: version read before it (see :meth:`take_listing`).
-    _listed: tuple[object | None, list[TranscriptSession]] | None = attrs.field(
-        default=None, init=False
-    )
+    #: The transcript sessions the last run left the index holding, with the source's
+    #: listing version read before it (see :meth:`take_listing`).
+    _listed: tuple[object | None, dict[str, str]] | None = attrs.field(default=None, init=False)
 
-    def take_listing(self) -> tuple[object | None, list[TranscriptSession]] | None:
-        """The session listing the last run synced from and the listing version read
-        before it, once (``None`` after that, or when the run did not finish): what
-        lets the next search know the index is current without listing again."""
+    def take_listing(self) -> tuple[object | None, dict[str, str]] | None:
+        """Once, after a run that finished: the listing version read before it listed,
+        and the sessions the index now holds, exactly, by provenance key with their
+        change tokens. ``None`` after that, when the run did not finish, or when the
+        listing named a session twice. What lets the next search know the index is
+        current without listing again."""
         listed, self._listed = self._listed, None
         return listed
 
@@ -117,13 +117,22 @@ class Syncer:
                 to_read.append(e)
         session_map: dict[str, TranscriptSession] = {}
         to_chunk: list[TranscriptSession] = []
+        # What the index holds once this run has finished: every listed session at
+        # its token (unchanged ones already were; the rest it re-chunks).
+        holds: dict[str, str] = {}
+        files = len(present)
         for s in sessions:
             prov = session_provenance(s)
             present.add(prov)
             session_map[session_path(s)] = s
+            holds[prov] = s.change_token
             prev = view.sources.get(prov)
             if force or prev is None or prev.token != s.change_token:
                 to_chunk.append(s)
+        # A session listed twice (a source's mistake), or two whose provenance keys
+        # coincide, leave no exact listing to keep.
+        distinct = len(present) - files == len(sessions)
+        listed = (version, holds) if distinct else None
         view.sessions = session_map
         removed = [prov for prov in view.sources if prov not in present]
         chunk_total = len(to_read) + len(to_chunk)
@@ -245,7 +254,7 @@ class Syncer:
                 view.sources[st.provenance] = st
         if pub is None:
             self.last_sync_at = time.time()
-            self._listed = (version, sessions)
+            self._listed = listed
             await self._mark_in_step(in_step)
             return SyncReport(
                 indexed=(),
@@ -263,7 +272,7 @@ class Syncer:
         await self.publisher.finish(pub)
         report("publish", 3, 3)
         self.last_sync_at = time.time()
-        self._listed = (version, sessions)
+        self._listed = listed
         await self._mark_in_step(in_step)
         return SyncReport(
             indexed=tuple(sorted(indexed)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -601,6 +602,43 @@ async def test_a_search_lists_no_session_while_the_transcript_version_stands(
                 ]
                 i += 1
         assert len(listed) == 6
+
+
+async def test_a_sync_keeps_its_listing_for_searches_only_when_it_named_each_session_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync hands the sessions it left the index holding to the searches after it,
+    which then list nothing; a listing that named a session twice is not kept (the
+    index holds one source for both), so the next search lists and compares again."""
+    from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
+
+    src = InMemoryTranscriptSource()
+    listed: list[int] = []
+    doubled = False
+    listing = InMemoryTranscriptSource.list_sessions
+
+    async def counted(self: InMemoryTranscriptSource) -> object:
+        sessions = list(await listing(self))
+        if doubled:
+            sessions.append(sessions[0])
+        listed.append(len(sessions))
+        return sessions
+
+    monkeypatch.setattr(InMemoryTranscriptSource, "list_sessions", counted)
+    only3 = SearchFilter(agent_ids=frozenset({"agent3"}))
+    turn = TranscriptTurn("a3-x", "user", "", "a quokka by the plover", 1_800_000_000.0)
+    async with _many_agents(tmp_path, src) as index:
+        src.put("agent3", "agent:agent3:main", "s3x", [turn])
+        await index.sync()
+        listed.clear()
+        found = await index.search("quokka", mode="lexical", filter=only3)
+        assert listed == [] and len(found.hits) == 1
+        doubled = True
+        src.put("agent3", "agent:agent3:main", "s3y", [attrs.evolve(turn, entry_id="a3-y")])
+        await index.sync()
+        listed.clear()
+        again = await index.search("quokka", mode="lexical", filter=only3)
+        assert listed != [] and len(again.hits) == 2
 
 
 def _adjacent_from_records(gen: object, row: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
