@@ -73,9 +73,9 @@ class Freshness:
     # noticed after it scanned (it then runs once more).
     _background_sync: trio.CancelScope | None = attrs.field(default=None, init=False)
     _resync: bool = attrs.field(default=False, init=False)
-    # The last session listing found unchanged, as (agent, session key, session id) ->
-    # change token, the view's sources epoch it was checked against, and the transcript
-    # source's listing version read before that listing (None: it keeps none).
+    # The last session listing found unchanged, as provenance key -> change token, the
+    # view's sources epoch it was checked against, and the transcript source's listing
+    # version read before that listing (None: it keeps none).
     _listed: tuple[dict[str, str], int, object | None] | None = attrs.field(
         default=None, init=False
     )

@@ -486,7 +486,7 @@ _SUMMARY = "entry_count, byte_size, last_seq, compaction_count, last_compaction_
 
 
 def stats(conn: Connection, sql: TranscriptSql, session_id: str) -> TranscriptStats:
-    row = conn.execute(
+    summary = conn.execute(
         sql.q(f"SELECT {_SUMMARY} FROM {{sessions}} WHERE session_id = ?"), (session_id,)
     ).fetchone()
     open_seqs = tuple(
@@ -499,7 +499,7 @@ def stats(conn: Connection, sql: TranscriptSql, session_id: str) -> TranscriptSt
             (session_id,),
         ).fetchall()
     )
-    return _stats(session_id, row, open_seqs)
+    return _stats(session_id, summary, open_seqs)
 
 
 def _stats(

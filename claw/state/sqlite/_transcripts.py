@@ -227,9 +227,8 @@ _LEDGER_MIGRATION_V1_V2 = (
 """Statements bringing a version-1 ledger (no closed turns) to version 2."""
 
 _LEDGER_MIGRATION_V2_V3 = ("ALTER TABLE turn_ledger ADD COLUMN owner_id TEXT",)
+"""Statements bringing a version-2 ledger (no turn owners) to version 3."""
 
-# Version 3 -> 4: the per-session summary, counted once from the entries; the trigger
-# (created with the schema, in the same transaction) keeps it from then on.
 _SUMMARY_MIGRATION_V3_V4 = (
     "ALTER TABLE transcript_sessions ADD COLUMN entry_count INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE transcript_sessions ADD COLUMN byte_size INTEGER NOT NULL DEFAULT 0",
@@ -244,7 +243,9 @@ _SUMMARY_MIGRATION_V3_V4 = (
             FROM transcript_entries e WHERE e.session_id = transcript_sessions.session_id
         )""",
 )
-"""Statements bringing a version-2 ledger (no turn owners) to version 3."""
+"""Statements bringing version 3 (no per-session summary) to version 4: the summary,
+counted once from the entries; the trigger (created with the schema, in the same
+transaction) keeps it from then on."""
 
 
 @attrs.define
