@@ -74,6 +74,7 @@ from claw.plugin_sdk import (
     parse_offset_cursor,
 )
 from claw.plugin_sdk import build_capability as sdk_build_capability
+from claw.plugin_sdk.search import line_windows, sha256_hex
 
 from ._errors import InvalidSearchError, MemoryCoreError, SourcePathError
 from ._index import MemoryIndex
@@ -81,6 +82,7 @@ from ._purge import purge_memory
 from ._ranking import RankedRow
 from ._records import ChunkRecord
 from ._search import SearchPage
+from ._settings import MemoryCoreSettings
 from ._types import ReadResult, SearchFilter
 from ._writes import (
     PROVIDER_ID,
@@ -170,14 +172,25 @@ def authorize_hits(
     return admitted
 
 
-# Bounded: a search hands out a revision per transcript hit, and a host has at most
-# a few thousand current change tokens.
+# Bounded: a host has at most a few thousand current change tokens.
 @functools.lru_cache(maxsize=4096)
 def transcript_revision(change_token: str) -> str:
-    """The revision of a transcript at ``change_token``: what its hits carry and what
-    a get at a revision is checked against (a hash, so the counts in the token are
-    not a contract)."""
+    """The whole revision of a transcript at ``change_token`` (what a get without a
+    revision answers with; a hash, so the counts in the token are not a contract)."""
     return hashlib.sha256(change_token.encode()).hexdigest()
+
+
+def _turn_piece_matches(settings: MemoryCoreSettings, lines: Sequence[str], wanted: str) -> bool:
+    """Whether ``wanted`` names a piece of these transcript lines as the index cuts
+    them (a group of turns, or a turn, longer than a chunk: see
+    :func:`claw_memory._transcripts.prepare_session_chunks`)."""
+    windows = line_windows(
+        list(lines),
+        max_tokens=settings.chunk_tokens,
+        overlap_tokens=0,
+        chars_per_token=settings.chars_per_token,
+    )
+    return len(windows) > 1 and any(sha256_hex(w.text).startswith(wanted) for w in windows)
 
 
 def _context_grants(context: MemoryCallerContext) -> dict[str, Any]:
@@ -207,9 +220,8 @@ def neutral_hit(
 
     A memory-file hit's revision is its lines' hash (the chunk's content hash): it stays
     current while other lines of the file change, and goes stale when its own do (see
-    :mod:`claw_memory._writes`). A transcript hit's is the transcript's when it was
-    indexed (:func:`transcript_revision`), the one a get checks: it goes stale when
-    the session moves on.
+    :mod:`claw_memory._writes`). So is a transcript hit's: a transcript only grows, so
+    the turns it cites stay current as later turns come (a get checks their hash).
     """
     # Positional arguments, in the classes' field order: a search builds three objects
     # for each of its hits, and keyword arguments cost about a fifth more here.
@@ -219,7 +231,7 @@ def neutral_hit(
         MemoryReference(
             PROVIDER_ID,
             path,
-            rec.content_hash if source == "memory" else transcript_revision(rec.revision),
+            rec.content_hash,
             line_fragment(start, end),
         ),
         rec.text[:_EXCERPT_CHARS],
@@ -380,18 +392,18 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
         if ref.fragment is not None and from_line is None and lines is None:
             start, end = parse_line_fragment(ref.fragment)
             from_line, lines = start, end - start + 1
-        revision: str | None = None
+        # A transcript's whole revision (what its change token is now); a memory file's
+        # comes with the read.
+        whole: str | None = None
         provenance: tuple[MemoryProvenance, ...] = ()
         if path.startswith("sessions/"):
-            revision = await self._transcript_revision(path)
-            if revision is None:
+            whole = await self._transcript_revision(path)
+            if whole is None:
                 return MemoryGetResult(status="not_found", reference=ref)
         elif not may_read_memory_files(self.service, self.context):
             raise CapabilityDeniedError(
                 f"{path[:200]!r} is an owner-private memory file; this caller may not read it"
             )
-        if revision is not None and ref.revision is not None and ref.revision != revision:
-            return MemoryGetResult(status="not_found", reference=ref)
         async with self.service.use(self.agent_id) as index:
             try:
                 read = await self.effect(
@@ -399,12 +411,12 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
                 )
             except SourcePathError:
                 return MemoryGetResult(status="not_found", reference=ref)
-            if revision is None:
-                revision = read.revision
-                if ref.revision is not None:
-                    if not await self._lines_current(index, ref, read):
-                        return MemoryGetResult(status="not_found", reference=ref)
-                    revision = ref.revision
+            revision = whole if whole is not None else read.revision
+            if ref.revision is not None:
+                if not await self._lines_current(index, ref, read, whole):
+                    return MemoryGetResult(status="not_found", reference=ref)
+                revision = ref.revision
+            if whole is None:
                 writers = await self.service.api.memory_files.writers()
                 provenance = entry_provenance(read.text, read.from_line, writers)
                 self.context.assert_current()
@@ -420,14 +432,17 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
             )
 
     async def _lines_current(
-        self, index: MemoryIndex, ref: MemoryReference, read: ReadResult
+        self, index: MemoryIndex, ref: MemoryReference, read: ReadResult, whole: str | None
     ) -> bool:
-        """Whether ``ref``'s revision still names what it cited: the whole file unchanged,
-        or the fragment's lines (where they were cited) with the same hash."""
+        """Whether ``ref``'s revision still names what it cited: the whole source
+        unchanged (``whole``: a transcript's revision now; a file's comes with
+        ``read``), or the fragment's lines (where they were cited) with the same hash,
+        or a piece of them as the index cut it."""
         wanted = (ref.revision or "").strip().lower()
         if len(wanted) < MIN_REVISION_CHARS:
             return False
-        if read.revision is not None and read.revision.startswith(wanted):
+        current = whole if whole is not None else read.revision
+        if current is not None and current.startswith(wanted):
             return True
         if ref.fragment is None:
             return False
@@ -442,9 +457,11 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
         if cited.truncated or (cited.from_line, cited.to_line) != (start, end):
             return False
         lines = cited.text.split("\n")
-        return lines_revision(lines).startswith(wanted) or piece_matcher(self.service, wanted)(
-            lines
-        )
+        if lines_revision(lines).startswith(wanted):
+            return True
+        if whole is not None:
+            return _turn_piece_matches(self.service.config.settings, lines, wanted)
+        return piece_matcher(self.service, wanted)(lines)
 
     async def health(self) -> MemoryHealth:
         self.context.assert_current()

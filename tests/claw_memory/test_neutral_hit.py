@@ -7,7 +7,7 @@ import pytest
 from claw.plugin_sdk import Citation, MemoryProvenance, MemoryReference, MemorySearchHit
 from claw_memory._ranking import RankedRow
 from claw_memory._records import ChunkRecord
-from claw_memory._runtime import neutral_hit, transcript_revision
+from claw_memory._runtime import neutral_hit
 
 
 def _record(source: str) -> ChunkRecord:
@@ -42,8 +42,7 @@ def test_a_hit_is_built_field_by_field_as_named(source: str) -> None:
         reference=MemoryReference(
             provider_id="memory-core",
             id=rec.path,
-            # A transcript's revision as get checks it (the hash of its change token).
-            revision=rec.content_hash if source == "memory" else transcript_revision(rec.revision),
+            revision=rec.content_hash,  # the cited lines' hash, for both sources
             fragment="L4-L9",
         ),
         excerpt="x" * 700,

@@ -113,27 +113,29 @@ async def test_get_resolves_a_fragment_and_refuses_a_stale_revision(host: claw.H
             assert missing.status == "not_found"
 
 
-async def test_get_reads_a_transcript_hit_by_its_own_reference_until_the_session_moves(
+async def test_a_transcript_hit_reads_back_by_its_reference_as_later_turns_come(
     host: claw.Host,
 ) -> None:
-    """A transcript hit's revision is the one get checks: the reference a search hands
-    out reads the cited turn (it answered not_found for every transcript hit, its
-    revision and the transcript's spelled differently); once the session has moved
-    on the reference is stale, and a new search hands out a current one."""
-    model = ScriptedModel(["noted", "ok"])
+    """A transcript hit's revision is the hash of the turns it cites, as a memory-file
+    hit's is of its lines: a transcript only grows, so the reference reads the cited
+    turn after later turns too (it answered not_found for every transcript hit
+    before, its revision and the transcript's spelled differently). A revision that
+    names other lines, or the whole transcript as it no longer is, is not_found."""
+    long_turn = "the zeppelin launch moved to Tuesday. " + "padding words here " * 150
+    model = ScriptedModel(["noted", "ok", "fine"])
     host.models.register_provider("scripted", lambda name: model)
     await host.run_turn(
-        "dm:alice", UserMessage("the zeppelin launch moved to Tuesday"), sender_is_owner=True
+        "dm:alice", UserMessage(long_turn + " and the hangar gate code is walrus"),
+        sender_is_owner=True,
     )
 
-    async def transcript_ref() -> MemoryReference:
-        found = await _operator_search(host, "zeppelin launch", min_score=0.0)
+    async def transcript_ref(query: str) -> MemoryReference:
+        found = await _operator_search(host, query, min_score=0.0)
         if found.coverage is not None and not found.coverage.complete:
-            # It noticed the new turn and answered from the index as it stood, with
-            # that revision; the background sync indexes the turn.
+            # It noticed the new turn and answered from the index as it stood; the
+            # background sync indexes the turn.
             await trio.testing.wait_all_tasks_blocked()
-            found = await _operator_search(host, "zeppelin launch", min_score=0.0)
-        assert found.coverage is not None and found.coverage.complete
+            found = await _operator_search(host, query, min_score=0.0)
         return next(h.reference for h in found.hits if h.source == "sessions")
 
     async def get(ref: MemoryReference) -> Any:
@@ -142,16 +144,23 @@ async def test_get_reads_a_transcript_hit_by_its_own_reference_until_the_session
             async with host.memory.open(ctx) as handle:
                 return await handle.get(MemoryGetRequest(reference=ref))
 
-    ref = await transcript_ref()
-    got = await get(ref)
-    assert got.status == "ok", ref
-    assert got.text is not None and "zeppelin launch moved to Tuesday" in got.text
-    assert got.reference == ref
+    first = await transcript_ref("zeppelin launch Tuesday")
+    # The turn is longer than a chunk: this hit cites a piece of it.
+    piece = await transcript_ref("hangar gate code walrus")
+    assert first.fragment == piece.fragment and first.revision != piece.revision
+    for ref in (first, piece):
+        got = await get(ref)
+        assert got.status == "ok", ref
+        assert got.text is not None and "hangar gate code is walrus" in got.text
+        assert got.reference == ref
+    whole = (await get(attrs.evolve(first, revision=None))).reference.revision
+    assert whole is not None and (await get(attrs.evolve(first, revision=whole))).status == "ok"
     await host.run_turn("dm:alice", UserMessage("thanks"), sender_is_owner=True)
-    assert (await get(ref)).status == "not_found"
-    fresh = await transcript_ref()
-    assert fresh.revision != ref.revision
-    assert (await get(fresh)).status == "ok"
+    for ref in (first, piece):
+        assert (await get(ref)).status == "ok"  # the cited turn is as it was
+    assert (await get(attrs.evolve(first, revision=whole))).status == "not_found"
+    assert (await get(attrs.evolve(first, revision="0" * 64))).status == "not_found"
+    assert await transcript_ref("zeppelin launch Tuesday") == first
 
 
 async def test_group_run_is_denied_reading_memory_files(host: claw.Host) -> None:
