@@ -165,15 +165,18 @@ class LexicalIndex:
         provenances: Iterable[str],
         documents: Sequence[tuple[ChunkRecord, str]],
         *,
+        removed_ids: Iterable[str] = (),
         commit: bool = True,
     ) -> None:
-        """Delete every document of ``provenances``, add ``documents``, and commit
-        (``commit=False``: leave that to :meth:`commit`, so that a long first index
-        given in batches commits once)."""
+        """Delete every document of ``provenances`` and those of ``removed_ids``, add
+        ``documents``, and commit (``commit=False``: leave that to :meth:`commit`, so
+        that a long first index given in batches commits once)."""
         writer = self._require_writer()
         try:
             for prov in provenances:
                 writer.delete_documents_by_term("prov", prov)
+            for cid in removed_ids:
+                writer.delete_documents_by_term("cid", cid)
             for record, context in documents:
                 writer.add_document(self._document(record, context))
             if commit:

@@ -137,12 +137,18 @@ class SourceState:
 
 @attrs.frozen
 class SourceChange:
-    """A replacement of one source's chunks (``chunks`` empty and ``state`` None: removal)."""
+    """A replacement of one source's chunks (``chunks`` empty and ``state`` None: removal).
+
+    ``removed`` None replaces every chunk of the source with ``chunks``; a set removes
+    those chunk ids only and adds ``chunks``, keeping the source's other chunks as
+    they are (a transcript that grew: its earlier turns' chunks do not change).
+    """
 
     provenance: str
     state: SourceState | None
     chunks: Sequence[PreparedChunk]
     vectors: npt.NDArray[np.float32] | None
+    removed: frozenset[str] | None = None
 
 
 # The record fields stored before ``context``, in column order (one C call a chunk).
@@ -368,11 +374,17 @@ class Store:
         return out
 
     def apply_changes(self, changes: Sequence[SourceChange]) -> None:
-        """Replace the chunks of each changed source and journal it for the lexical index."""
+        """Replace the chunks of each changed source (or, for a change that names what it
+        removes, those chunks only) and journal it for the lexical index."""
         with self._transaction():
             self._bump_version()
             for ch in changes:
-                self._db.execute("DELETE FROM chunks WHERE provenance = ?", (ch.provenance,))
+                if ch.removed is None:
+                    self._db.execute("DELETE FROM chunks WHERE provenance = ?", (ch.provenance,))
+                else:
+                    self._db.executemany(
+                        "DELETE FROM chunks WHERE id = ?", [(cid,) for cid in ch.removed]
+                    )
                 self._db.execute(
                     "INSERT OR IGNORE INTO lexical_pending (provenance) VALUES (?)",
                     (ch.provenance,),

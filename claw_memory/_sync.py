@@ -8,12 +8,19 @@ writer and written past the published prefix as a block of the coming publicatio
 Two batches are in flight: the next is read, chunked and embedded (a producer task)
 while the current one is stored, so the stages use both cores. At the end the lexical
 writer commits once and the publication flips the pointer once.
+
+A transcript only grows, so a session that did (its turns as last synced are still its
+first turns, by a digest of them kept in its source state) keeps the chunks of those
+earlier turns: only the chunks of its new turns and of the last turns whose context
+window the new ones entered are written, and those they replace removed
+(:func:`_session_change`). A one-turn sync then costs what changed, not the session.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 
@@ -23,9 +30,9 @@ import numpy.typing as npt
 import trio
 
 from claw.plugin_sdk import WorkerPool, collapse_single_exception_group
-from claw.plugin_sdk.search import sha256_hex
 
 from ._embedding import ChunkEmbedder
+from ._generation import Generation
 from ._listing import SourceListing
 from ._publication import Publication, Publisher
 from ._records import PreparedChunk
@@ -34,6 +41,7 @@ from ._sources import FileEntry, prepare_file_chunks, read_source
 from ._store import SourceChange, SourceState, Store
 from ._transcripts import (
     TranscriptSession,
+    TranscriptTurn,
     prepare_session_chunks,
     session_path,
     session_provenance,
@@ -134,16 +142,19 @@ class Syncer:
         distinct = len(present) - files == len(sessions)
         listed = (version, holds) if distinct else None
         view.sessions = session_map
+        # The generation this run's publication derives from (nothing else publishes
+        # while the lease is held): the rows a grown transcript keeps are its rows.
+        generation = view.generation
         removed = [prov for prov in view.sources if prov not in present]
         chunk_total = len(to_read) + len(to_chunk)
         old_sources = dict(view.sources)
 
         async def changed_batches() -> AsyncGenerator[
-            list[tuple[SourceState, list[PreparedChunk]]]
+            list[tuple[SourceState, list[PreparedChunk], _Kept | None]]
         ]:
             # Changed sources, read and chunked a bounded batch at a time: a first index
             # of a million chunks holds one batch of chunks and vectors, not all of them.
-            batch: list[tuple[SourceState, list[PreparedChunk]]] = []
+            batch: list[tuple[SourceState, list[PreparedChunk], _Kept | None]] = []
             held = 0
             for start in range(0, len(to_read), _CHUNK_BATCH_FILES):
                 files = to_read[start : start + _CHUNK_BATCH_FILES]
@@ -152,7 +163,7 @@ class Syncer:
                 )
                 stat_only.extend(batch_stats)
                 report("chunk", start + len(files), chunk_total)
-                batch.extend(file_changes)
+                batch.extend((st, c, None) for st, c in file_changes)
                 held += sum(len(c) for _, c in file_changes)
                 if held >= _SYNC_BATCH_CHUNKS:
                     yield batch
@@ -162,28 +173,18 @@ class Syncer:
                 chunked += 1
                 report("chunk", chunked, chunk_total)
                 turns = await self.listing.read_turns(s)
-                chunks = await self.workers.run_sync(
-                    lambda s=s, turns=turns: prepare_session_chunks(
+                state, chunks, kept = await self.workers.run_sync(
+                    functools.partial(
+                        _session_change,
                         s,
                         turns,
-                        turns_per_chunk=settings.transcript_turns_per_chunk,
-                        context_turns=settings.transcript_context_turns,
-                        max_tokens=settings.chunk_tokens,
-                        chars_per_token=settings.chars_per_token,
+                        prev=None if force else old_sources.get(session_provenance(s)),
+                        generation=generation,
+                        settings=settings,
                         tombstones=view.tombstones,
                     )
                 )
-                state = SourceState(
-                    provenance=session_provenance(s),
-                    source="sessions",
-                    path=session_path(s),
-                    size=len(turns),
-                    mtime_ns=None,
-                    token=s.change_token,
-                    hash=sha256_hex(s.change_token),
-                    skip_reason=None,
-                )
-                batch.append((state, chunks))
+                batch.append((state, chunks, kept))
                 held += len(chunks)
                 if held >= _SYNC_BATCH_CHUNKS:
                     yield batch
@@ -208,7 +209,7 @@ class Syncer:
             done = 0
             async with ready_send, contextlib.aclosing(changed_batches()) as batches:
                 async for batch in batches:
-                    chunks_in = [c for _, chunks in batch for c in chunks]
+                    chunks_in = [c for _, chunks, _ in batch for c in chunks]
                     vectors, fresh = await self.embedding.embed(
                         chunks_in, cache, functools.partial(_embed_progress, report, done)
                     )
@@ -226,12 +227,19 @@ class Syncer:
                                 pub = self.publisher.begin()
                             changes = item.source_changes()
                             indexed.extend(
-                                st.path for st, _ in item.batch if st.skip_reason is None
+                                st.path for st, _, _ in item.batch if st.skip_reason is None
                             )
+                            kept_dead = [
+                                r for _, _, k in item.batch if k is not None for r in k.dead_rows
+                            ]
                             added_count += await self._apply_batch(
-                                pub, changes, item.chunks, item.vectors
+                                pub, changes, item.chunks, item.vectors, kept_dead
                             )
-                            old_count += sum(len(rows_of.get(c.provenance, ())) for c in changes)
+                            old_count += len(kept_dead) + sum(
+                                len(rows_of.get(c.provenance, ()))
+                                for c in changes
+                                if c.removed is None
+                            )
                             replaced_all.update(c.provenance for c in changes)
         except Exception:
             # What the cache would have held had the sync written it batch by batch;
@@ -298,10 +306,12 @@ class Syncer:
         changes: Sequence[SourceChange],
         chunks: Sequence[PreparedChunk],
         vectors: npt.NDArray[np.float32] | None,
+        kept_dead: Sequence[int] = (),
     ) -> int:
         """One bounded batch of a sync: committed to SQLite, staged in the lexical
         writer (committed once, at the end) and written past the published prefix as a
-        block of the coming publication. Returns the rows it added."""
+        block of the coming publication. ``kept_dead``: the rows that changes naming
+        what they remove (``SourceChange.removed``) replace. Returns the rows it added."""
         await self.workers.run_sync(self.store.apply_changes, changes)
         sources = self.view.sources
         for ch in changes:
@@ -311,13 +321,16 @@ class Syncer:
                 sources[ch.provenance] = ch.state
         provenances = sorted(c.provenance for c in changes)
         pub.provenances.update(provenances)
-        await self.writer.stage_lexical(provenances, [(c.record, c.context) for c in chunks])
-        replaced = frozenset(provenances)
+        replaced = sorted(c.provenance for c in changes if c.removed is None)
+        removed_ids = frozenset(cid for c in changes if c.removed is not None for cid in c.removed)
+        await self.writer.stage_lexical(
+            replaced, [(c.record, c.context) for c in chunks], removed_ids
+        )
+        dead = pub.old.dead_rows(frozenset(replaced))
+        if kept_dead:
+            dead = sorted({*dead, *kept_dead})
         await self.publisher.write_block(
-            pub,
-            dead=pub.old.dead_rows(replaced),
-            added=[c.record for c in chunks],
-            vectors=vectors,
+            pub, dead=dead, added=[c.record for c in chunks], vectors=vectors
         )
         return len(chunks)
 
@@ -373,17 +386,102 @@ def _prepare_files(
 class _Embedded:
     """One batch of a sync, read, chunked and embedded: ready to store and index."""
 
-    batch: list[tuple[SourceState, list[PreparedChunk]]]
+    batch: list[tuple[SourceState, list[PreparedChunk], _Kept | None]]
     chunks: list[PreparedChunk]
     vectors: npt.NDArray[np.float32] | None
     fresh: int
 
     def source_changes(self) -> list[SourceChange]:
-        """The batch as one replacement per source, each with its rows of vectors."""
+        """The batch as one change per source, each with its rows of vectors."""
         changes: list[SourceChange] = []
         offset = 0
-        for state, chunks in self.batch:
+        for state, chunks, kept in self.batch:
             vecs = None if self.vectors is None else self.vectors[offset : offset + len(chunks)]
             offset += len(chunks)
-            changes.append(SourceChange(state.provenance, state, chunks, vecs))
+            removed = None if kept is None else kept.removed_ids
+            changes.append(SourceChange(state.provenance, state, chunks, vecs, removed))
         return changes
+
+
+@attrs.frozen(eq=False)
+class _Kept:
+    """A grown transcript's change: the rows of the chunks it replaces (``dead_rows``,
+    in the run's starting generation) and their ids; its other rows stay."""
+
+    dead_rows: tuple[int, ...]
+    removed_ids: frozenset[str]
+
+
+def turns_digest(turns: Sequence[TranscriptTurn], at: int) -> tuple[str | None, str]:
+    """The digest of ``turns[:at]`` (None when ``at`` is past the end) and of all of them:
+    what tells that the turns a session had at its last sync are still its first ones."""
+    h = hashlib.sha256()
+    prefix = None
+    for i, t in enumerate(turns):
+        if i == at:
+            prefix = h.hexdigest()
+        h.update(
+            f"{t.entry_id}\x1f{t.role}\x1f{t.speaker}\x1f{t.text}\x1f{t.timestamp!r}\x1e".encode(
+                "utf-8", "surrogatepass"
+            )
+        )
+    whole = h.hexdigest()
+    return (whole if at == len(turns) else prefix), whole
+
+
+def _session_change(
+    session: TranscriptSession,
+    turns: Sequence[TranscriptTurn],
+    *,
+    prev: SourceState | None,
+    generation: Generation,
+    settings: MemoryCoreSettings,
+    tombstones: frozenset[str],
+) -> tuple[SourceState, list[PreparedChunk], _Kept | None]:
+    """A changed session's new state and the chunks to write (blocking).
+
+    When the session grew (``prev``, its state at the last sync, counted ``prev.size``
+    turns whose digest is still that of its first turns), the chunks whose turns and
+    context window lie within those earlier turns are unchanged: their rows stay, and
+    only the rest are written (:class:`_Kept` names the rows they replace). Otherwise
+    every chunk is written and the session's rows replaced (``None``).
+    """
+    prov = session_provenance(session)
+    chunks = prepare_session_chunks(
+        session,
+        turns,
+        turns_per_chunk=settings.transcript_turns_per_chunk,
+        context_turns=settings.transcript_context_turns,
+        max_tokens=settings.chunk_tokens,
+        chars_per_token=settings.chars_per_token,
+        tombstones=tombstones,
+    )
+    old_size = (
+        prev.size
+        if prev is not None and prev.source == "sessions" and prev.skip_reason is None
+        else None
+    )
+    grew = old_size is not None and 0 < old_size <= len(turns)
+    prefix, digest = turns_digest(turns, old_size if old_size is not None and grew else -1)
+    state = SourceState(
+        provenance=prov,
+        source="sessions",
+        path=session_path(session),
+        size=len(turns),
+        mtime_ns=None,
+        token=session.change_token,
+        hash=digest,
+        skip_reason=None,
+    )
+    if not grew or old_size is None or prev is None or prefix != prev.hash:
+        return state, chunks, None
+    # A chunk's context reaches transcript_context_turns turns past its own: those
+    # ending that far before the old end saw only turns that are still the same.
+    limit = old_size - settings.transcript_context_turns
+    settled = [c for c in chunks if c.record.end_line <= limit]
+    rows = generation.row_of_key.lookup([c.record.key for c in settled])
+    kept_ids = {c.record.chunk_id for c, row in zip(settled, rows, strict=True) if row >= 0}
+    kept_rows = {row for row in rows if row >= 0}
+    dead = tuple(r for r in generation.rows_of_provenance.get(prov, ()) if r not in kept_rows)
+    removed = frozenset(generation.records[r].chunk_id for r in dead)
+    return state, [c for c in chunks if c.record.chunk_id not in kept_ids], _Kept(dead, removed)

@@ -145,13 +145,20 @@ class IndexWriter:
         await self.workers.run_sync(self.store.clear_pending, provenances)
 
     async def stage_lexical(
-        self, provenances: Sequence[str], documents: Sequence[tuple[ChunkRecord, str]]
+        self,
+        provenances: Sequence[str],
+        documents: Sequence[tuple[ChunkRecord, str]],
+        removed_ids: frozenset[str] = frozenset(),
     ) -> None:
-        """Stage one batch's documents in the lexical writer, uncommitted."""
+        """Stage one batch's documents in the lexical writer, uncommitted: every
+        document of ``provenances`` and those of ``removed_ids`` replaced by
+        ``documents``."""
         writer = self._open_writer()
         try:
             await self.workers.run_sync(
-                functools.partial(writer.replace, provenances, documents, commit=False)
+                functools.partial(
+                    writer.replace, provenances, documents, removed_ids=removed_ids, commit=False
+                )
             )
         except LexicalIndexError as exc:
             # Rebuilt from SQLite, which holds every batch applied so far.
