@@ -18,7 +18,6 @@ after its own awaits, so a caller whose audience went stale meanwhile is refused
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -74,7 +73,6 @@ from claw.plugin_sdk import (
     parse_offset_cursor,
 )
 from claw.plugin_sdk import build_capability as sdk_build_capability
-from claw.plugin_sdk.search import line_windows, sha256_hex
 
 from ._errors import InvalidSearchError, MemoryCoreError, SourcePathError
 from ._index import MemoryIndex
@@ -82,7 +80,6 @@ from ._purge import purge_memory
 from ._ranking import RankedRow
 from ._records import ChunkRecord
 from ._search import SearchPage
-from ._settings import MemoryCoreSettings
 from ._types import ReadResult, SearchFilter
 from ._writes import (
     PROVIDER_ID,
@@ -90,6 +87,7 @@ from ._writes import (
     daily_note_path,
     forget_reference,
     list_removals,
+    names_a_piece,
     piece_matcher,
     restore_removal,
 )
@@ -172,25 +170,10 @@ def authorize_hits(
     return admitted
 
 
-# Bounded: a host has at most a few thousand current change tokens.
-@functools.lru_cache(maxsize=4096)
 def transcript_revision(change_token: str) -> str:
     """The whole revision of a transcript at ``change_token`` (what a get without a
     revision answers with; a hash, so the counts in the token are not a contract)."""
     return hashlib.sha256(change_token.encode()).hexdigest()
-
-
-def _turn_piece_matches(settings: MemoryCoreSettings, lines: Sequence[str], wanted: str) -> bool:
-    """Whether ``wanted`` names a piece of these transcript lines as the index cuts
-    them (a group of turns, or a turn, longer than a chunk: see
-    :func:`claw_memory._transcripts.prepare_session_chunks`)."""
-    windows = line_windows(
-        list(lines),
-        max_tokens=settings.chunk_tokens,
-        overlap_tokens=0,
-        chars_per_token=settings.chars_per_token,
-    )
-    return len(windows) > 1 and any(sha256_hex(w.text).startswith(wanted) for w in windows)
 
 
 def _context_grants(context: MemoryCallerContext) -> dict[str, Any]:
@@ -460,7 +443,9 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
         if lines_revision(lines).startswith(wanted):
             return True
         if whole is not None:
-            return _turn_piece_matches(self.service.config.settings, lines, wanted)
+            # Transcript turns are cut with no overlap, a group of them or one turn
+            # (see claw_memory._transcripts.prepare_session_chunks).
+            return names_a_piece(lines, wanted, self.service.config.settings, overlap_tokens=0)
         return piece_matcher(self.service, wanted)(lines)
 
     async def health(self) -> MemoryHealth:

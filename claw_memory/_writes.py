@@ -58,6 +58,7 @@ from ._sources import ROOT_FILES
 
 if TYPE_CHECKING:
     from ._plugin import MemoryCoreService
+    from ._settings import MemoryCoreSettings
 
 PROVIDER_ID = "memory-core"
 
@@ -204,23 +205,31 @@ async def _resync(service: MemoryCoreService) -> None:
             await index.sync()
 
 
+def names_a_piece(
+    lines: Sequence[str], wanted: str, settings: MemoryCoreSettings, *, overlap_tokens: int
+) -> bool:
+    """Whether ``wanted`` (a lower-case revision or its prefix) is the hash of one of the
+    pieces the index cuts ``lines`` into when they are longer than a chunk: a hit on
+    a piece cites all of its lines with the piece's hash."""
+    windows = line_windows(
+        list(lines),
+        max_tokens=settings.chunk_tokens,
+        overlap_tokens=overlap_tokens,
+        chars_per_token=settings.chars_per_token,
+    )
+    return len(windows) > 1 and any(lines_revision([w.text]).startswith(wanted) for w in windows)
+
+
 def piece_matcher(service: MemoryCoreService, revision: str) -> Callable[[Sequence[str]], bool]:
-    """Accept ``revision`` when it names a piece of one long line: the index cuts a line
-    longer than a chunk into pieces, so a hit on one cites the line with the piece's hash."""
+    """Accept ``revision`` when it names a piece of one long line of a memory file: the
+    index cuts a line longer than a chunk into pieces, so a hit on one cites the line
+    with the piece's hash."""
     settings = service.config.settings
     wanted = revision.strip().lower()
 
     def matches(lines: Sequence[str]) -> bool:
-        if len(lines) != 1:
-            return False
-        windows = line_windows(
-            [lines[0]],
-            max_tokens=settings.chunk_tokens,
-            overlap_tokens=settings.chunk_overlap,
-            chars_per_token=settings.chars_per_token,
-        )
-        return len(windows) > 1 and any(
-            lines_revision([w.text]).startswith(wanted) for w in windows
+        return len(lines) == 1 and names_a_piece(
+            lines, wanted, settings, overlap_tokens=settings.chunk_overlap
         )
 
     return matches

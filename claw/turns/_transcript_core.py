@@ -521,7 +521,8 @@ def _stats(
 
 def counted_stats(conn: Connection, sql: TranscriptSql, session_id: str) -> TranscriptStats:
     """:func:`stats` counted from the entries themselves (a scan of the session's
-    entries): what the summary must always equal (tests and repairs check it)."""
+    entries): what the summary kept by the trigger must always equal (the tests check
+    it against every backend)."""
     row = conn.execute(
         sql.q(
             f"SELECT COUNT(*), COALESCE(SUM({sql.payload_bytes}), 0), COALESCE(MAX(seq), 0), "

@@ -14,6 +14,9 @@ rewrite ``memory/note.md`` to ``plover round <i>`` and sync (one publication eac
 ``READY``, wait for a line on stdin, then write ``memory/<name>.md`` and sync.
 ``python _child.py <workspace> <index_dir> lease``: take the writer lease, print
 ``HELD`` and hold it until stdin closes (or the process is killed).
+``python _child.py <workspace> <index_dir> grow <function>``: open on a transcript of
+``grown_turns(GROWN)`` (indexed before with ``grown_turns(GROWN - 3)``), so the open's
+sync keeps that session's earlier chunks, and SIGKILL just before ``<function>``.
 """
 
 from __future__ import annotations
@@ -34,8 +37,26 @@ from claw.plugin_sdk.search import HashEmbedder
 from claw_memory._index import open_memory_index
 from claw_memory._lease import LEASE_FILE, WriterLease
 from claw_memory._settings import MemoryCoreSettings
+from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
 
 T = TypeVar("T")
+
+#: The length of the session the ``grow`` action syncs.
+GROWN = 40
+
+
+def grown_turns(n: int) -> list[TranscriptTurn]:
+    """The first ``n`` turns of the session the ``grow`` action and its test share."""
+    return [
+        TranscriptTurn(f"e{i}", "user", "user", f"heron note {i} of the walrus log", 1.7e9 + i)
+        for i in range(n)
+    ]
+
+
+def grown_source(n: int) -> InMemoryTranscriptSource:
+    source = InMemoryTranscriptSource()
+    source.put("main", "dm:owner", "s1", grown_turns(n))
+    return source
 
 
 class KillingPool:
@@ -75,8 +96,11 @@ async def main(workspace: str, index_dir: str, action: str, arg: str, nth: str) 
         print("HELD", flush=True)
         await trio.to_thread.run_sync(sys.stdin.read)
         return
-    pool = KillingPool(arg, int(nth or 1)) if action == "kill" else InlineWorkerPool()
+    killing = action in ("kill", "grow")
+    pool = KillingPool(arg, int(nth or 1)) if killing else InlineWorkerPool()
     settings = MemoryCoreSettings(min_score=0.0)
+    if action == "grow":
+        settings = attrs.evolve(settings, sources=("sessions",))
     if action in ("publish", "race"):
         settings = attrs.evolve(settings, sync_on_search=False, sync_on_open=action != "race")
     async with open_memory_index(
@@ -85,7 +109,10 @@ async def main(workspace: str, index_dir: str, action: str, arg: str, nth: str) 
         workers=pool,
         settings=settings,
         embedder=HashEmbedder(),
+        transcripts=grown_source(GROWN) if action == "grow" else None,
     ) as index:
+        if action == "grow":
+            return  # the open's sync was to be killed: reaching here is a failure
         if action == "hold":
             print("OPEN", flush=True)
             await trio.to_thread.run_sync(sys.stdin.read)

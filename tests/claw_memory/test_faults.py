@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -75,6 +76,71 @@ async def test_a_sync_killed_midway_leaves_a_consistent_index_that_the_next_open
             "bravo fresh",
         }
         assert index.status().chunks == 2
+
+
+@pytest.mark.parametrize(
+    "victim",
+    ["apply_changes", "replace", "clear_pending", "flip_pointer", "generation_after"],
+)
+async def test_a_grown_session_synced_by_a_killed_process_ends_as_a_fresh_index_holds_it(
+    workspace: Path, index_dir: Path, victim: str
+) -> None:
+    """The sync that keeps a grown session's earlier chunks (removing only the rows the
+    new turns replace) killed at each step: the next open completes it, and the rows
+    are what a fresh index of the session holds."""
+    from claw_memory._index import MemoryIndex
+
+    from ._child import GROWN, grown_source
+
+    sessions = attrs.evolve(NO_SYNC, sources=("sessions",))
+
+    def opened(root: Path, turns: int, settings: MemoryCoreSettings) -> object:
+        return open_memory_index(
+            workspace_dir=workspace,
+            index_dir=root,
+            workers=InlineWorkerPool(),
+            settings=settings,
+            embedder=HashEmbedder(),
+            transcripts=grown_source(turns),
+        )
+
+    def rows(index: MemoryIndex) -> set[tuple[object, ...]]:
+        return {
+            (r.chunk_id, r.text, context, r.start_line, r.entry_ids)
+            for r, context in index._store.chunks_for(None)
+        }
+
+    async with opened(index_dir, GROWN - 3, attrs.evolve(sessions, sync_on_open=True)):
+        pass
+    done = await trio.run_process(
+        [sys.executable, str(CHILD), str(workspace), str(index_dir), "grow", victim],
+        check=False,
+        capture_stderr=True,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    fresh_states = []
+    for turns in (GROWN - 3, GROWN):
+        root = index_dir.parent / f"fresh{turns}"
+        async with opened(root, turns, attrs.evolve(sessions, sync_on_open=True)) as fresh:
+            fresh_states.append(rows(fresh))  # type: ignore[arg-type]
+
+    async def published(index: MemoryIndex) -> tuple[set[object], set[object]]:
+        gen = index._view.generation
+        live = {gen.records[r].chunk_id for rs in gen.rows_of_provenance.values() for r in rs}
+        found = await index.search("heron walrus", mode="lexical", max_results=100)
+        return live, {h.chunk_id for h in found.hits}
+
+    async with opened(index_dir, GROWN, sessions) as index:
+        # What the killed process left is one state, old or new, never a mix: the
+        # published rows, what tantivy finds and the SQLite rows all agree.
+        live, lexical = await published(index)  # type: ignore[arg-type]
+        assert live == lexical
+        assert rows(index) in fresh_states  # type: ignore[arg-type]
+        assert live == {row[0] for row in rows(index)}  # type: ignore[arg-type]
+    async with opened(index_dir, GROWN, attrs.evolve(sessions, sync_on_open=True)) as index:
+        assert rows(index) == fresh_states[1]  # type: ignore[arg-type]
+        live, lexical = await published(index)  # type: ignore[arg-type]
+        assert live == lexical == {row[0] for row in fresh_states[1]}
 
 
 async def test_a_second_process_opens_searches_and_syncs_while_the_first_holds_the_index(

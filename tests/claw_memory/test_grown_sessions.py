@@ -7,6 +7,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from claw.plugin_sdk import InlineWorkerPool
 from claw_memory._index import MemoryIndex, open_memory_index
 from claw_memory._settings import MemoryCoreSettings
@@ -65,7 +67,12 @@ def _turn(rng: random.Random, n: int) -> TranscriptTurn:
     return TranscriptTurn(f"e{n}", speaker, speaker, words, 1_700_000_000.0 + 3600.0 * n)
 
 
-async def test_grown_sessions_end_up_as_a_fresh_index_would_hold_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("per_chunk", [1, 2])
+async def test_grown_sessions_end_up_as_a_fresh_index_would_hold_them(
+    tmp_path: Path, per_chunk: int
+) -> None:
+    """With two turns a chunk, a grown session's last chunk of old turns takes in a new
+    turn and changes its id: the rows it replaces must go, not only be added to."""
     rng = random.Random(11)
     src = InMemoryTranscriptSource()
     sessions: dict[tuple[str, str, str], list[TranscriptTurn]] = {}
@@ -80,7 +87,8 @@ async def test_grown_sessions_end_up_as_a_fresh_index_would_hold_them(tmp_path: 
         counter += 40
         put(key)
     grown = 0
-    async with _open(tmp_path / "live", src, transcript_context_turns=2) as live:
+    settings = {"transcript_context_turns": 2, "transcript_turns_per_chunk": per_chunk}
+    async with _open(tmp_path / "live", src, **settings) as live:
         await live.sync()
         for step in range(40):
             key = rng.choice(list(sessions))
@@ -110,9 +118,7 @@ async def test_grown_sessions_end_up_as_a_fresh_index_would_hold_them(tmp_path: 
             fresh_src = InMemoryTranscriptSource()
             for k, t in sessions.items():
                 fresh_src.put(*k, t)
-            async with _open(
-                tmp_path / f"fresh{step}", fresh_src, transcript_context_turns=2
-            ) as fresh:
+            async with _open(tmp_path / f"fresh{step}", fresh_src, **settings) as fresh:
                 await fresh.sync()
                 assert _rows(live) == _rows(fresh), f"step {step}"
                 # Every chunk a word finds (scores may differ in their last digits: a
