@@ -350,8 +350,6 @@ def rank_batch(items: Sequence[BatchItem], lexical: LexicalIndex) -> list[Ranked
             continue  # (an approximate vector stage scans the sketch in rank())
         dense = group
         if gen.matrix.size <= _SPARSE_PRODUCT_CELLS:
-            cols = gen.columns()
-            assert cols is not None
             dense = []
             for i in group:
                 q = items[i].query_vector
@@ -359,6 +357,11 @@ def rank_batch(items: Sequence[BatchItem], lexical: LexicalIndex) -> list[Ranked
                 # (Counting first: a dense vector, every semantic embedder's, is told
                 # in a fraction of what listing its non-zero dimensions costs.)
                 if np.count_nonzero(q) * 4 <= q.shape[0]:
+                    # The transposed matrix is made only for a sparse query: a dense
+                    # embedder's generation never needs it (it cost a 5,000-row
+                    # generation 10 ms and a copy of its matrix, after every sync).
+                    cols = gen.columns()
+                    assert cols is not None
                     nz = q.nonzero()[0]
                     sims[i] = q[nz] @ cols[nz]
                 else:

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from claw.plugin_sdk import InlineWorkerPool, WorkerPoolStatistics
-from claw.plugin_sdk.search import HashEmbedder
+from claw.plugin_sdk.search import HashEmbedder, StaticEmbedder
 from claw_memory import _schedule
 from claw_memory._index import open_memory_index
 from claw_memory._settings import MemoryCoreSettings
@@ -240,3 +240,19 @@ async def test_sparse_query_vectors_score_like_the_full_product(
             full = [(h.path, h.vector_score) for h in (await index.search(q)).hits]
             assert [p for p, _ in full] == [p for p, _ in sparse[q]]
             assert [v for _, v in full] == pytest.approx([v for _, v in sparse[q]], abs=1e-6)
+
+
+async def test_a_dense_query_vector_never_makes_the_transposed_matrix(tmp_path: Path) -> None:
+    """Only a sparse query reads the transposed matrix: a dense embedder's generation
+    (a new one after every sync) is never copied into one."""
+    ws = _workspace(tmp_path)
+    async with open_memory_index(
+        workspace_dir=ws,
+        index_dir=tmp_path / "idx",
+        workers=InlineWorkerPool(),
+        settings=SETTINGS,
+        embedder=StaticEmbedder(),
+    ) as index:
+        for word in WORDS:
+            assert (await index.search(word)).hits
+        assert "columns" not in index._view.generation._memo
