@@ -10,7 +10,8 @@ Turns are synthetic chat lines (words of the seeded Zipf corpus, 20-60 words eac
 alternating user and assistant, one a minute), in an in-memory transcript source, so
 the figures are Memory Core's alone (the host's transcript store is not read). Each N
 gets a fresh index, the same embedder and the same worker pool; the first sync after
-the build is a warm-up and not counted.
+the build is a warm-up and not counted. Numpy's BLAS runs one thread, as in ``claw
+serve``.
 
     python -m benchmarks.long_session [--turns 100,1000,5000] [--appends 12]
         [--config lexical|default] [--json]
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from threadpoolctl import threadpool_limits
 
 from ._common import emit_json, load, machine, percentile, table
 from ._corpus import Corpus
@@ -128,7 +130,11 @@ def main(argv: list[str] | None = None) -> None:
     if not lengths or lengths[0] < 1 or args.appends < 1:
         p.error("--turns needs lengths of at least 1 and --appends at least 1")
     load_before = load()
-    rows = [trio.run(_measure, n, args.appends, args.config) for n in lengths]
+    # One BLAS thread, as `claw serve` and the CLI run: OpenBLAS's idle threads spin
+    # for a while after every product, which counted as the sync's CPU (a 5,000-turn
+    # default sync measured 101 ms of CPU in 59 ms of wall time, 44 ms with one).
+    with threadpool_limits(limits=1, user_api="blas"):
+        rows = [trio.run(_measure, n, args.appends, args.config) for n in lengths]
     print(
         table(
             ["turns", "chunks", "build s", "sync cpu ms", "sync wall ms", "search cpu ms"],

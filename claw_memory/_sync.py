@@ -13,7 +13,10 @@ A transcript only grows, so a session that did (its turns as last synced are sti
 first turns, by a digest of them kept in its source state) keeps the chunks of those
 earlier turns: only the chunks of its new turns and of the last turns whose context
 window the new ones entered are written, and those they replace removed
-(:func:`_session_change`). A one-turn sync then costs what changed, not the session.
+(:func:`_session_change`). The earlier turns are only named (their chunk ids, which
+count identical pieces from the session's start), not cut into records, contexts and
+analysis again. A one-turn sync then costs what changed, and a pass over the session's
+text to name its chunks (at 5,000 turns 19 ms against 112 for cutting it whole).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from ._store import SourceChange, SourceState, Store
 from ._transcripts import (
     TranscriptSession,
     TranscriptTurn,
-    prepare_session_chunks,
+    cut_session,
     session_path,
     session_provenance,
 )
@@ -447,15 +450,6 @@ def _session_change(
     every chunk is written and the session's rows replaced (``None``).
     """
     prov = session_provenance(session)
-    chunks = prepare_session_chunks(
-        session,
-        turns,
-        turns_per_chunk=settings.transcript_turns_per_chunk,
-        context_turns=settings.transcript_context_turns,
-        max_tokens=settings.chunk_tokens,
-        chars_per_token=settings.chars_per_token,
-        tombstones=tombstones,
-    )
     old_size = (
         prev.size
         if prev is not None and prev.source == "sessions" and prev.skip_reason is None
@@ -473,15 +467,33 @@ def _session_change(
         hash=digest,
         skip_reason=None,
     )
+    cut = functools.partial(
+        cut_session,
+        session,
+        turns,
+        turns_per_chunk=settings.transcript_turns_per_chunk,
+        context_turns=settings.transcript_context_turns,
+        max_tokens=settings.chunk_tokens,
+        chars_per_token=settings.chars_per_token,
+        tombstones=tombstones,
+    )
     if not grew or old_size is None or prev is None or prefix != prev.hash:
-        return state, chunks, None
+        return state, cut().chunks, None
     # A chunk's context reaches transcript_context_turns turns past its own: those
-    # ending that far before the old end saw only turns that are still the same.
+    # ending that far before the old end saw only turns that are still the same. They
+    # are cut by id only: the index has their rows (else, rarely, all are cut in full
+    # and the ones it has are left out).
     limit = old_size - settings.transcript_context_turns
-    settled = [c for c in chunks if c.record.end_line <= limit]
-    rows = generation.row_of_key.lookup([c.record.key for c in settled])
-    kept_ids = {c.record.chunk_id for c, row in zip(settled, rows, strict=True) if row >= 0}
-    kept_rows = {row for row in rows if row >= 0}
+    grown = cut(settled_through=limit)
+    rows = generation.row_of_key.lookup(grown.settled_keys)
+    if min(rows, default=0) >= 0:
+        kept_rows = set(rows)
+        chunks = grown.chunks
+    else:
+        whole = cut()
+        by_id = dict(zip(grown.settled_ids, rows, strict=True))
+        kept_rows = {row for row in rows if row >= 0}
+        chunks = [c for c in whole.chunks if by_id.get(c.record.chunk_id, -1) < 0]
     dead = tuple(r for r in generation.rows_of_provenance.get(prov, ()) if r not in kept_rows)
     removed = frozenset(generation.records[r].chunk_id for r in dead)
-    return state, [c for c in chunks if c.record.chunk_id not in kept_ids], _Kept(dead, removed)
+    return state, chunks, _Kept(dead, removed)

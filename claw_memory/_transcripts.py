@@ -19,7 +19,14 @@ from urllib.parse import quote
 
 import attrs
 
-from claw.plugin_sdk.search import chunk_id_for, chunk_key, line_windows, sha256_hex
+from claw.plugin_sdk.search import (
+    LineWindow,
+    chunk_id_for,
+    chunk_key,
+    estimate_tokens,
+    line_windows,
+    sha256_hex,
+)
 
 from ._lexical import LexicalContext
 from ._records import ChunkRecord, PreparedChunk
@@ -185,17 +192,80 @@ def prepare_session_chunks(
     group's entry ids. Chunk ids hash the provenance, text and occurrence, so they are
     stable when turns are appended. Chunks whose id is tombstoned are left out.
     """
+    return cut_session(
+        session,
+        turns,
+        turns_per_chunk=turns_per_chunk,
+        context_turns=context_turns,
+        max_tokens=max_tokens,
+        chars_per_token=chars_per_token,
+        tombstones=tombstones,
+    ).chunks
+
+
+@attrs.frozen
+class SessionCut:
+    """A session cut into chunks (:func:`cut_session`): the chunks of its turns past
+    ``settled_through`` in full, those of the turns before it by id and key only."""
+
+    chunks: list[PreparedChunk]
+    settled_ids: list[str]
+    settled_keys: list[int]
+
+
+def cut_session(
+    session: TranscriptSession,
+    turns: Sequence[TranscriptTurn],
+    *,
+    turns_per_chunk: int,
+    context_turns: int,
+    max_tokens: int,
+    chars_per_token: int,
+    tombstones: Mapping[str, object] | frozenset[str] | set[str],
+    settled_through: int = 0,
+) -> SessionCut:
+    """:func:`prepare_session_chunks`, with the chunks of the groups ending by turn
+    ``settled_through`` named only (their ids and keys, as they would be in full).
+
+    A sync of a grown session keeps those chunks' rows when the index has them: it
+    needs their ids, which count identical pieces from the session's start, but not
+    their records, contexts and analysis (most of what cutting a turn costs).
+    """
     prov = session_provenance(session)
     path = session_path(session)
     lines = [render_turn(t) for t in turns]
     out: list[PreparedChunk] = []
+    settled_ids: list[str] = []
+    settled_keys: list[int] = []
     seen: dict[str, int] = {}
     for g in range(0, len(turns), turns_per_chunk):
         group = turns[g : g + turns_per_chunk]
-        body = "\n".join(lines[g : g + len(group)])
+        end = g + len(group)
+        group_lines = lines[g:end]
+        if len(group_lines) == 1:
+            body = group_lines[0]
+            # One line within the budget is its own only piece (what line_windows
+            # makes of it; the common case, cut without building windows).
+            pieces = (
+                [body]
+                if estimate_tokens(body, chars_per_token) + 1 <= max_tokens
+                else [w.text for w in _windows(group_lines, max_tokens, chars_per_token)]
+            )
+        else:
+            body = "\n".join(group_lines)
+            pieces = [w.text for w in _windows(group_lines, max_tokens, chars_per_token)]
         if not body.strip():
             continue
-        end = g + len(group)
+        if end <= settled_through:
+            for piece in pieces:
+                content_hash = sha256_hex(piece)
+                occurrence = seen.get(content_hash, 0)
+                seen[content_hash] = occurrence + 1
+                cid = chunk_id_for("sessions", prov, content_hash, occurrence)
+                if cid not in tombstones:
+                    settled_ids.append(cid)
+                    settled_keys.append(chunk_key(cid))
+            continue
         lo = max(0, g - context_turns)
         hi = min(len(turns), end + context_turns)
         near_lo = max(0, g - min(1, context_turns))
@@ -207,13 +277,6 @@ def prepare_session_chunks(
             far="\n".join(lines[lo:near_lo] + lines[near_hi:hi]),
             date=date_text(group[-1].timestamp),
         ).encode()
-        windows = line_windows(
-            body.split("\n"),
-            max_tokens=max_tokens,
-            overlap_tokens=0,
-            chars_per_token=chars_per_token,
-        )
-        pieces = [w.text for w in windows]
         for piece in pieces:
             content_hash = sha256_hex(piece)
             occurrence = seen.get(content_hash, 0)
@@ -228,7 +291,7 @@ def prepare_session_chunks(
                 provenance=prov,
                 path=path,
                 start_line=g + 1,
-                end_line=g + len(group),
+                end_line=end,
                 content_hash=content_hash,
                 revision=session.change_token,
                 text=piece,
@@ -241,4 +304,10 @@ def prepare_session_chunks(
             # The vector is the turn's own text (TURN_VECTORS); its neighbours reach
             # ranking through the lexical context fields.
             out.append(PreparedChunk(record=record, context=lexical_context, embed_text=piece))
-    return out
+    return SessionCut(chunks=out, settled_ids=settled_ids, settled_keys=settled_keys)
+
+
+def _windows(lines: list[str], max_tokens: int, chars_per_token: int) -> list[LineWindow]:
+    return line_windows(
+        lines, max_tokens=max_tokens, overlap_tokens=0, chars_per_token=chars_per_token
+    )

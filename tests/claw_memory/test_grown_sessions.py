@@ -3,6 +3,7 @@ afresh: what a one-turn sync writes is the new turns and the context they change
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,14 @@ import pytest
 from claw.plugin_sdk import InlineWorkerPool
 from claw_memory._index import MemoryIndex, open_memory_index
 from claw_memory._settings import MemoryCoreSettings
-from claw_memory._sync import turns_digest
-from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
+from claw_memory._sync import _session_change, turns_digest
+from claw_memory._transcripts import (
+    InMemoryTranscriptSource,
+    TranscriptSession,
+    TranscriptTurn,
+    cut_session,
+    prepare_session_chunks,
+)
 
 _WORDS = (
     "otter",
@@ -184,3 +191,74 @@ async def test_a_forgotten_session_that_grows_indexes_only_its_new_turns(tmp_pat
         assert report.chunks_added == 1
         found = await index.search("otter", mode="lexical")
         assert [h.excerpt for h in found.hits] == ["user: otter and heron"]
+
+
+@pytest.mark.parametrize("per_chunk", [1, 2, 3])
+def test_a_settled_cut_names_the_chunks_a_whole_cut_makes(per_chunk: int) -> None:
+    """Cutting the settled turns by id only names exactly the chunks a whole cut makes
+    of them (identical turns counted from the session's start, long turns in pieces,
+    tombstoned ones left out), and the rest in full as the whole cut makes them."""
+    rng = random.Random(per_chunk)
+    turns = [_turn(rng, n) for n in range(60)]
+    session = TranscriptSession("main", "dm:owner", "s1", "tok")
+    cut = functools.partial(
+        cut_session,
+        session,
+        turns,
+        turns_per_chunk=per_chunk,
+        context_turns=2,
+        max_tokens=64,
+        chars_per_token=4,
+    )
+    whole = cut(tombstones=frozenset()).chunks
+    ids = [c.record.chunk_id for c in whole]
+    assert len(set(c.record.content_hash for c in whole)) < len(whole)  # repeats counted
+    tombstones = frozenset(rng.sample(ids, 5))
+    whole = cut(tombstones=tombstones).chunks
+    for through in (0, 1, 7, 30, 59, 60, 99):
+        part = cut(tombstones=tombstones, settled_through=through)
+        settled = [c for c in whole if c.record.end_line <= through]
+        assert part.settled_ids == [c.record.chunk_id for c in settled]
+        assert part.settled_keys == [c.record.key for c in settled]
+        assert part.chunks == whole[len(settled) :]
+
+
+async def test_a_grown_session_whose_settled_rows_are_missing_writes_them(tmp_path: Path) -> None:
+    """A settled chunk the index does not hold (here: an index that synced fewer turns
+    than the state says) is written in full; the ones it holds are kept."""
+    settings = MemoryCoreSettings(min_score=0.0, sources=("sessions",), transcript_context_turns=2)
+    turns = [TranscriptTurn(f"e{i}", "user", "user", f"otter {i}", 1.7e9 + i) for i in range(12)]
+    session = TranscriptSession("main", "dm:owner", "s1", "t12")
+    prev_src, short_src = InMemoryTranscriptSource(), InMemoryTranscriptSource()
+    prev_src.put("main", "dm:owner", "s1", turns[:10])
+    short_src.put("main", "dm:owner", "s1", turns[:5])
+    async with _open(tmp_path / "prev", prev_src, transcript_context_turns=2) as prev:
+        await prev.sync()
+        (prev_state,) = prev._view.sources.values()
+    async with _open(tmp_path / "short", short_src, transcript_context_turns=2) as short:
+        await short.sync()
+        gen = short._view.generation
+        state, chunks, kept = _session_change(
+            session,
+            turns,
+            prev=prev_state,
+            generation=gen,
+            settings=settings,
+            tombstones=frozenset(),
+        )
+    assert state.size == 12 and kept is not None
+    # Turns 1-8 are settled by the state's count; the short index holds the chunks of
+    # 1-5 (a chunk's id is its text's, whatever its context): kept. 6-8 it never held:
+    # written in full, as the new turns are.
+    assert [c.record.end_line for c in chunks] == list(range(6, 13))
+    whole = prepare_session_chunks(
+        session,
+        turns,
+        turns_per_chunk=1,
+        context_turns=2,
+        max_tokens=settings.chunk_tokens,
+        chars_per_token=settings.chars_per_token,
+        tombstones=frozenset(),
+    )
+    assert chunks == whole[5:]
+    assert kept.dead_rows == () and kept.removed_ids == frozenset()
