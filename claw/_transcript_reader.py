@@ -45,6 +45,20 @@ class TranscriptTurnInfo:
     timestamp: float | None = None
 
 
+# How many turns a reader keeps, over the sessions it read last (see read_turns): a
+# few long sessions' worth (about 300 bytes a turn of chat).
+_CACHED_TURNS = 50_000
+
+
+@attrs.frozen
+class _KeptTurns:
+    """A session's visible turns through entry ``through_seq``: what reading it again
+    need not read (no entry before it belongs to a turn in flight)."""
+
+    through_seq: int
+    turns: tuple[TranscriptTurnInfo, ...]
+
+
 @attrs.define(eq=False)
 class TranscriptReader:
     """Read-only access to session transcripts, handed to plugins as ``api.transcripts``.
@@ -63,6 +77,8 @@ class TranscriptReader:
     _cache: dict[str | None, tuple[tuple[int, int], list[TranscriptSessionInfo]]] = attrs.field(
         factory=dict, init=False
     )
+    # Session id -> the turns read so far (see read_turns), least recently read first.
+    _turns: dict[str, _KeptTurns] = attrs.field(factory=dict, init=False)
 
     # -- host side (see TranscriptReaders) -------------------------------------------
 
@@ -150,13 +166,36 @@ class TranscriptReader:
         a memory search made during a turn must not find the turn's own question.
         Everything else is shown, including turns closed as failed or aborted and
         every turn after them.
+
+        Entries are never changed or deleted, so the turns read up to the first entry
+        of a turn in flight are kept (for the sessions read last, up to
+        :data:`_CACHED_TURNS` turns in all) and the next read reads only the entries
+        after them: a memory provider reads its live session after every turn, and
+        reading all of a 5,000-turn session cost 40 ms. A failed turn reopened to be
+        retried hides its entries again: a reopened turn inside the kept part drops
+        it.
         """
         store = self._store()
-        in_flight = {t.turn_id for t in await store.turns(session_id) if t.open}
-        turns: list[TranscriptTurnInfo] = []
-        for entry in await store.read_entries(session_id):
+        while True:
+            kept = self._turns.pop(session_id, None)
+            through = kept.through_seq if kept is not None else 0
+            # The entries before the ledger: a turn is admitted before its first entry
+            # and closed after its last, so an entry read here whose turn the ledger
+            # read next shows closed was never in flight when read.
+            entries = await store.read_entries(session_id, after_seq=through)
+            ledger = await store.turns(session_id)
+            in_flight = {t.turn_id: t.first_seq for t in ledger if t.open}
+            if kept is None or min(in_flight.values(), default=through + 1) > through:
+                break
+            # A turn of the kept part was reopened: read the session again, whole.
+        turns = list(kept.turns) if kept is not None else []
+        settled = True
+        for entry in entries:
             # Skip (never stop at) a turn in flight: what follows it must stay visible.
             if entry.turn_id is not None and entry.turn_id in in_flight:
+                if settled:
+                    settled = False
+                    self._keep(session_id, _KeptTurns(through, tuple(turns)))
                 continue
             message = entry.payload
             if isinstance(message, UserMessage) and message.text.strip():
@@ -165,6 +204,8 @@ class TranscriptReader:
             elif isinstance(message, AssistantMessage) and message.text.strip():
                 speaker = role = "assistant"
             else:
+                if settled:
+                    through = entry.seq
                 continue
             turns.append(
                 TranscriptTurnInfo(
@@ -175,7 +216,23 @@ class TranscriptReader:
                     timestamp=entry.created_at,
                 )
             )
+            if settled:
+                through = entry.seq
+        if settled:
+            self._keep(session_id, _KeptTurns(through, tuple(turns)))
         return turns
+
+    def _keep(self, session_id: str, kept: _KeptTurns) -> None:
+        """Keep ``kept`` as the session's turns read so far, the most recent of the
+        kept sessions; forget the least recently read beyond :data:`_CACHED_TURNS`."""
+        self._turns.pop(session_id, None)
+        if len(kept.turns) > _CACHED_TURNS:
+            return
+        self._turns[session_id] = kept
+        total = sum(len(k.turns) for k in self._turns.values())
+        while total > _CACHED_TURNS:
+            oldest = next(iter(self._turns))
+            total -= len(self._turns.pop(oldest).turns)
 
     async def read_visible_message_delta(
         self, session_id: str, cursor: TranscriptCursor | None = None

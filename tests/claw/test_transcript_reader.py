@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from claw import UserMessage
+from claw import InlineWorkerPool, UserMessage, _transcript_reader
+from claw._transcript_reader import TranscriptReader
+from claw.models import AssistantMessage, ToolCall, ToolResult
+from claw.turns import TranscriptStore, TurnStatus, open_transcript_store
 from claw_testing import (
     MemoryWorkspace,
     ScriptedModel,
@@ -136,3 +142,132 @@ async def test_listing_many_sessions_reads_the_transcript_store_once(
         assert {s.session_key for s in mine} == {f"dm:u{i}" for i in range(2, 30, 3)}
         changed = {s.session_key: s.change_token for s in mine}
         assert changed[row.session_key] == "3:3:" + changed[row.session_key].split(":")[2] + ":"
+
+
+class _NoSessions:
+    """A session lister with no rows (these tests read turns only)."""
+
+    async def list(self, agent_id: str | None = None) -> list[Any]:
+        return []
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TranscriptStore]:
+    if request.param == "postgresql":
+        from claw.state.postgres._stores import open_state
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        async with open_state(dsn, workers=InlineWorkerPool()) as state:
+            yield state.transcripts
+        return
+    async with open_transcript_store(tmp_path / "t.db", workers=InlineWorkerPool()) as opened:
+        yield opened
+
+
+def _reader(store: TranscriptStore) -> TranscriptReader:
+    reader = TranscriptReader(_NoSessions())
+    reader._attach(store)
+    return reader
+
+
+async def test_a_reader_reads_again_only_past_the_turns_it_kept(
+    ledger: TranscriptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns in flight, failed, with tool calls, across sessions: a reader that kept
+    what it read answers as a new reader does, and reads only the entries after the
+    first one in flight."""
+    rng = random.Random(5)
+    asked: list[int] = []
+    read_entries = ledger.read_entries
+
+    async def counting(session_id: str, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("after_seq", 0))
+        return await read_entries(session_id, **kwargs)
+
+    monkeypatch.setattr(ledger, "read_entries", counting)
+    kept = _reader(ledger)
+    open_turns: dict[str, str] = {}
+    # Per session: the last entry when it was last read, if no turn was in flight then.
+    settled_at: dict[str, int] = {}
+    incremental = 0
+    for step in range(60):
+        sid = rng.choice(["s1", "s2"])
+        key = f"agent:main:{sid}"
+        roll = rng.random()
+        if sid in open_turns and roll < 0.5:  # the turn in flight ends, or fails
+            turn_id = open_turns.pop(sid)
+            if rng.random() < 0.7:
+                await ledger.append(
+                    key, sid, [AssistantMessage(f"answer {step}")], turn_id=turn_id, terminal=True
+                )
+            else:
+                await ledger.close_turn(turn_id, TurnStatus.FAILED, "ModelError: down")
+        elif sid in open_turns:  # the turn in flight calls a tool
+            call = ToolCall(id=f"c{step}", name="lookup")
+            await ledger.append(
+                key,
+                sid,
+                [
+                    AssistantMessage(f"calling {step}", tool_calls=(call,)),
+                    call,
+                    ToolResult(call_id=f"c{step}", name="lookup", content="ok"),
+                ],
+                turn_id=open_turns[sid],
+            )
+        elif roll < 0.8:  # a turn is admitted
+            open_turns[sid] = f"t{step}"
+            await ledger.record_admitted(
+                key,
+                sid,
+                UserMessage(f"question {step}"),
+                turn_id=f"t{step}",
+                advancement_key=f"a{step}",
+            )
+        else:  # an entry of no turn
+            await ledger.append(key, sid, [UserMessage(f"note {step}")])
+        for s in ("s1", "s2"):
+            asked.clear()
+            got = await kept.read_turns(s)
+            assert got == await _reader(ledger).read_turns(s), f"step {step}"
+            if s in settled_at:
+                assert asked[0] == settled_at[s], f"step {step}"
+                incremental += 1
+            settled_at.pop(s, None)
+            if s not in open_turns:
+                settled_at[s] = (await ledger.stats(s)).last_seq
+    assert incremental >= 30
+
+
+async def test_a_reopened_turn_hides_its_entries_again_from_a_reader_that_kept_them(
+    ledger: TranscriptStore,
+) -> None:
+    reader = _reader(ledger)
+    await ledger.record_admitted(
+        "agent:main:chat", "s1", UserMessage("first"), turn_id="t1", advancement_key="a1"
+    )
+    assert await reader.read_turns("s1") == []
+    await ledger.close_turn("t1", TurnStatus.FAILED, "ModelError: down")
+    assert [t.text for t in await reader.read_turns("s1")] == ["first"]
+    await ledger.reopen_turn("t1")  # retried: in flight again
+    assert await reader.read_turns("s1") == []
+    await ledger.append(
+        "agent:main:chat", "s1", [AssistantMessage("done")], turn_id="t1", terminal=True
+    )
+    assert [t.text for t in await reader.read_turns("s1")] == ["first", "done"]
+
+
+async def test_a_reader_keeps_at_most_its_budget_of_turns(
+    ledger: TranscriptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_transcript_reader, "_CACHED_TURNS", 5)
+    reader = _reader(ledger)
+    for sid, n in (("s1", 3), ("s2", 2), ("s3", 6), ("s4", 2)):
+        turns = [UserMessage(f"{sid} {i}") for i in range(n)]
+        await ledger.append(f"agent:main:{sid}", sid, turns)
+    counts = [len(await reader.read_turns(sid)) for sid in ("s1", "s2", "s3", "s4")]
+    assert counts == [3, 2, 6, 2]
+    # s3 (6 turns) was never kept; s1 (3) made room for s4 (2) beside s2 (2).
+    assert {s: len(k.turns) for s, k in reader._turns.items()} == {"s2": 2, "s4": 2}
