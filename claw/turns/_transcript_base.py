@@ -62,11 +62,48 @@ class TranscriptOps:
     get_turn: Callable[..., AdmittedTurn]
 
 
+# How many visible messages a store keeps, over the sessions it read last (see
+# TranscriptStoreBase.visible_messages): a few long contexts' worth.
+_KEPT_MESSAGES = 20_000
+
+
+@attrs.define(eq=False)
+class VisibleHistories:
+    """The visible history of the sessions a store read last, each with the cursor it
+    was read to, up to ``limit`` messages in all (the least recently read go first; a
+    history longer than that alone is not kept)."""
+
+    limit: int = _KEPT_MESSAGES
+    _kept: dict[str, tuple[TranscriptCursor, tuple[Message, ...]]] = attrs.field(
+        factory=dict, init=False
+    )
+    _total: int = attrs.field(default=0, init=False)
+
+    def take(self, session_id: str) -> tuple[TranscriptCursor, tuple[Message, ...]] | None:
+        """The kept history of ``session_id`` (no longer kept), if any."""
+        found = self._kept.pop(session_id, None)
+        if found is not None:
+            self._total -= len(found[1])
+        return found
+
+    def keep(self, cursor: TranscriptCursor, messages: tuple[Message, ...]) -> None:
+        """Keep ``messages``, the visible history of ``cursor.session_id`` read to
+        ``cursor``, as the most recently read."""
+        self.take(cursor.session_id)
+        if len(messages) > self.limit:
+            return
+        self._kept[cursor.session_id] = (cursor, messages)
+        self._total += len(messages)
+        while self._total > self.limit:
+            oldest = next(iter(self._kept))
+            self._total -= len(self._kept.pop(oldest)[1])
+
+
 class TranscriptStoreBase(ABC):
     """Session transcripts and the turn ledger: the part every backend shares.
 
-    A subclass sets ``_ops`` and ``_sql`` and has ``_clock``, ``_owner_id`` and
-    ``_version`` attributes.
+    A subclass sets ``_ops`` and ``_sql`` and has ``_clock``, ``_owner_id``,
+    ``_version`` and ``_visible`` (a :class:`VisibleHistories`) attributes.
     """
 
     _ops: ClassVar[TranscriptOps]
@@ -74,6 +111,7 @@ class TranscriptStoreBase(ABC):
     _clock: Callable[[], float]
     _owner_id: str
     _version: int
+    _visible: VisibleHistories
 
     @abstractmethod
     async def _write(self, fn: Callable[..., Any], /, **kwargs: object) -> Any:
@@ -222,8 +260,22 @@ class TranscriptStoreBase(ABC):
         return delta
 
     async def visible_messages(self, session_id: str) -> tuple[Message, ...]:
-        """The whole visible history of a session (what a rebuild returns)."""
-        return (await self.read_session_transcript_visible_message_delta(session_id)).messages
+        """The whole visible history of a session (what a rebuild returns).
+
+        A turn reads it several times (to assemble the context, to time a flush and a
+        compaction), and every read of it whole decoded every entry since the last
+        compaction: a turn cost more the longer its context. Entries are never changed,
+        so the history read last is kept with its cursor and only the messages after
+        the cursor are read (the cursor API engines use); a compaction since, here or
+        in another process, makes that read a rebuild.
+        """
+        kept = self._visible.take(session_id)
+        delta = await self.read_session_transcript_visible_message_delta(
+            session_id, None if kept is None else kept[0]
+        )
+        messages = delta.messages if kept is None or delta.rebuilt else kept[1] + delta.messages
+        self._visible.keep(delta.cursor, messages)
+        return messages
 
     # -- the turn ledger -------------------------------------------------------
 
