@@ -15,12 +15,24 @@ serve``.
 
     python -m benchmarks.long_session [--turns 100,1000,5000] [--appends 12]
         [--config lexical|default] [--json]
+    python -m benchmarks.long_session --host [--turns 250,500,1000] [--appends 12] [--json]
 
 JSON (last line): ``turns`` (the lengths), ``sync_cpu_p50_ms`` and ``sync_wall_p50_ms``
 and ``search_cpu_p50_ms`` (lists, one figure per length), ``build_s``, and
 ``sync_growth`` = the one-turn sync's CPU at the longest session over that at the
 shortest (1.0: the cost does not grow with the session; ``turns_ratio`` is the ratio of
 the lengths, the growth of a cost in proportion to the session).
+
+With ``--host`` it measures whole turns instead: one host (thread workers, Memory
+Core's shipped settings) runs one session turn after turn with a scripted model (a
+context window no session here fills, so nothing is compacted), and at each length
+times the next turns: ``host.run_turn`` (reading the context, the model call, the
+appends, the ledger, the flush and compaction checks) and a memory search through the
+host right after it (``host.memory.open``, as a caller does), which starts the sync of
+the grown session in the host's background nursery. A cycle's CPU is the process's,
+every thread: all a turn costs, its search and (landing in the next cycle) its sync.
+JSON: ``cycle_cpu_p50_ms``, ``turn_wall_p50_ms``, ``search_wall_p50_ms`` per length,
+``turn_growth`` (cycle CPU, longest over shortest). ``--config`` does not apply.
 """
 
 from __future__ import annotations
@@ -116,11 +128,121 @@ async def _measure(turns: int, appends: int, config_name: str) -> dict[str, Any]
     }
 
 
+async def _measure_host(lengths: list[int], appends: int) -> list[dict[str, Any]]:
+    """One host (thread workers, the shipped Memory Core settings) and one session run
+    turn after turn with a scripted model; at each length, the next ``appends`` turns'
+    ``run_turn`` CPU and wall time (the first not counted)."""
+    import attrs
+
+    import claw
+    import claw_memory
+    from claw.memory import MemorySearchRequest
+    from claw_testing import ScriptedModel, harness_config
+    from claw_testing._harness import SCRIPTED_PROVIDER
+
+    total = lengths[-1] + (appends + 1)
+    texts = _turn_texts(2 * total)
+    # A context window no session here fills: what a turn costs before any compaction.
+    model = ScriptedModel([texts[2 * i + 1] for i in range(total)], context_window=10**8)
+    queries = [" ".join(t.split()[:4]) for t in texts[::7]]
+    out: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "ws").mkdir()
+        config = harness_config(
+            Path(tmp) / "ws",
+            Path(tmp) / "state",
+            plugin_config={"memory-core": {"embedder": "claw-static"}},
+        )
+        config = attrs.evolve(config, workers=claw.WorkersConfig())
+        async with (
+            claw.open_host(config, plugins=[claw_memory.plugin]) as host,
+            host.open_scope("bench") as scope,
+        ):
+            host.models.register_provider(SCRIPTED_PROVIDER, lambda name: model)
+            await host.sessions.create("dm:owner", agent_id="main", chat_type="direct")
+            ctx = scope.mint_caller_context(scope.mint_operator_authority({"operator.read"}))
+            done = 0
+
+            async def turn() -> tuple[float, float, float]:
+                # A cycle: the turn, then a search, whose sync of the grown session runs
+                # in the host's background nursery and so lands in the next cycle's CPU
+                # (a cycle's CPU is the process's, every thread: all a turn costs).
+                nonlocal done
+                cpu, wall = time.process_time(), time.perf_counter()
+                message = claw.UserMessage(texts[2 * done])
+                await host.run_turn("dm:owner", message, sender_is_owner=True)
+                turn_wall = time.perf_counter() - wall
+                searched = time.perf_counter()
+                async with host.memory.open(ctx) as handle:
+                    await handle.search(
+                        MemorySearchRequest(query=queries[done % len(queries)], max_results=10)
+                    )
+                done += 1
+                search_wall = time.perf_counter() - searched
+                return (time.process_time() - cpu) * 1e3, turn_wall * 1e3, search_wall * 1e3
+
+            for length in lengths:
+                while done < length:
+                    await turn()
+                timed = [await turn() for _ in range(appends + 1)][1:]
+                out.append(
+                    {
+                        "turns": length,
+                        "cycle_cpu_p50_ms": percentile([t[0] for t in timed], 50),
+                        "turn_wall_p50_ms": percentile([t[1] for t in timed], 50),
+                        "search_wall_p50_ms": percentile([t[2] for t in timed], 50),
+                    }
+                )
+    return out
+
+
+def _host_main(lengths: list[int], appends: int, as_json: bool) -> None:
+    load_before = load()
+    with threadpool_limits(limits=1, user_api="blas"):
+        rows = trio.run(_measure_host, lengths, appends)
+    print(
+        table(
+            ["turns", "cycle cpu ms", "run_turn wall ms", "search wall ms"],
+            [
+                [r["turns"], r["cycle_cpu_p50_ms"], r["turn_wall_p50_ms"], r["search_wall_p50_ms"]]
+                for r in rows
+            ],
+        )
+    )
+    growth = rows[-1]["cycle_cpu_p50_ms"] / rows[0]["cycle_cpu_p50_ms"]
+    ratio = lengths[-1] / lengths[0]
+    print(
+        f"a turn's CPU (turn, search, background sync), longest over shortest session: "
+        f"{growth:.1f}x (the sessions' lengths: {ratio:.0f}x); "
+        f"load {load_before:.1f} -> {load():.1f}"
+    )
+    if as_json:
+        emit_json(
+            {
+                "host": True,
+                "turns": lengths,
+                "cycle_cpu_p50_ms": [r["cycle_cpu_p50_ms"] for r in rows],
+                "turn_wall_p50_ms": [r["turn_wall_p50_ms"] for r in rows],
+                "search_wall_p50_ms": [r["search_wall_p50_ms"] for r in rows],
+                "turn_growth": growth,
+                "turns_ratio": ratio,
+                "load_before": load_before,
+                "load_after": load(),
+                "machine": machine(),
+            }
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.long_session", description=__doc__)
     p.add_argument("--turns", default="100,1000,5000", help="session lengths, comma-separated")
     p.add_argument("--appends", type=int, default=12, help="one-turn syncs measured per length")
     p.add_argument("--config", default="lexical", choices=("lexical", "default", "hash"))
+    p.add_argument(
+        "--host",
+        action="store_true",
+        help="whole turns on a host (run_turn with a scripted model), one session growing",
+    )
     p.add_argument("--json", action="store_true", help="print the JSON summary last")
     args = p.parse_args(argv)
     try:
@@ -129,6 +251,9 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--turns must be comma-separated whole numbers, got {args.turns!r}")
     if not lengths or lengths[0] < 1 or args.appends < 1:
         p.error("--turns needs lengths of at least 1 and --appends at least 1")
+    if args.host:
+        _host_main(lengths, args.appends, args.json)
+        return
     load_before = load()
     # One BLAS thread, as `claw serve` and the CLI run: OpenBLAS's idle threads spin
     # for a while after every product, which counted as the sync's CPU (a 5,000-turn

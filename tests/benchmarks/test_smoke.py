@@ -429,3 +429,14 @@ def test_long_session_benchmark_measures_one_turn_syncs_per_length(
     assert float(result["sync_growth"]) > 0  # type: ignore[arg-type]
     with pytest.raises(SystemExit):
         long_session.main(["--turns", "many"])
+
+
+def test_long_session_benchmark_times_whole_turns_on_a_host(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    long_session.main(["--host", "--json", "--turns", "6,3", "--appends", "2"])
+    result = _last_json(capsys)
+    assert result["host"] is True and result["turns"] == [3, 6]
+    for key in ("cycle_cpu_p50_ms", "turn_wall_p50_ms", "search_wall_p50_ms"):
+        assert all(v > 0 for v in result[key]), key  # type: ignore[attr-defined]
+    assert float(result["turn_growth"]) > 0  # type: ignore[arg-type]
