@@ -183,8 +183,8 @@ class TranscriptReader:
             # and closed after its last, so an entry read here whose turn the ledger
             # read next shows closed was never in flight when read.
             entries = await store.read_entries(session_id, after_seq=through)
-            ledger = await store.turns(session_id)
-            in_flight = {t.turn_id: t.first_seq for t in ledger if t.open}
+            ledger = await store.turns(session_id, open_only=True)
+            in_flight = {t.turn_id: t.first_seq for t in ledger}
             if kept is None or min(in_flight.values(), default=through + 1) > through:
                 break
             # A turn of the kept part was reopened: read the session again, whole.

@@ -239,9 +239,11 @@ def select_turns(
     session_id: str | None,
     pending_only: bool,
     session_key: str | None = None,
+    open_only: bool = False,
 ) -> tuple[AdmittedTurn, ...]:
     """Ledger rows in admission order, optionally of one session (by id or key),
-    optionally only pending."""
+    optionally only pending, or only in flight (read through the partial index of the
+    turns in flight, not the session's whole ledger)."""
     clauses: list[str] = []
     args: list[object] = []
     if session_id is not None:
@@ -252,6 +254,8 @@ def select_turns(
         args.append(session_key)
     if pending_only:
         clauses.append(PENDING)
+    if open_only:
+        clauses.append(OPEN)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
         sql.q(f"SELECT {COLUMNS} FROM {{ledger}} {where} ORDER BY {{order}}"), args

@@ -342,10 +342,18 @@ class TranscriptStoreBase(ABC):
         )
         return turns
 
-    async def turns(self, session_id: str | None = None) -> tuple[AdmittedTurn, ...]:
-        """Every ledger row (of one session, or all), in admission order."""
+    async def turns(
+        self, session_id: str | None = None, *, open_only: bool = False
+    ) -> tuple[AdmittedTurn, ...]:
+        """Every ledger row (of one session, or all), in admission order; with
+        ``open_only``, only the turns in flight (what a transcript reader skips: a
+        session's whole ledger grows with it)."""
         turns: tuple[AdmittedTurn, ...] = await self._read(
-            self._ops.select_turns, session_id=session_id, pending_only=False, session_key=None
+            self._ops.select_turns,
+            session_id=session_id,
+            pending_only=False,
+            session_key=None,
+            open_only=open_only,
         )
         return turns
 

@@ -604,10 +604,20 @@ def _committed_sync(
 
 
 def _select_turns_sync(
-    conn: sqlite3.Connection, *, session_id: str | None, pending_only: bool, session_key: str | None
+    conn: sqlite3.Connection,
+    *,
+    session_id: str | None,
+    pending_only: bool,
+    session_key: str | None,
+    open_only: bool = False,
 ) -> tuple[AdmittedTurn, ...]:
     return ledger_sql.select_turns(
-        conn, LEDGER, session_id=session_id, pending_only=pending_only, session_key=session_key
+        conn,
+        LEDGER,
+        session_id=session_id,
+        pending_only=pending_only,
+        session_key=session_key,
+        open_only=open_only,
     )
 
 

@@ -377,3 +377,16 @@ async def test_the_commit_queue_of_a_session_key_is_an_index_search(
         (KEY,),
     ).fetchall()
     assert "USING INDEX turn_ledger_pending" in plan[3]  # not a scan of the whole ledger
+
+
+async def test_the_turns_in_flight_are_read_alone_on_request(store: TranscriptStore) -> None:
+    await run_turn(store, "t1")  # ended
+    await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t2", advancement_key="a2")
+    await store.close_turn("t2", TurnStatus.FAILED, "ModelError: down")
+    await store.record_admitted(KEY, "sess-2", UserMessage("q"), turn_id="t3", advancement_key="a3")
+    await store.record_admitted(KEY, SID, UserMessage("q"), turn_id="t4", advancement_key="a4")
+    assert [t.turn_id for t in await store.turns(SID, open_only=True)] == ["t4"]
+    assert [t.turn_id for t in await store.turns(open_only=True)] == ["t3", "t4"]
+    every = await store.turns(SID)
+    assert [t.turn_id for t in every] == ["t1", "t2", "t4"]
+    assert await store.turns(SID, open_only=True) == tuple(t for t in every if t.open)
