@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from claw import InlineWorkerPool, UserMessage, _transcript_reader
+from claw import UserMessage, _transcript_reader
 from claw._transcript_reader import TranscriptReader
 from claw.models import AssistantMessage, ToolCall, ToolResult
-from claw.turns import TranscriptStore, TurnStatus, open_transcript_store
+from claw.turns import TranscriptStore, TurnStatus
 from claw_testing import (
     MemoryWorkspace,
     ScriptedModel,
@@ -154,17 +153,9 @@ class _NoSessions:
         return None
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TranscriptStore]:
-    if request.param == "postgresql":
-        from claw.state.postgres._stores import open_state
-
-        dsn = request.getfixturevalue("postgres_dsn")
-        async with open_state(dsn, workers=InlineWorkerPool()) as state:
-            yield state.transcripts
-        return
-    async with open_transcript_store(tmp_path / "t.db", workers=InlineWorkerPool()) as opened:
-        yield opened
+@pytest.fixture
+def ledger(ledger_store: TranscriptStore) -> TranscriptStore:
+    return ledger_store
 
 
 def _reader(store: TranscriptStore) -> TranscriptReader:

@@ -21,18 +21,10 @@ from claw.turns import (
 KEY, SID = "agent:main:chat", "sess-1"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TranscriptStore]:
-    """The ledger contract, run against both backends (PostgreSQL: the test server)."""
-    if request.param == "postgresql":
-        from claw.state.postgres._stores import open_state
-
-        dsn = request.getfixturevalue("postgres_dsn")
-        async with open_state(dsn, workers=InlineWorkerPool()) as state:
-            yield state.transcripts
-        return
-    async with open_transcript_store(tmp_path / "t.db", workers=InlineWorkerPool()) as opened:
-        yield opened
+@pytest.fixture
+def store(ledger_store: TranscriptStore) -> TranscriptStore:
+    """The ledger contract, run against both backends (see ``ledger_store``)."""
+    return ledger_store
 
 
 @pytest.fixture
