@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._errors import HostClosedError
+from ._recent import RecentlyRead
 from .models import AssistantMessage, UserMessage
 
 if TYPE_CHECKING:
@@ -77,8 +78,10 @@ class TranscriptReader:
     _cache: dict[str | None, tuple[tuple[int, int], list[TranscriptSessionInfo]]] = attrs.field(
         factory=dict, init=False
     )
-    # Session id -> the turns read so far (see read_turns), least recently read first.
-    _turns: dict[str, _KeptTurns] = attrs.field(factory=dict, init=False)
+    # Session id -> the turns read so far (see read_turns).
+    _turns: RecentlyRead[_KeptTurns] = attrs.field(
+        factory=lambda: RecentlyRead(_CACHED_TURNS, lambda kept: len(kept.turns)), init=False
+    )
 
     # -- host side (see TranscriptReaders) -------------------------------------------
 
@@ -177,7 +180,7 @@ class TranscriptReader:
         """
         store = self._store()
         while True:
-            kept = self._turns.pop(session_id, None)
+            kept = self._turns.take(session_id)
             through = kept.through_seq if kept is not None else 0
             # The entries before the ledger: a turn is admitted before its first entry
             # and closed after its last, so an entry read here whose turn the ledger
@@ -195,7 +198,7 @@ class TranscriptReader:
             if entry.turn_id is not None and entry.turn_id in in_flight:
                 if settled:
                     settled = False
-                    self._keep(session_id, _KeptTurns(through, tuple(turns)))
+                    self._turns.keep(session_id, _KeptTurns(through, tuple(turns)))
                 continue
             message = entry.payload
             if isinstance(message, UserMessage) and message.text.strip():
@@ -219,20 +222,8 @@ class TranscriptReader:
             if settled:
                 through = entry.seq
         if settled:
-            self._keep(session_id, _KeptTurns(through, tuple(turns)))
+            self._turns.keep(session_id, _KeptTurns(through, tuple(turns)))
         return turns
-
-    def _keep(self, session_id: str, kept: _KeptTurns) -> None:
-        """Keep ``kept`` as the session's turns read so far, the most recent of the
-        kept sessions; forget the least recently read beyond :data:`_CACHED_TURNS`."""
-        self._turns.pop(session_id, None)
-        if len(kept.turns) > _CACHED_TURNS:
-            return
-        self._turns[session_id] = kept
-        total = sum(len(k.turns) for k in self._turns.values())
-        while total > _CACHED_TURNS:
-            oldest = next(iter(self._turns))
-            total -= len(self._turns.pop(oldest).turns)
 
     async def read_visible_message_delta(
         self, session_id: str, cursor: TranscriptCursor | None = None

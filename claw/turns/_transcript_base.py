@@ -22,6 +22,7 @@ import attrs
 
 from claw.models import CompactionSummary, Message
 
+from .._recent import RecentlyRead
 from . import _transcript_core as core
 from ._ledger import AdmittedTurn, TurnStatus
 from ._transcript_core import (
@@ -67,43 +68,21 @@ class TranscriptOps:
 _KEPT_MESSAGES = 20_000
 
 
-@attrs.define(eq=False)
-class VisibleHistories:
-    """The visible history of the sessions a store read last, each with the cursor it
-    was read to, up to ``limit`` messages in all (the least recently read go first; a
-    history longer than that alone is not kept)."""
+VisibleHistory = tuple[TranscriptCursor, tuple[Message, ...]]
+"""A session's visible history as read to a cursor (what a store keeps)."""
 
-    limit: int = _KEPT_MESSAGES
-    _kept: dict[str, tuple[TranscriptCursor, tuple[Message, ...]]] = attrs.field(
-        factory=dict, init=False
-    )
-    _total: int = attrs.field(default=0, init=False)
 
-    def take(self, session_id: str) -> tuple[TranscriptCursor, tuple[Message, ...]] | None:
-        """The kept history of ``session_id`` (no longer kept), if any."""
-        found = self._kept.pop(session_id, None)
-        if found is not None:
-            self._total -= len(found[1])
-        return found
-
-    def keep(self, cursor: TranscriptCursor, messages: tuple[Message, ...]) -> None:
-        """Keep ``messages``, the visible history of ``cursor.session_id`` read to
-        ``cursor``, as the most recently read."""
-        self.take(cursor.session_id)
-        if len(messages) > self.limit:
-            return
-        self._kept[cursor.session_id] = (cursor, messages)
-        self._total += len(messages)
-        while self._total > self.limit:
-            oldest = next(iter(self._kept))
-            self._total -= len(self._kept.pop(oldest)[1])
+def visible_histories(limit: int = _KEPT_MESSAGES) -> RecentlyRead[VisibleHistory]:
+    """What a store keeps of the visible histories it read last, by session id: up to
+    ``limit`` messages in all."""
+    return RecentlyRead(limit, lambda kept: len(kept[1]))
 
 
 class TranscriptStoreBase(ABC):
     """Session transcripts and the turn ledger: the part every backend shares.
 
     A subclass sets ``_ops`` and ``_sql`` and has ``_clock``, ``_owner_id``,
-    ``_version`` and ``_visible`` (a :class:`VisibleHistories`) attributes.
+    ``_version`` and ``_visible`` (:func:`visible_histories`) attributes.
     """
 
     _ops: ClassVar[TranscriptOps]
@@ -111,7 +90,7 @@ class TranscriptStoreBase(ABC):
     _clock: Callable[[], float]
     _owner_id: str
     _version: int
-    _visible: VisibleHistories
+    _visible: RecentlyRead[VisibleHistory]
 
     @abstractmethod
     async def _write(self, fn: Callable[..., Any], /, **kwargs: object) -> Any:
@@ -274,7 +253,7 @@ class TranscriptStoreBase(ABC):
             session_id, None if kept is None else kept[0]
         )
         messages = delta.messages if kept is None or delta.rebuilt else kept[1] + delta.messages
-        self._visible.keep(delta.cursor, messages)
+        self._visible.keep(session_id, (delta.cursor, messages))
         return messages
 
     # -- the turn ledger -------------------------------------------------------

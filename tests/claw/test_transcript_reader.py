@@ -261,4 +261,4 @@ async def test_a_reader_keeps_at_most_its_budget_of_turns(
     counts = [len(await reader.read_turns(sid)) for sid in ("s1", "s2", "s3", "s4")]
     assert counts == [3, 2, 6, 2]
     # s3 (6 turns) was never kept; s1 (3) made room for s4 (2) beside s2 (2).
-    assert {s: len(k.turns) for s, k in reader._turns.items()} == {"s2": 2, "s4": 2}
+    assert reader._turns.sizes() == {"s2": 2, "s4": 2}

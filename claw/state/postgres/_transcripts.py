@@ -31,10 +31,16 @@ import psycopg
 import trio
 
 from ..._errors import HostClosedError
+from ..._recent import RecentlyRead
 from ...models import UserMessage
 from ...turns import _transcript_core as core
 from ...turns._ledger import AdmittedTurn, TurnLedgerError, TurnStatus
-from ...turns._transcript_base import TranscriptOps, TranscriptStoreBase, VisibleHistories
+from ...turns._transcript_base import (
+    TranscriptOps,
+    TranscriptStoreBase,
+    VisibleHistory,
+    visible_histories,
+)
 from ...turns._transcript_core import (
     TranscriptCursor,
     TranscriptDelta,
@@ -228,7 +234,7 @@ class PostgresTranscriptStore(TranscriptStoreBase):
     _clock: Callable[[], float]
     _owner_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     _version: int = attrs.field(default=0, init=False)
-    _visible: VisibleHistories = attrs.field(factory=VisibleHistories, init=False)
+    _visible: RecentlyRead[VisibleHistory] = attrs.field(factory=visible_histories, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
     async def aclose(self) -> None:

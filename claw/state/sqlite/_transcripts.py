@@ -64,9 +64,15 @@ from claw.models import (
     UserMessage,
 )
 
+from ..._recent import RecentlyRead
 from ...turns import _transcript_core as core
 from ...turns._ledger import AdmittedTurn, TurnIdTakenError, TurnStatus
-from ...turns._transcript_base import TranscriptOps, TranscriptStoreBase, VisibleHistories
+from ...turns._transcript_base import (
+    TranscriptOps,
+    TranscriptStoreBase,
+    VisibleHistory,
+    visible_histories,
+)
 from ...turns._transcript_core import (
     Appendable,
     CompactionInfo,
@@ -270,7 +276,7 @@ class TranscriptStore(TranscriptStoreBase):
     _path: str | None = attrs.field(default=None, alias="path", kw_only=True)
     _version: int = attrs.field(default=0, init=False)
     _data_version: int | None = attrs.field(default=None, init=False)
-    _visible: VisibleHistories = attrs.field(factory=VisibleHistories, init=False)
+    _visible: RecentlyRead[VisibleHistory] = attrs.field(factory=visible_histories, init=False)
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Move :attr:`version` after other processes' commits, until cancelled."""

@@ -15,7 +15,7 @@ import pytest
 from claw import InlineWorkerPool
 from claw.models import AssistantMessage, ToolCall, ToolResult, UserMessage
 from claw.turns import TranscriptCursor, TranscriptStore, open_transcript_store
-from claw.turns._transcript_base import VisibleHistories
+from claw.turns._transcript_base import visible_histories
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -88,17 +88,19 @@ async def test_visible_history_is_read_past_what_was_kept_and_equals_a_rebuild(
 
 
 def test_visible_histories_keep_their_budget_least_recently_read_first() -> None:
-    kept = VisibleHistories(limit=5)
+    kept = visible_histories(limit=5)
     messages = {
         s: tuple(UserMessage(f"{s}{i}") for i in range(n))
         for s, n in (("a", 2), ("b", 2), ("c", 6), ("d", 2))
     }
     for s, m in messages.items():
-        kept.keep(TranscriptCursor(s, 0, len(m)), m)
+        kept.keep(s, (TranscriptCursor(s, 0, len(m)), m))
     assert kept.take("c") is None  # longer than the budget alone: never kept
     assert kept.take("a") is None  # the least recently read made room for d
     found = kept.take("b")
     assert found is not None and found[1] == messages["b"]
     assert kept.take("b") is None  # taken
-    kept.keep(TranscriptCursor("b", 0, 2), messages["b"])
-    assert [kept.take(s) is not None for s in ("b", "d")] == [True, True]
+    kept.keep("b", (TranscriptCursor("b", 0, 2), messages["b"]))
+    assert kept.sizes() == {"d": 2, "b": 2}
+    kept.keep("d", (TranscriptCursor("d", 0, 4), messages["a"] + messages["b"]))
+    assert kept.sizes() == {"d": 4}  # grown: b, read less recently, made room
