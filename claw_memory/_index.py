@@ -66,7 +66,7 @@ from ._settings import MemoryCoreSettings, SearchMode, SourceKind
 from ._sources import MEMORY_CHUNKING
 from ._store import SCHEMA_VERSION, IndexForget, Store
 from ._sync import Syncer, SyncProgress
-from ._transcripts import TURN_VECTORS, TranscriptSource
+from ._transcripts import TURN_PIECES, TURN_VECTORS, TranscriptSource
 from ._types import ForgetResult, IndexStatus, ReadResult, SearchFilter, SearchResult, SyncReport
 from ._view import IndexView
 from ._writer import IndexWriter
@@ -92,6 +92,7 @@ def _identity(settings: MemoryCoreSettings, embedder: EmbeddingProvider | None) 
             "lexical_document": DOCUMENT_VERSION,
             "memory_chunks": MEMORY_CHUNKING,
             "turn_vectors": TURN_VECTORS,
+            "turn_pieces": TURN_PIECES,
             "records": RECORD_FORMAT,
             "provider": None if embedder is None else embedder.id,
             "model": None if embedder is None else embedder.model,

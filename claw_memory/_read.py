@@ -20,7 +20,7 @@ from ._errors import InvalidSearchError, SourcePathError
 from ._listing import SourceListing
 from ._settings import MemoryCoreSettings, SourceKind
 from ._sources import BINARY, NOT_UTF8, SYMLINK, FileEntry, too_large, unreadable
-from ._transcripts import render_turn, session_path
+from ._transcripts import render_turn, session_path, speaker_label
 from ._types import ReadResult
 from ._view import IndexView
 
@@ -59,6 +59,7 @@ class SourceReader:
                 )
             turns = await self.listing.read_turns(session)
             all_lines = [render_turn(t) for t in turns]
+            all_labels = [speaker_label(t) for t in turns]
             source: SourceKind = "sessions"
         else:
             if "\x00" in vpath:
@@ -94,6 +95,7 @@ class SourceReader:
         total = len(all_lines)
         end = total if lines is None else min(total, from_line - 1 + lines)
         selected = all_lines[from_line - 1 : end]
+        labels = all_labels[from_line - 1 : end]
         text = "\n".join(selected)
         truncated = end < total if lines is None else False
         budget = self.settings.read_max_chars
@@ -101,6 +103,7 @@ class SourceReader:
             text = text[:budget]
             kept = text.count("\n") + 1
             end = from_line - 1 + kept
+            labels = labels[:kept]
             truncated = True
         return ReadResult(
             path=vpath,
@@ -110,6 +113,7 @@ class SourceReader:
             total_lines=total,
             text=text,
             truncated=truncated,
+            labels=tuple(labels),
         )
 
 

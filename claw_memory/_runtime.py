@@ -80,6 +80,7 @@ from ._purge import purge_memory
 from ._ranking import RankedRow
 from ._records import ChunkRecord
 from ._search import SearchPage
+from ._transcripts import names_a_turn_piece
 from ._types import ReadResult, SearchFilter
 from ._writes import (
     PROVIDER_ID,
@@ -87,7 +88,6 @@ from ._writes import (
     daily_note_path,
     forget_reference,
     list_removals,
-    names_a_piece,
     piece_matcher,
     restore_removal,
 )
@@ -443,9 +443,16 @@ class MemoryCoreHandle(ProviderHandle["MemoryCoreService"]):
         if lines_revision(lines).startswith(wanted):
             return True
         if whole is not None:
-            # Transcript turns are cut with no overlap, a group of them or one turn
-            # (see claw_memory._transcripts.prepare_session_chunks).
-            return names_a_piece(lines, wanted, self.service.config.settings, overlap_tokens=0)
+            # Transcript turns are cut with no overlap, a group of them or one turn,
+            # each piece of a long turn starting with its speaker (turn_pieces).
+            settings = self.service.config.settings
+            return names_a_turn_piece(
+                lines,
+                cited.labels,
+                wanted,
+                max_tokens=settings.chunk_tokens,
+                chars_per_token=settings.chars_per_token,
+            )
         return piece_matcher(self.service, wanted)(lines)
 
     async def health(self) -> MemoryHealth:

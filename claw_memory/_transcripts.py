@@ -153,6 +153,16 @@ def render_turn(turn: TranscriptTurn) -> str:
     return f"{speaker}: {text}" if speaker else text
 
 
+def speaker_label(turn: TranscriptTurn) -> str:
+    """What :func:`render_turn` puts before a turn's text (``"assistant: "``), or ``""``."""
+    speaker = turn.speaker or turn.role
+    return f"{speaker}: " if speaker else ""
+
+
+def _labels(turns: Sequence[TranscriptTurn]) -> list[str]:
+    return [speaker_label(t) for t in turns]
+
+
 def date_text(timestamp: float | None) -> str:
     """The UTC day of ``timestamp`` in words (``"8 May 2023"``); empty without one.
 
@@ -174,6 +184,14 @@ def date_text(timestamp: float | None) -> str:
 #: with ``claw-static`` on the LongMemEval tuning split, vector-only turn recall@1 was
 #: 0.18 that way and 0.48 on a turn's own text (LoCoMo tuning: 0.14 and 0.24).
 TURN_VECTORS = "own/1"
+
+#: How a turn longer than the chunk budget is cut (part of the index identity):
+#: ``speaker/1``, every piece starts with the turn's speaker (:func:`_turn_pieces`).
+#: Until this version only the first did, so the rest of a long reply was ranked as
+#: nobody's: the assistant prior (``_ranking.priors``), which tells the turn by its
+#: text, let it through at full weight, and it was the top turn of 0.12 of the
+#: LongMemEval tuning questions.
+TURN_PIECES = "speaker/1"
 
 
 def prepare_session_chunks(
@@ -249,11 +267,11 @@ def cut_session(
             pieces = (
                 [body]
                 if estimate_tokens(body, chars_per_token) + 1 <= max_tokens
-                else [w.text for w in _windows(group_lines, max_tokens, chars_per_token)]
+                else turn_pieces(group_lines, _labels(group), max_tokens, chars_per_token)
             )
         else:
             body = "\n".join(group_lines)
-            pieces = [w.text for w in _windows(group_lines, max_tokens, chars_per_token)]
+            pieces = turn_pieces(group_lines, _labels(group), max_tokens, chars_per_token)
         if not body.strip():
             continue
         if end <= settled_through:
@@ -311,3 +329,59 @@ def _windows(lines: list[str], max_tokens: int, chars_per_token: int) -> list[Li
     return line_windows(
         lines, max_tokens=max_tokens, overlap_tokens=0, chars_per_token=chars_per_token
     )
+
+
+# A speaker label may take at most this share of a piece's budget; a longer one (a
+# speaker named at great length) leaves the pieces after the first without it.
+_LABEL_SHARE = 4
+
+
+def turn_pieces(
+    lines: Sequence[str], labels: Sequence[str], max_tokens: int, chars_per_token: int
+) -> list[str]:
+    """The pieces a group of rendered turns (``lines``, each starting with its
+    speaker's label in ``labels``: :func:`speaker_label`) is indexed as, within
+    ``max_tokens`` each.
+
+    Whole lines are windowed together; a line longer than the budget is cut alone,
+    and every piece of it starts with the turn's speaker label, as the first does by
+    rendering: the third piece of a long reply is still the assistant's, for the
+    priors that tell a turn by its text and for whoever reads the hit. A get checks
+    a hit's revision against these pieces (:func:`names_a_turn_piece`).
+    """
+    lines = list(lines)
+    pieces: list[str] = []
+    for w in _windows(lines, max_tokens, chars_per_token):
+        line = lines[w.start - 1]
+        if w.start != w.end or estimate_tokens(line, chars_per_token) < max_tokens:
+            pieces.append(w.text)
+            continue
+        if w.part:
+            continue  # the line's pieces were all cut with its first
+        label = labels[w.start - 1]
+        room = max_tokens - estimate_tokens(label, chars_per_token)
+        if (
+            not label
+            or not line.startswith(label)
+            or room * _LABEL_SHARE < max_tokens * (_LABEL_SHARE - 1)
+        ):
+            pieces.extend(p.text for p in _windows([line], max_tokens, chars_per_token))
+            continue
+        text = line[len(label) :]
+        pieces.extend(label + p.text for p in _windows([text], room, chars_per_token))
+    return pieces
+
+
+def names_a_turn_piece(
+    lines: Sequence[str],
+    labels: Sequence[str],
+    wanted: str,
+    *,
+    max_tokens: int,
+    chars_per_token: int,
+) -> bool:
+    """Whether ``wanted`` (a lower-case revision or its prefix) is the hash of one of
+    the pieces :func:`turn_pieces` cuts these turns into when they are longer than a
+    chunk: a hit on a piece cites all of the group's turns with the piece's hash."""
+    pieces = turn_pieces(lines, labels, max_tokens, chars_per_token)
+    return len(pieces) > 1 and any(sha256_hex(p).startswith(wanted) for p in pieces)

@@ -117,6 +117,9 @@ class ReadResult:
     truncated: bool
     revision: str | None = None
     """For a memory file: the SHA-256 of the bytes read (the revision hits carry)."""
+    labels: tuple[str, ...] = ()
+    """For a transcript: the speaker label each turn read starts with (``"user: "``;
+    ``""`` for a turn without a speaker), which every piece of a long turn repeats."""
 
 
 @attrs.frozen

@@ -26,7 +26,7 @@ def sessions_index(
     for sid, turns in sessions.items():
         src.put("a", f"agent:a:{sid}", sid, turns)
     ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
+    ws.mkdir(parents=True, exist_ok=True)
     return open_memory_index(
         workspace_dir=ws,
         index_dir=tmp_path / "idx",

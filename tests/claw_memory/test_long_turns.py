@@ -1,0 +1,143 @@
+"""A turn longer than a chunk is cut into pieces that each say who speaks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from claw.plugin_sdk.search import estimate_tokens
+from claw_memory._transcripts import (
+    TranscriptSession,
+    TranscriptTurn,
+    names_a_turn_piece,
+    prepare_session_chunks,
+    render_turn,
+    speaker_label,
+    turn_pieces,
+)
+
+from ._sessions import sessions_index
+
+_SESSION = TranscriptSession("a", "agent:a:s1", "s1", "3:s1-2")
+_BUDGET = 40  # tokens a chunk (4 characters a token): 160 characters
+
+
+def _cut(turns: list[TranscriptTurn], turns_per_chunk: int = 1) -> list[str]:
+    chunks = prepare_session_chunks(
+        _SESSION,
+        turns,
+        turns_per_chunk=turns_per_chunk,
+        context_turns=1,
+        max_tokens=_BUDGET,
+        chars_per_token=4,
+        tombstones=frozenset(),
+    )
+    return [c.record.text for c in chunks]
+
+
+_LONG = " ".join(f"word{i:03d} of a long reply," for i in range(60))
+
+
+@pytest.mark.parametrize("turns_per_chunk", [1, 2])
+def test_every_piece_of_a_long_turn_starts_with_its_speaker(turns_per_chunk: int) -> None:
+    turns = [
+        TranscriptTurn("s1-1", "user", "user", "tell me everything"),
+        TranscriptTurn("s1-2", "assistant", "assistant", _LONG),
+    ]
+    pieces = _cut(turns, turns_per_chunk)
+    reply = [p for p in pieces if not p.startswith("user: ")]
+    assert len(reply) > 3
+    assert all(p.startswith("assistant: ") for p in reply)
+    assert all(estimate_tokens(p, 4) <= _BUDGET for p in reply)
+    # Nothing of the reply is lost or repeated: the pieces' bodies are its text.
+    assert "".join(p.removeprefix("assistant: ") for p in reply) == _LONG
+
+
+def test_a_long_turn_without_a_speaker_is_cut_by_the_budget_alone() -> None:
+    turn = TranscriptTurn("s1-1", "", "", _LONG)
+    pieces = _cut([turn])
+    assert len(pieces) > 3
+    assert "".join(pieces) == _LONG
+    assert speaker_label(turn) == ""
+
+
+def test_a_speaker_label_too_long_for_the_budget_is_not_repeated() -> None:
+    name = "x" * 120  # 30 of the 40 tokens
+    turn = TranscriptTurn("s1-1", "user", name, _LONG)
+    pieces = _cut([turn])
+    assert pieces[0].startswith(f"{name}: ")
+    assert not pieces[1].startswith(name)
+    assert "".join(pieces) == render_turn(turn)
+
+
+def test_a_later_pieces_hash_names_a_piece_of_the_cited_turns() -> None:
+    turn = TranscriptTurn("s1-2", "assistant", "assistant", _LONG)
+    lines, labels = [render_turn(turn)], [speaker_label(turn)]
+    pieces = turn_pieces(lines, labels, _BUDGET, 4)
+    from claw.plugin_sdk.search import sha256_hex
+
+    for piece in pieces:
+        assert names_a_turn_piece(
+            lines, labels, sha256_hex(piece), max_tokens=_BUDGET, chars_per_token=4
+        )
+    assert not names_a_turn_piece(
+        lines, labels, sha256_hex(lines[0]), max_tokens=_BUDGET, chars_per_token=4
+    )
+
+
+# The user said what they bought once; the assistant's long reply talks of it at
+# length, its later pieces more densely than the user's turn. Those pieces are still
+# the assistant's, and the speaker prior counts them so.
+_FILLER = " ".join(f"tip{i:02d} about cooking outdoors," for i in range(30))
+_TURNS = [
+    ("user", "I just bought a smoker today, excited to try some brisket"),
+    (
+        "assistant",
+        f"Congratulations! {_FILLER} and now the smoker: a smoker for brisket wants"
+        " low heat, so keep the smoker steady and let the brisket rest; buy a good"
+        " probe thermometer for it.",
+    ),
+    ("user", "thanks, that helps"),
+]
+
+
+def _index(tmp_path: Path, **settings: Any) -> Any:
+    turns = [
+        TranscriptTurn(f"s1-{i}", role, role, text, 1_700_000_000.0 + i)
+        for i, (role, text) in enumerate(_TURNS)
+    ]
+    return sessions_index(tmp_path, {"s1": turns}, chunk_tokens=60, chunk_overlap=0, **settings)
+
+
+_QUERY = "When did I buy the smoker for brisket?"
+
+
+async def _hits(tmp_path: Path, **settings: Any) -> list[Any]:
+    async with _index(tmp_path, **settings) as index:
+        return list((await index.search(_QUERY, mode="lexical")).hits)
+
+
+async def test_a_later_piece_of_a_long_reply_counts_as_the_assistants(tmp_path: Path) -> None:
+    hits = await _hits(tmp_path)
+    assert hits[0].entry_ids == ("s1-0",)
+    reply = [h for h in hits if h.entry_ids == ("s1-1",)]
+    assert len(reply) >= 3
+    assert all(h.excerpt.startswith("assistant: ") for h in reply)
+
+
+async def test_the_prior_weighs_every_piece_of_a_reply_alike(tmp_path: Path) -> None:
+    weighted = await _hits(tmp_path / "weighted", assistant_weight=0.5)
+    flat = await _hits(tmp_path / "flat", assistant_weight=1.0)
+    by_chunk = {h.chunk_id: h.score for h in flat}
+    reply = [h for h in weighted if h.entry_ids == ("s1-1",)]
+    assert len(reply) >= 3
+    for h in reply:
+        assert h.score == pytest.approx(0.5 * by_chunk[h.chunk_id])
+
+
+async def test_without_a_speaker_prior_the_replys_denser_piece_wins(tmp_path: Path) -> None:
+    # The fixture's premise: it is the prior, not the words, that puts the user first.
+    hits = await _hits(tmp_path, assistant_weight=1.0)
+    assert hits[0].entry_ids == ("s1-1",)
