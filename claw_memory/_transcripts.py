@@ -382,6 +382,16 @@ def names_a_turn_piece(
 ) -> bool:
     """Whether ``wanted`` (a lower-case revision or its prefix) is the hash of one of
     the pieces :func:`turn_pieces` cuts these turns into when they are longer than a
-    chunk: a hit on a piece cites all of the group's turns with the piece's hash."""
+    chunk: a hit on a piece cites all of the group's turns with the piece's hash.
+
+    A piece as indexes cut it before ``TURN_PIECES`` (the label on the first piece
+    only) still counts: a reference an agent kept from then names the same turns,
+    unchanged, and reads them back.
+    """
     pieces = turn_pieces(lines, labels, max_tokens, chars_per_token)
-    return len(pieces) > 1 and any(sha256_hex(p).startswith(wanted) for p in pieces)
+    if len(pieces) < 2:
+        return False
+    if any(sha256_hex(p).startswith(wanted) for p in pieces):
+        return True
+    before = _windows(list(lines), max_tokens, chars_per_token)
+    return any(sha256_hex(w.text).startswith(wanted) for w in before)

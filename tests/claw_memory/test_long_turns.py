@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from claw.plugin_sdk.search import estimate_tokens
+from claw.plugin_sdk.search import estimate_tokens, line_windows, sha256_hex
 from claw_memory._transcripts import (
     TranscriptSession,
     TranscriptTurn,
@@ -76,8 +76,6 @@ def test_a_later_pieces_hash_names_a_piece_of_the_cited_turns() -> None:
     turn = TranscriptTurn("s1-2", "assistant", "assistant", _LONG)
     lines, labels = [render_turn(turn)], [speaker_label(turn)]
     pieces = turn_pieces(lines, labels, _BUDGET, 4)
-    from claw.plugin_sdk.search import sha256_hex
-
     for piece in pieces:
         assert names_a_turn_piece(
             lines, labels, sha256_hex(piece), max_tokens=_BUDGET, chars_per_token=4
@@ -85,6 +83,19 @@ def test_a_later_pieces_hash_names_a_piece_of_the_cited_turns() -> None:
     assert not names_a_turn_piece(
         lines, labels, sha256_hex(lines[0]), max_tokens=_BUDGET, chars_per_token=4
     )
+
+
+def test_a_piece_cut_before_labels_were_repeated_still_names_its_turn() -> None:
+    # A reference an agent kept from an index cut the old way (the label on the first
+    # piece only) cites the same, unchanged turn: it still reads back.
+    turn = TranscriptTurn("s1-2", "assistant", "assistant", _LONG)
+    lines, labels = [render_turn(turn)], [speaker_label(turn)]
+    old = line_windows(lines, max_tokens=_BUDGET, overlap_tokens=0, chars_per_token=4)
+    assert len(old) > 2 and not old[1].text.startswith("assistant: ")
+    for w in old:
+        assert names_a_turn_piece(
+            lines, labels, sha256_hex(w.text), max_tokens=_BUDGET, chars_per_token=4
+        )
 
 
 # The user said what they bought once; the assistant's long reply talks of it at
