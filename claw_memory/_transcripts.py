@@ -256,6 +256,9 @@ def cut_session(
     settled_ids: list[str] = []
     settled_keys: list[int] = []
     seen: dict[str, int] = {}
+    # With any chunk forgotten, the pieces as indexes cut them before TURN_PIECES are
+    # named too (their own occurrence count), so a forgotten one keeps its text out.
+    seen_before: dict[str, int] | None = {} if tombstones else None
     for g in range(0, len(turns), turns_per_chunk):
         group = turns[g : g + turns_per_chunk]
         end = g + len(group)
@@ -274,13 +277,26 @@ def cut_session(
             pieces = turn_pieces(group_lines, _labels(group), max_tokens, chars_per_token)
         if not body.strip():
             continue
+        hashes = [sha256_hex(piece) for piece in pieces]
+        forgotten: set[int] = set()
+        if seen_before is not None:
+            forgotten = _forgotten_before(
+                prov,
+                group,
+                group_lines,
+                pieces,
+                hashes,
+                seen_before=seen_before,
+                tombstones=tombstones,
+                max_tokens=max_tokens,
+                chars_per_token=chars_per_token,
+            )
         if end <= settled_through:
-            for piece in pieces:
-                content_hash = sha256_hex(piece)
+            for k, content_hash in enumerate(hashes):
                 occurrence = seen.get(content_hash, 0)
                 seen[content_hash] = occurrence + 1
                 cid = chunk_id_for("sessions", prov, content_hash, occurrence)
-                if cid not in tombstones:
+                if cid not in tombstones and k not in forgotten:
                     settled_ids.append(cid)
                     settled_keys.append(chunk_key(cid))
             continue
@@ -295,12 +311,11 @@ def cut_session(
             far="\n".join(lines[lo:near_lo] + lines[near_hi:hi]),
             date=date_text(group[-1].timestamp),
         ).encode()
-        for piece in pieces:
-            content_hash = sha256_hex(piece)
+        for k, (piece, content_hash) in enumerate(zip(pieces, hashes, strict=True)):
             occurrence = seen.get(content_hash, 0)
             seen[content_hash] = occurrence + 1
             cid = chunk_id_for("sessions", prov, content_hash, occurrence)
-            if cid in tombstones:
+            if cid in tombstones or k in forgotten:
                 continue
             record = ChunkRecord(
                 chunk_id=cid,
@@ -370,6 +385,73 @@ def turn_pieces(
         text = line[len(label) :]
         pieces.extend(label + p.text for p in _windows([text], room, chars_per_token))
     return pieces
+
+
+def _forgotten_before(
+    prov: str,
+    group: Sequence[TranscriptTurn],
+    group_lines: list[str],
+    pieces: list[str],
+    hashes: list[str],
+    *,
+    seen_before: dict[str, int],
+    tombstones: Mapping[str, object] | frozenset[str] | set[str],
+    max_tokens: int,
+    chars_per_token: int,
+) -> set[int]:
+    """Which of a group's ``pieces`` hold text of a piece forgotten as an index cut it
+    before ``TURN_PIECES`` (the speaker on the first piece only): a forget made then
+    tombstoned that piece's id, which the new cut no longer makes.
+
+    Counts the group's old pieces into ``seen_before`` (their ids count identical
+    pieces from the session's start, as the new ones do). A group the old cut made
+    the same pieces of needs nothing more (its ids are the same). Otherwise a one-turn
+    group leaves out the new pieces that overlap a forgotten old one, and a group of
+    several turns all of its pieces when any old one was forgotten.
+    """
+    before = (
+        pieces
+        if len(pieces) == 1
+        else [w.text for w in _windows(group_lines, max_tokens, chars_per_token)]
+    )
+    if before == pieces:
+        for content_hash in hashes:
+            seen_before[content_hash] = seen_before.get(content_hash, 0) + 1
+        return set()
+    gone: list[int] = []
+    for j, piece in enumerate(before):
+        content_hash = sha256_hex(piece)
+        occurrence = seen_before.get(content_hash, 0)
+        seen_before[content_hash] = occurrence + 1
+        if chunk_id_for("sessions", prov, content_hash, occurrence) in tombstones:
+            gone.append(j)
+    if not gone:
+        return set()
+    everything = set(range(len(pieces)))
+    line = group_lines[0]
+    if len(group_lines) != 1 or "".join(before) != line:
+        return everything
+    old_spans = []
+    at = 0
+    for piece in before:
+        old_spans.append((at, at + len(piece)))
+        at += len(piece)
+    label = speaker_label(group[0])
+    new_spans = []
+    at = 0
+    for k, piece in enumerate(pieces):
+        if k and (not label or not piece.startswith(label)):
+            return everything
+        own = piece if k == 0 else piece[len(label) :]
+        if line[at : at + len(own)] != own:
+            return everything
+        new_spans.append((at, at + len(own)))
+        at += len(own)
+    return {
+        k
+        for k, (a, b) in enumerate(new_spans)
+        if any(a < old_spans[j][1] and old_spans[j][0] < b for j in gone)
+    }
 
 
 def names_a_turn_piece(

@@ -152,3 +152,94 @@ async def test_without_a_speaker_prior_the_replys_denser_piece_wins(tmp_path: Pa
     # The fixture's premise: it is the prior, not the words, that puts the user first.
     hits = await _hits(tmp_path, assistant_weight=1.0)
     assert hits[0].entry_ids == ("s1-1",)
+
+
+# A forget made before every piece said who speaks tombstoned a piece of the old cut,
+# whose id the new cut no longer makes: its text must stay out all the same.
+_PROV = "sessions:a\x1fagent:a:s1\x1fs1"
+
+
+def _old_ids(turns: list[TranscriptTurn], turns_per_chunk: int = 1) -> list[tuple[str, str]]:
+    """(id, text) of every piece as the cut before TURN_PIECES made them."""
+    from claw.plugin_sdk.search import chunk_id_for
+
+    seen: dict[str, int] = {}
+    out = []
+    lines = [render_turn(t) for t in turns]
+    for g in range(0, len(lines), turns_per_chunk):
+        group = lines[g : g + turns_per_chunk]
+        for w in line_windows(group, max_tokens=_BUDGET, overlap_tokens=0, chars_per_token=4):
+            h = sha256_hex(w.text)
+            occurrence = seen.get(h, 0)
+            seen[h] = occurrence + 1
+            out.append((chunk_id_for("sessions", _PROV, h, occurrence), w.text))
+    return out
+
+
+def _cut_forgetting(
+    turns: list[TranscriptTurn], tombstones: set[str], turns_per_chunk: int = 1
+) -> list[str]:
+    from claw_memory._transcripts import cut_session
+
+    def cut(settled: int) -> Any:
+        return cut_session(
+            _SESSION,
+            turns,
+            turns_per_chunk=turns_per_chunk,
+            context_turns=1,
+            max_tokens=_BUDGET,
+            chars_per_token=4,
+            tombstones=tombstones,
+            settled_through=settled,
+        )
+
+    whole = cut(0)
+    # Naming the turns as settled leaves out the same pieces.
+    assert cut(len(turns)).settled_ids == [c.record.chunk_id for c in whole.chunks]
+    return [c.record.text for c in whole.chunks]
+
+
+def test_a_piece_forgotten_under_the_old_cut_keeps_its_text_out() -> None:
+    turns = [
+        TranscriptTurn("s1-1", "user", "user", "tell me everything"),
+        TranscriptTurn("s1-2", "assistant", "assistant", _LONG),
+    ]
+    line = render_turn(turns[1])
+    old = _old_ids(turns)
+    forgotten_id, forgotten_text = old[3]  # the reply's third piece
+    start = line.index(forgotten_text)
+    gone = range(start, start + len(forgotten_text))
+    texts = _cut_forgetting(turns, {forgotten_id})
+    reply = [t for t in texts if t.startswith("assistant: ")]
+    # No kept piece holds any of the forgotten text; only the pieces it reaches went.
+    for k, piece in enumerate(reply):
+        body = piece if line.startswith(piece) else piece.removeprefix("assistant: ")
+        at = line.index(body)
+        assert at + len(body) <= gone.start or at >= gone.stop, k
+    assert 0 < len(reply) < len(_cut(turns)) - 1
+    assert "user: tell me everything" in texts
+
+
+def test_a_piece_forgotten_under_the_old_cut_of_several_turns_drops_their_group() -> None:
+    turns = [
+        TranscriptTurn("s1-1", "user", "user", "tell me everything"),
+        TranscriptTurn("s1-2", "assistant", "assistant", _LONG),
+        TranscriptTurn("s1-3", "user", "user", "thanks"),
+        TranscriptTurn("s1-4", "assistant", "assistant", "you are welcome"),
+    ]
+    old = _old_ids(turns, turns_per_chunk=2)
+    texts = _cut_forgetting(turns, {old[2][0]}, turns_per_chunk=2)
+    assert not any("word" in t for t in texts)
+    assert texts == ["user: thanks\nassistant: you are welcome"]
+
+
+def test_a_forget_of_a_short_turn_is_unchanged_by_the_new_cut() -> None:
+    turns = [
+        TranscriptTurn("s1-1", "user", "user", "tell me everything"),
+        TranscriptTurn("s1-2", "assistant", "assistant", _LONG),
+        TranscriptTurn("s1-3", "user", "user", "thanks"),
+    ]
+    old = _old_ids(turns)
+    texts = _cut_forgetting(turns, {old[-1][0]})
+    assert "user: thanks" not in texts
+    assert sum(t.startswith("assistant: ") for t in texts) == len(_cut(turns)) - 2
