@@ -243,3 +243,51 @@ def test_a_forget_of_a_short_turn_is_unchanged_by_the_new_cut() -> None:
     texts = _cut_forgetting(turns, {old[-1][0]})
     assert "user: thanks" not in texts
     assert sum(t.startswith("assistant: ") for t in texts) == len(_cut(turns)) - 2
+
+
+async def test_a_session_forgotten_before_the_new_cut_stays_forgotten_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An index built and a session forgotten with the old cut (the label on the first
+    # piece only); then the upgrade: the identity changes, the index is rebuilt with
+    # the new cut, and none of the forgotten session's turns may come back.
+    import claw_memory._index
+    import claw_memory._transcripts as transcripts
+
+    def long_session(word: str, prefix: str) -> list[TranscriptTurn]:
+        reply = " ".join(f"{word}{i:03d} hangar note," for i in range(60))
+        return [
+            TranscriptTurn(f"{prefix}-0", "user", "user", f"where is the {word} kept", 1.7e9),
+            TranscriptTurn(f"{prefix}-1", "assistant", "assistant", reply, 1.7e9 + 1),
+        ]
+
+    sessions = {"forgotten": long_session("zeppelin", "f"), "kept": long_session("airship", "k")}
+
+    def index() -> Any:
+        return sessions_index(tmp_path, sessions, chunk_tokens=60, chunk_overlap=0)
+
+    def old_cut(lines: Any, labels: Any, max_tokens: int, chars_per_token: int) -> list[str]:
+        windows = line_windows(
+            list(lines), max_tokens=max_tokens, overlap_tokens=0, chars_per_token=chars_per_token
+        )
+        return [w.text for w in windows]
+
+    async def reply_pieces(idx: Any, word: str) -> list[Any]:
+        hits = (await idx.search(f"{word} hangar note", mode="lexical")).hits
+        return [h for h in hits if h.entry_ids[0].endswith("-1")]
+
+    with monkeypatch.context() as m:
+        m.setattr(transcripts, "turn_pieces", old_cut)
+        m.setattr(claw_memory._index, "TURN_PIECES", "before")
+        async with index() as idx:
+            old = await reply_pieces(idx, "zeppelin")
+            assert len(old) > 2
+            assert not all(h.excerpt.startswith("assistant: ") for h in old)  # the old cut
+            await idx.forget(session_id="forgotten")
+            assert await reply_pieces(idx, "zeppelin") == []
+    async with index() as idx:
+        kept = await reply_pieces(idx, "airship")
+        assert len(kept) > 2
+        assert all(h.excerpt.startswith("assistant: ") for h in kept)  # rebuilt, cut anew
+        hits = (await idx.search("zeppelin hangar note kept", mode="lexical")).hits
+        assert hits and all(h.entry_ids[0].startswith("k-") for h in hits)
