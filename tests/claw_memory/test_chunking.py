@@ -156,3 +156,25 @@ def test_a_memory_chunk_carries_the_hash_of_what_it_embeds(lines: list[str]) -> 
     )
     for c in chunks:
         assert c.embed_hash == sha256_hex(c.embed_text) == c.record.content_hash
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.text(_CHARS, min_size=1, max_size=900),
+        st.text(st.sampled_from("ab .é"), min_size=1, max_size=900),
+        st.text(st.sampled_from("ab 東京"), min_size=1, max_size=900),
+    ),
+    st.integers(-2, 80),
+    st.integers(1, 6),
+)
+def test_a_long_line_is_cut_as_the_budget_counts_character_by_character(
+    line: str, max_tokens: int, chars_per_token: int
+) -> None:
+    # A line without CJK is cut in slices; the character-by-character count is the
+    # rule, and every line (with CJK or not) is cut exactly as it would cut it.
+    from claw.plugin_sdk.search._chunking import _cut_by_budget, _cut_long_line
+
+    assert _cut_long_line(line, max_tokens, chars_per_token) == _cut_by_budget(
+        line, max_tokens, chars_per_token
+    )
