@@ -7,14 +7,16 @@ session of N turns, then appends turns one at a time, syncing after each, and re
 per N the CPU and wall time of a one-turn sync and of the search right after it.
 
 Turns are synthetic chat lines (words of the seeded Zipf corpus, 20-60 words each,
-alternating user and assistant, one a minute), in an in-memory transcript source, so
+alternating user and assistant, one a minute; ``--reply-chars N``: every reply at
+least N characters, so that a reply longer than a chunk is cut into pieces), in an
+in-memory transcript source, so
 the figures are Memory Core's alone (the host's transcript store is not read). Each N
 gets a fresh index, the same embedder and the same worker pool; the first sync after
 the build is a warm-up and not counted. Numpy's BLAS runs one thread, as in ``claw
 serve``.
 
     python -m benchmarks.long_session [--turns 100,1000,5000] [--appends 12]
-        [--config lexical|default] [--json]
+        [--config lexical|default] [--reply-chars N] [--json]
     python -m benchmarks.long_session --host [--turns 250,500,1000] [--appends 12] [--json]
 
 JSON (last line): ``turns`` (the lengths), ``sync_cpu_p50_ms`` and ``sync_wall_p50_ms``
@@ -52,17 +54,27 @@ from ._corpus import Corpus
 _START = 1.7e9  # epoch seconds of the first turn
 
 
-def _turn_texts(count: int) -> list[str]:
-    """``count`` chat-like lines of 20-60 corpus words."""
+def _turn_texts(count: int, reply_chars: int = 0) -> list[str]:
+    """``count`` chat-like lines of 20-60 corpus words; with ``reply_chars``, every
+    second line (the assistant's) runs on with the corpus's next words to at least
+    that many characters, as a model's replies do."""
     corpus = Corpus(seed=5, vocab=20_000)
+    texts = corpus.chunk_texts(count)
     out = []
-    for i, text in enumerate(corpus.chunk_texts(count)):
+    for i, text in enumerate(texts):
         words = text.split()
-        out.append(" ".join(words[: 20 + (i * 7) % 41]))
+        line = " ".join(words[: 20 + (i * 7) % 41])
+        k = i + 1
+        while i % 2 and len(line) < reply_chars:
+            line = f"{line} {texts[k % len(texts)]}"
+            k += 1
+        out.append(line)
     return out
 
 
-async def _measure(turns: int, appends: int, config_name: str) -> dict[str, Any]:
+async def _measure(
+    turns: int, appends: int, config_name: str, reply_chars: int = 0
+) -> dict[str, Any]:
     from benchmarks import _retrieval
     from claw.plugin_sdk import ThreadWorkerPool
     from claw_memory._index import open_memory_index
@@ -70,7 +82,7 @@ async def _measure(turns: int, appends: int, config_name: str) -> dict[str, Any]
     from claw_memory._transcripts import InMemoryTranscriptSource, TranscriptTurn
 
     (config,) = _retrieval.configs_for([config_name])
-    texts = _turn_texts(turns + appends + 1)
+    texts = _turn_texts(turns + appends + 1, reply_chars)
     queries = [" ".join(t.split()[:4]) for t in texts[: turns : max(1, turns // appends)]]
 
     def turn(i: int) -> TranscriptTurn:
@@ -239,6 +251,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--appends", type=int, default=12, help="one-turn syncs measured per length")
     p.add_argument("--config", default="lexical", choices=("lexical", "default", "hash"))
     p.add_argument(
+        "--reply-chars",
+        type=int,
+        default=0,
+        help="assistant replies of at least this many characters (longer than a chunk"
+        " from about 1,600: cut into pieces)",
+    )
+    p.add_argument(
         "--host",
         action="store_true",
         help="whole turns on a host (run_turn with a scripted model), one session growing",
@@ -251,6 +270,8 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--turns must be comma-separated whole numbers, got {args.turns!r}")
     if not lengths or lengths[0] < 1 or args.appends < 1:
         p.error("--turns needs lengths of at least 1 and --appends at least 1")
+    if args.reply_chars < 0:
+        p.error(f"--reply-chars must be at least 0, got {args.reply_chars}")
     if args.host:
         _host_main(lengths, args.appends, args.json)
         return
@@ -259,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     # for a while after every product, which counted as the sync's CPU (a 5,000-turn
     # default sync measured 101 ms of CPU in 59 ms of wall time, 44 ms with one).
     with threadpool_limits(limits=1, user_api="blas"):
-        rows = [trio.run(_measure, n, args.appends, args.config) for n in lengths]
+        rows = [trio.run(_measure, n, args.appends, args.config, args.reply_chars) for n in lengths]
     print(
         table(
             ["turns", "chunks", "build s", "sync cpu ms", "sync wall ms", "search cpu ms"],
@@ -280,13 +301,15 @@ def main(argv: list[str] | None = None) -> None:
     ratio = lengths[-1] / lengths[0]
     print(
         f"one-turn sync CPU, longest over shortest session: {growth:.1f}x "
-        f"(the sessions' lengths: {ratio:.0f}x); config {args.config}, "
+        f"(the sessions' lengths: {ratio:.0f}x); config {args.config}, replies of "
+        f"{args.reply_chars or 'corpus'} characters, "
         f"load {load_before:.1f} -> {load():.1f}"
     )
     if args.json:
         emit_json(
             {
                 "config": args.config,
+                "reply_chars": args.reply_chars,
                 "turns": lengths,
                 "chunks": [r["chunks"] for r in rows],
                 "build_s": [r["build_s"] for r in rows],

@@ -429,6 +429,19 @@ def test_long_session_benchmark_measures_one_turn_syncs_per_length(
     assert float(result["sync_growth"]) > 0  # type: ignore[arg-type]
     with pytest.raises(SystemExit):
         long_session.main(["--turns", "many"])
+    with pytest.raises(SystemExit):
+        long_session.main(["--reply-chars", "-1"])
+
+
+def test_long_session_benchmark_cuts_long_replies_into_pieces(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    long_session.main(["--json", "--turns", "8", "--appends", "1", "--reply-chars", "4000"])
+    result = _last_json(capsys)
+    assert result["reply_chars"] == 4000
+    # Four replies of at least 4,000 characters: three pieces or more each.
+    chunks = result["chunks"]
+    assert isinstance(chunks, list) and chunks[0] >= 4 + 4 * 3
 
 
 def test_long_session_benchmark_times_whole_turns_on_a_host(
