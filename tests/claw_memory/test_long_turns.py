@@ -9,10 +9,11 @@ import pytest
 
 from claw.plugin_sdk.search import estimate_tokens, line_windows, sha256_hex
 from claw_memory._transcripts import (
+    SessionCut,
     TranscriptSession,
     TranscriptTurn,
+    cut_session,
     names_a_turn_piece,
-    prepare_session_chunks,
     render_turn,
     speaker_label,
     turn_pieces,
@@ -24,17 +25,27 @@ _SESSION = TranscriptSession("a", "agent:a:s1", "s1", "3:s1-2")
 _BUDGET = 40  # tokens a chunk (4 characters a token): 160 characters
 
 
-def _cut(turns: list[TranscriptTurn], turns_per_chunk: int = 1) -> list[str]:
-    chunks = prepare_session_chunks(
+def _session_cut(
+    turns: list[TranscriptTurn],
+    *,
+    turns_per_chunk: int = 1,
+    tombstones: frozenset[str] | set[str] = frozenset(),
+    settled: int = 0,
+) -> SessionCut:
+    return cut_session(
         _SESSION,
         turns,
         turns_per_chunk=turns_per_chunk,
         context_turns=1,
         max_tokens=_BUDGET,
         chars_per_token=4,
-        tombstones=frozenset(),
+        tombstones=tombstones,
+        settled_through=settled,
     )
-    return [c.record.text for c in chunks]
+
+
+def _cut(turns: list[TranscriptTurn], turns_per_chunk: int = 1) -> list[str]:
+    return [c.record.text for c in _session_cut(turns, turns_per_chunk=turns_per_chunk).chunks]
 
 
 _LONG = " ".join(f"word{i:03d} of a long reply," for i in range(60))
@@ -179,23 +190,12 @@ def _old_ids(turns: list[TranscriptTurn], turns_per_chunk: int = 1) -> list[tupl
 def _cut_forgetting(
     turns: list[TranscriptTurn], tombstones: set[str], turns_per_chunk: int = 1
 ) -> list[str]:
-    from claw_memory._transcripts import cut_session
-
-    def cut(settled: int) -> Any:
-        return cut_session(
-            _SESSION,
-            turns,
-            turns_per_chunk=turns_per_chunk,
-            context_turns=1,
-            max_tokens=_BUDGET,
-            chars_per_token=4,
-            tombstones=tombstones,
-            settled_through=settled,
-        )
-
-    whole = cut(0)
+    whole = _session_cut(turns, turns_per_chunk=turns_per_chunk, tombstones=tombstones)
     # Naming the turns as settled leaves out the same pieces.
-    assert cut(len(turns)).settled_ids == [c.record.chunk_id for c in whole.chunks]
+    settled = _session_cut(
+        turns, turns_per_chunk=turns_per_chunk, tombstones=tombstones, settled=len(turns)
+    )
+    assert settled.settled_ids == [c.record.chunk_id for c in whole.chunks]
     return [c.record.text for c in whole.chunks]
 
 
