@@ -11,6 +11,7 @@ which is what authorization and turn-level evaluation need.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -186,7 +187,7 @@ def date_text(timestamp: float | None) -> str:
 TURN_VECTORS = "own/1"
 
 #: How a turn longer than the chunk budget is cut (part of the index identity):
-#: ``speaker/1``, every piece starts with the turn's speaker (:func:`_turn_pieces`).
+#: ``speaker/1``, every piece starts with the turn's speaker (:func:`turn_pieces`).
 #: Until this version only the first did, so the rest of a long reply was ranked as
 #: nobody's: the assistant prior (``_ranking.priors``), which tells the turn by its
 #: text, let it through at full weight, and it was the top turn of 0.12 of the
@@ -429,29 +430,28 @@ def _forgotten_before(
         return set()
     everything = set(range(len(pieces)))
     line = group_lines[0]
-    if len(group_lines) != 1 or "".join(before) != line:
-        return everything
-    old_spans = []
-    at = 0
-    for piece in before:
-        old_spans.append((at, at + len(piece)))
-        at += len(piece)
     label = speaker_label(group[0])
-    new_spans = []
-    at = 0
-    for k, piece in enumerate(pieces):
-        if k and (not label or not piece.startswith(label)):
-            return everything
-        own = piece if k == 0 else piece[len(label) :]
-        if line[at : at + len(own)] != own:
-            return everything
-        new_spans.append((at, at + len(own)))
-        at += len(own)
+    # What of the line each new piece holds: the first with its label, the rest after it.
+    own = [pieces[0], *(p[len(label) :] for p in pieces[1:])]
+    if (
+        len(group_lines) != 1
+        or "".join(before) != line
+        or "".join(own) != line
+        or not (label and all(p.startswith(label) for p in pieces[1:]))
+    ):
+        return everything
+    old_spans = _spans(before)
     return {
         k
-        for k, (a, b) in enumerate(new_spans)
+        for k, (a, b) in enumerate(_spans(own))
         if any(a < old_spans[j][1] and old_spans[j][0] < b for j in gone)
     }
+
+
+def _spans(parts: Sequence[str]) -> list[tuple[int, int]]:
+    """Where each of ``parts``, laid end to end from 0, starts and ends."""
+    ends = list(itertools.accumulate(len(p) for p in parts))
+    return [(end - len(p), end) for p, end in zip(parts, ends, strict=True)]
 
 
 def names_a_turn_piece(
