@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import struct
 from pathlib import Path
@@ -257,3 +258,18 @@ def test_distillation_fitted_to_a_corpus_is_deterministic(tmp_path: Path) -> Non
     assert table.meta["fit"].endswith("texts=4")
     assert not table.vectors[VOCAB.index("the")].any()
     assert not np.array_equal(table.vectors, before.vectors)
+
+
+def test_the_shipped_table_has_the_width_the_documented_distillation_gives() -> None:
+    """``claw/_data/static_minilm.npz`` is what ``_distil`` makes by default (the command
+    in its docstring and the table's NOTICE): the width and name say so, and the
+    embedder's vectors are that wide. A table re-made at another width without changing
+    the default (or the other way round) fails here."""
+    from claw.plugin_sdk.search._static_embedder import PACKAGED_TABLE
+
+    table = StaticTable.load(PACKAGED_TABLE)
+    width = inspect.signature(_distil.distil).parameters["dims"].default
+    assert table.dims == width == table.meta["dims"] == 128
+    assert table.name == f"static-all-MiniLM-L6-v2-{width}-2"
+    assert f"--dims {width} --name {table.name}" in " ".join(str(_distil.__doc__).split())
+    assert StaticEmbedder(table=table).embed_sync(["the production deploy"]).shape == (1, width)
