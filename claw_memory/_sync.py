@@ -15,8 +15,12 @@ earlier turns: only the chunks of its new turns and of the last turns whose cont
 window the new ones entered are written, and those they replace removed
 (:func:`_session_change`). The earlier turns are only named (their chunk ids, which
 count identical pieces from the session's start), not cut into records, contexts and
-analysis again. A one-turn sync then costs what changed, and a pass over the session's
-text to name its chunks (at 5,000 turns 19 ms against 112 for cutting it whole).
+analysis again. The syncer keeps each session's groups as its last cut named them
+(:class:`~._transcripts.SessionNames`: the groups' turns and their pieces' hashes), so
+a settled group whose turns are unchanged is named without rendering, cutting or
+hashing its text again (while no chunk is forgotten). A one-turn sync then costs what
+changed, and a pass over the session's kept names (at 5,000 turns, a third of them
+2,400-character replies, a one-turn sync's CPU fell from 175-229 ms to 86-87 ms).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ._settings import MemoryCoreSettings
 from ._sources import FileEntry, prepare_file_chunks, read_source
 from ._store import SourceChange, SourceState, Store
 from ._transcripts import (
+    SessionNames,
     TranscriptSession,
     TranscriptTurn,
     cut_session,
@@ -90,6 +95,9 @@ class Syncer:
     publisher: Publisher
     #: When the last sync ended (epoch seconds), for status.
     last_sync_at: float | None = None
+    #: Each session's groups as its last cut named them (a grown session's settled
+    #: turns are named from them: :class:`~._transcripts.SessionNames`).
+    names: SessionNames = attrs.field(factory=SessionNames)
     #: The transcript sessions the last run left the index holding, with the source's
     #: listing version read before it (see :meth:`take_listing`).
     _listed: tuple[object | None, dict[str, str]] | None = attrs.field(default=None, init=False)
@@ -185,6 +193,7 @@ class Syncer:
                         generation=generation,
                         settings=settings,
                         tombstones=view.tombstones,
+                        names=self.names,
                     )
                 )
                 batch.append((state, chunks, kept))
@@ -440,6 +449,7 @@ def _session_change(
     generation: Generation,
     settings: MemoryCoreSettings,
     tombstones: frozenset[str],
+    names: SessionNames | None = None,
 ) -> tuple[SourceState, list[PreparedChunk], _Kept | None]:
     """A changed session's new state and the chunks to write (blocking).
 
@@ -476,6 +486,7 @@ def _session_change(
         max_tokens=settings.chunk_tokens,
         chars_per_token=settings.chars_per_token,
         tombstones=tombstones,
+        names=names,
     )
     if not grew or old_size is None or prev is None or prefix != prev.hash:
         return state, cut().chunks, None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
@@ -232,6 +233,82 @@ class SessionCut:
     settled_keys: list[int]
 
 
+@attrs.frozen
+class _Named:
+    """What naming a group of turns needs, kept from an earlier cut of its session:
+    what tells it is the same group (its turns' entry ids and the hash of its turns:
+    the turns themselves are not held, so a kept name pins no transcript text) and its
+    pieces' content hashes (``()`` for a blank group, which makes no chunk)."""
+
+    entry_ids: tuple[str, ...]
+    fingerprint: int
+    hashes: tuple[str, ...]
+
+    @staticmethod
+    def of(group: tuple[TranscriptTurn, ...], hashes: tuple[str, ...]) -> _Named:
+        return _Named(tuple(t.entry_id for t in group), hash(group), hashes)
+
+    def names(self, group: tuple[TranscriptTurn, ...]) -> bool:
+        """Whether this names ``group``: the same entries with the same fields (told by
+        their hash, keyed per process: a match by chance is a 64-bit coincidence)."""
+        return (
+            len(self.entry_ids) == len(group)
+            and all(a == t.entry_id for a, t in zip(self.entry_ids, group, strict=True))
+            and self.fingerprint == hash(group)
+        )
+
+
+# Groups whose names are kept, all sessions together (a one-piece group's entry is
+# about 300 bytes, so about 80 MB at most).
+_NAMED_GROUPS = 1 << 18
+
+
+@attrs.define(eq=False)
+class SessionNames:
+    """The content hashes of the groups each session was last cut into, so that a sync
+    of a grown session names its settled groups without rendering, cutting and hashing
+    their turns again (most of what naming a long session cost: at 5,000 turns, a third
+    of them 2,400-character replies, about 100 ms of a one-turn sync).
+
+    A group's pieces depend only on its turns and the chunk budget, so a kept entry
+    holds while the group's turns are equal (a session whose turns changed is cut
+    anew where they differ). Bounded by :data:`_NAMED_GROUPS` groups in all, the least
+    recently cut sessions going first; a sync takes a session's entry and puts it back,
+    one thread at a time (the lock), so two syncs never share one.
+    """
+
+    limit: int = _NAMED_GROUPS
+    _kept: dict[tuple[str, int, int, int], list[_Named]] = attrs.field(factory=dict, init=False)
+    _total: int = attrs.field(default=0, init=False)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+
+    def take(self, key: tuple[str, int, int, int]) -> list[_Named]:
+        with self._lock:
+            found = self._kept.pop(key, None)
+            if found is None:
+                return []
+            self._total -= len(found)
+            return found
+
+    def keep(self, key: tuple[str, int, int, int], named: list[_Named]) -> None:
+        with self._lock:
+            old = self._kept.pop(key, None)
+            if old is not None:
+                self._total -= len(old)
+            if len(named) > self.limit:
+                return
+            self._kept[key] = named
+            self._total += len(named)
+            while self._total > self.limit:
+                oldest = next(iter(self._kept))
+                self._total -= len(self._kept.pop(oldest))
+
+    def groups(self) -> int:
+        """How many groups are kept (for tests and status)."""
+        with self._lock:
+            return self._total
+
+
 def cut_session(
     session: TranscriptSession,
     turns: Sequence[TranscriptTurn],
@@ -242,17 +319,35 @@ def cut_session(
     chars_per_token: int,
     tombstones: Mapping[str, object] | frozenset[str] | set[str],
     settled_through: int = 0,
+    names: SessionNames | None = None,
 ) -> SessionCut:
     """:func:`prepare_session_chunks`, with the chunks of the groups ending by turn
     ``settled_through`` named only (their ids and keys, as they would be in full).
 
     A sync of a grown session keeps those chunks' rows when the index has them: it
     needs their ids, which count identical pieces from the session's start, but not
-    their records, contexts and analysis (most of what cutting a turn costs).
+    their records, contexts and analysis (most of what cutting a turn costs). With
+    ``names``, a settled group whose turns are those of the session's last cut is
+    named from the hashes kept then, without rendering, cutting or hashing it (not
+    while any chunk is forgotten: then every group's old pieces are named too).
     """
     prov = session_provenance(session)
     path = session_path(session)
-    lines = [render_turn(t) for t in turns]
+    key = (prov, turns_per_chunk, max_tokens, chars_per_token)
+    kept = names.take(key) if names is not None else []
+    named: list[_Named] = []
+    # Lines are rendered where they are read: a group cut in full and its context.
+    rendered: dict[int, str] = {}
+
+    def lines_of(start: int, stop: int) -> list[str]:
+        found = []
+        for i in range(start, stop):
+            line = rendered.get(i)
+            if line is None:
+                line = rendered[i] = render_turn(turns[i])
+            found.append(line)
+        return found
+
     out: list[PreparedChunk] = []
     settled_ids: list[str] = []
     settled_keys: list[int] = []
@@ -260,10 +355,21 @@ def cut_session(
     # With any chunk forgotten, the pieces as indexes cut them before TURN_PIECES are
     # named too (their own occurrence count), so a forgotten one keeps its text out.
     seen_before: dict[str, int] | None = {} if tombstones else None
-    for g in range(0, len(turns), turns_per_chunk):
-        group = turns[g : g + turns_per_chunk]
+    for n, g in enumerate(range(0, len(turns), turns_per_chunk)):
+        group = tuple(turns[g : g + turns_per_chunk])
         end = g + len(group)
-        group_lines = lines[g:end]
+        settled = end <= settled_through
+        earlier = kept[n] if n < len(kept) else None
+        if settled and seen_before is None and earlier is not None and earlier.names(group):
+            named.append(earlier)
+            for content_hash in earlier.hashes:
+                occurrence = seen.get(content_hash, 0)
+                seen[content_hash] = occurrence + 1
+                cid = chunk_id_for("sessions", prov, content_hash, occurrence)
+                settled_ids.append(cid)
+                settled_keys.append(chunk_key(cid))
+            continue
+        group_lines = lines_of(g, end)
         if len(group_lines) == 1:
             body = group_lines[0]
             # One line within the budget is its own only piece (what line_windows
@@ -277,8 +383,10 @@ def cut_session(
             body = "\n".join(group_lines)
             pieces = turn_pieces(group_lines, _labels(group), max_tokens, chars_per_token)
         if not body.strip():
+            named.append(_Named.of(group, ()))
             continue
         hashes = [sha256_hex(piece) for piece in pieces]
+        named.append(_Named.of(group, tuple(hashes)))
         forgotten: set[int] = set()
         if seen_before is not None:
             forgotten = _forgotten_before(
@@ -292,7 +400,7 @@ def cut_session(
                 max_tokens=max_tokens,
                 chars_per_token=chars_per_token,
             )
-        if end <= settled_through:
+        if settled:
             for k, content_hash in enumerate(hashes):
                 occurrence = seen.get(content_hash, 0)
                 seen[content_hash] = occurrence + 1
@@ -308,8 +416,8 @@ def cut_session(
         speakers = " ".join(dict.fromkeys(t.speaker for t in group if t.speaker))
         lexical_context = LexicalContext(
             speakers=speakers,
-            near="\n".join(lines[near_lo:g] + lines[end:near_hi]),
-            far="\n".join(lines[lo:near_lo] + lines[near_hi:hi]),
+            near="\n".join(lines_of(near_lo, g) + lines_of(end, near_hi)),
+            far="\n".join(lines_of(lo, near_lo) + lines_of(near_hi, hi)),
             date=date_text(group[-1].timestamp),
         ).encode()
         for k, (piece, content_hash) in enumerate(zip(pieces, hashes, strict=True)):
@@ -338,6 +446,8 @@ def cut_session(
             # The vector is the turn's own text (TURN_VECTORS); its neighbours reach
             # ranking through the lexical context fields.
             out.append(PreparedChunk(record=record, context=lexical_context, embed_text=piece))
+    if names is not None:
+        names.keep(key, named)
     return SessionCut(chunks=out, settled_ids=settled_ids, settled_keys=settled_keys)
 
 
