@@ -169,9 +169,16 @@ def test_keyboard_interrupt_while_waiting_cancels_the_call(bridge: TrioThread) -
 
     def interrupt() -> None:  # a real SIGINT, as Ctrl-C sends: it wakes the blocked wait
         started.wait()
-        while not _blocked_in_result(main):  # the signal must find the caller waiting
-            time.sleep(0.001)
-        signal.pthread_kill(main, signal.SIGINT)
+        while not call.done():
+            while not _blocked_in_result(main):  # the signal must find the caller waiting
+                time.sleep(0.001)
+            signal.pthread_kill(main, signal.SIGINT)
+            # A signal that lands while the caller is in ``wait``'s Python lines, before
+            # its lock blocks, is handled only at the next bytecode, which the blocked
+            # thread never reaches (it hung a suite once): press Ctrl-C again, as a user
+            # would, but only after the call had five seconds to be cancelled and unwind,
+            # so that a signal that was handled never meets a second one.
+            call.wait(5.0)
 
     helper = threading.Thread(target=interrupt)
     helper.start()
