@@ -79,7 +79,7 @@ class TranscriptReader:
         factory=dict, init=False
     )
     # Session id -> the turns read so far (see read_turns).
-    _turns: RecentlyRead[_KeptTurns] = attrs.field(
+    _turns: RecentlyRead[str, _KeptTurns] = attrs.field(
         factory=lambda: RecentlyRead(_CACHED_TURNS, lambda kept: len(kept.turns)), init=False
     )
 

@@ -16,11 +16,12 @@ window the new ones entered are written, and those they replace removed
 (:func:`_session_change`). The earlier turns are only named (their chunk ids, which
 count identical pieces from the session's start), not cut into records, contexts and
 analysis again. The syncer keeps each session's groups as its last cut named them
-(:class:`~._transcripts.SessionNames`: the groups' turns and their pieces' hashes), so
-a settled group whose turns are unchanged is named without rendering, cutting or
-hashing its text again (while no chunk is forgotten). A one-turn sync then costs what
-changed, and a pass over the session's kept names (at 5,000 turns, a third of them
-2,400-character replies, a one-turn sync's CPU fell from 175-229 ms to 86-87 ms).
+(:class:`~._transcripts.SessionNames`: each group's entry ids, a hash of its turns and
+its pieces' hashes), so a settled group whose turns are unchanged is named without
+rendering, cutting or hashing its text again (while no chunk is forgotten). A one-turn
+sync then costs what changed, and a pass over the session's kept names (at 5,000 turns,
+a third of them 2,400-character replies, a one-turn sync's CPU fell from 175-229 ms to
+86-87 ms).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class Syncer:
     last_sync_at: float | None = None
     #: Each session's groups as its last cut named them (a grown session's settled
     #: turns are named from them: :class:`~._transcripts.SessionNames`).
-    names: SessionNames = attrs.field(factory=SessionNames)
+    names: SessionNames = attrs.field(factory=SessionNames, init=False)
     #: The transcript sessions the last run left the index holding, with the source's
     #: listing version read before it (see :meth:`take_listing`).
     _listed: tuple[object | None, dict[str, str]] | None = attrs.field(default=None, init=False)

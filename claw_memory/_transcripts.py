@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import attrs
 
+from claw.plugin_sdk import RecentlyRead
 from claw.plugin_sdk.search import (
     LineWindow,
     chunk_id_for,
@@ -251,11 +252,8 @@ class _Named:
     def names(self, group: tuple[TranscriptTurn, ...]) -> bool:
         """Whether this names ``group``: the same entries with the same fields (told by
         their hash, keyed per process: a match by chance is a 64-bit coincidence)."""
-        return (
-            len(self.entry_ids) == len(group)
-            and all(a == t.entry_id for a, t in zip(self.entry_ids, group, strict=True))
-            and self.fingerprint == hash(group)
-        )
+        same_entries = self.entry_ids == tuple(t.entry_id for t in group)
+        return same_entries and self.fingerprint == hash(group)
 
 
 # Groups whose names are kept, all sessions together (a one-piece group's entry is
@@ -263,50 +261,43 @@ class _Named:
 _NAMED_GROUPS = 1 << 18
 
 
+_CutKey = tuple[str, int, int, int]
+
+
 @attrs.define(eq=False)
 class SessionNames:
     """The content hashes of the groups each session was last cut into, so that a sync
     of a grown session names its settled groups without rendering, cutting and hashing
     their turns again (most of what naming a long session cost: at 5,000 turns, a third
-    of them 2,400-character replies, about 100 ms of a one-turn sync).
+    of them 2,400-character replies, about 90-140 ms of a one-turn sync).
 
     A group's pieces depend only on its turns and the chunk budget, so a kept entry
     holds while the group's turns are equal (a session whose turns changed is cut
-    anew where they differ). Bounded by :data:`_NAMED_GROUPS` groups in all, the least
-    recently cut sessions going first; a sync takes a session's entry and puts it back,
-    one thread at a time (the lock), so two syncs never share one.
+    anew where they differ). Bounded by ``limit`` groups in all, the least recently
+    cut sessions going first (:class:`~claw.plugin_sdk.RecentlyRead`); a sync takes a
+    session's entry and puts it back, one thread at a time (the lock), so two syncs
+    never share one.
     """
 
     limit: int = _NAMED_GROUPS
-    _kept: dict[tuple[str, int, int, int], list[_Named]] = attrs.field(factory=dict, init=False)
-    _total: int = attrs.field(default=0, init=False)
+    _kept: RecentlyRead[_CutKey, list[_Named]] = attrs.field(init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
-    def take(self, key: tuple[str, int, int, int]) -> list[_Named]:
-        with self._lock:
-            found = self._kept.pop(key, None)
-            if found is None:
-                return []
-            self._total -= len(found)
-            return found
+    def __attrs_post_init__(self) -> None:
+        self._kept = RecentlyRead(self.limit, len)
 
-    def keep(self, key: tuple[str, int, int, int], named: list[_Named]) -> None:
+    def take(self, key: _CutKey) -> list[_Named]:
         with self._lock:
-            old = self._kept.pop(key, None)
-            if old is not None:
-                self._total -= len(old)
-            if len(named) > self.limit:
-                return
-            self._kept[key] = named
-            self._total += len(named)
-            while self._total > self.limit:
-                oldest = next(iter(self._kept))
-                self._total -= len(self._kept.pop(oldest))
+            return self._kept.take(key) or []
+
+    def keep(self, key: _CutKey, named: list[_Named]) -> None:
+        with self._lock:
+            self._kept.keep(key, named)
 
     def groups(self) -> int:
         """How many groups are kept (for tests and status)."""
         with self._lock:
-            return self._total
+            return sum(self._kept.sizes().values())
 
 
 def cut_session(

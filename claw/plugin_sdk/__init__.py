@@ -36,6 +36,7 @@ from .._plugins import Plugin as Plugin
 from .._plugins import PluginApi as PluginApi
 from .._plugins import PluginContracts as PluginContracts
 from .._plugins import Tool as Tool
+from .._recent import RecentlyRead as RecentlyRead
 from .._storage import enter_wal as enter_wal
 from .._storage import storage_problem as storage_problem
 from .._transcript_reader import TranscriptReader as TranscriptReader

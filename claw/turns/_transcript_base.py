@@ -72,7 +72,7 @@ VisibleHistory = tuple[TranscriptCursor, tuple[Message, ...]]
 """A session's visible history as read to a cursor (what a store keeps)."""
 
 
-def visible_histories(limit: int = _KEPT_MESSAGES) -> RecentlyRead[VisibleHistory]:
+def visible_histories(limit: int = _KEPT_MESSAGES) -> RecentlyRead[str, VisibleHistory]:
     """What a store keeps of the visible histories it read last, by session id: up to
     ``limit`` messages in all."""
     return RecentlyRead(limit, lambda kept: len(kept[1]))
@@ -90,7 +90,7 @@ class TranscriptStoreBase(ABC):
     _clock: Callable[[], float]
     _owner_id: str
     _version: int
-    _visible: RecentlyRead[VisibleHistory]
+    _visible: RecentlyRead[str, VisibleHistory]
 
     @abstractmethod
     async def _write(self, fn: Callable[..., Any], /, **kwargs: object) -> Any:

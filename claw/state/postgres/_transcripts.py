@@ -234,7 +234,7 @@ class PostgresTranscriptStore(TranscriptStoreBase):
     _clock: Callable[[], float]
     _owner_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     _version: int = attrs.field(default=0, init=False)
-    _visible: RecentlyRead[VisibleHistory] = attrs.field(factory=visible_histories, init=False)
+    _visible: RecentlyRead[str, VisibleHistory] = attrs.field(factory=visible_histories, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
     async def aclose(self) -> None:

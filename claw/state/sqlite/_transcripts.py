@@ -276,7 +276,7 @@ class TranscriptStore(TranscriptStoreBase):
     _path: str | None = attrs.field(default=None, alias="path", kw_only=True)
     _version: int = attrs.field(default=0, init=False)
     _data_version: int | None = attrs.field(default=None, init=False)
-    _visible: RecentlyRead[VisibleHistory] = attrs.field(factory=visible_histories, init=False)
+    _visible: RecentlyRead[str, VisibleHistory] = attrs.field(factory=visible_histories, init=False)
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Move :attr:`version` after other processes' commits, until cancelled."""
