@@ -256,9 +256,15 @@ class _Named:
         return same_entries and self.fingerprint == hash(group)
 
 
-# Groups whose names are kept, all sessions together (a one-piece group's entry is
-# about 300 bytes, so about 80 MB at most).
-_NAMED_GROUPS = 1 << 18
+# Entries kept, all sessions together: a group counts one and each of its pieces one
+# more, as its memory does (a one-piece group is about 375 bytes, a reply of 36 pieces
+# about 4.6 KB: at most about 190 bytes an entry, so about 50 MB in all, however long
+# the turns).
+_NAMED_ENTRIES = 1 << 18
+
+
+def _entries(named: list[_Named]) -> int:
+    return len(named) + sum(len(n.hashes) for n in named)
 
 
 _CutKey = tuple[str, int, int, int]
@@ -273,18 +279,19 @@ class SessionNames:
 
     A group's pieces depend only on its turns and the chunk budget, so a kept entry
     holds while the group's turns are equal (a session whose turns changed is cut
-    anew where they differ). Bounded by ``limit`` groups in all, the least recently
+    anew where they differ). Bounded by ``limit`` entries in all (a group and each of
+    its pieces count one), the least recently
     cut sessions going first (:class:`~claw.plugin_sdk.RecentlyRead`); a sync takes a
     session's entry and puts it back, one thread at a time (the lock), so two syncs
     never share one.
     """
 
-    limit: int = _NAMED_GROUPS
+    limit: int = _NAMED_ENTRIES
     _kept: RecentlyRead[_CutKey, list[_Named]] = attrs.field(init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._kept = RecentlyRead(self.limit, len)
+        self._kept = RecentlyRead(self.limit, _entries)
 
     def take(self, key: _CutKey) -> list[_Named]:
         with self._lock:
@@ -294,8 +301,8 @@ class SessionNames:
         with self._lock:
             self._kept.keep(key, named)
 
-    def groups(self) -> int:
-        """How many groups are kept (for tests and status)."""
+    def entries(self) -> int:
+        """How many entries are kept: a group and each of its pieces count one."""
         with self._lock:
             return sum(self._kept.sizes().values())
 

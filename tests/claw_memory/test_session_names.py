@@ -123,11 +123,11 @@ def test_with_a_forgotten_chunk_every_group_is_cut_as_before() -> None:
 
 
 def test_the_kept_names_are_bounded_the_least_recently_cut_session_going_first() -> None:
-    names = SessionNames(limit=30)
     other = TranscriptSession("a", "agent:a:s2", "s2", "1:s2-1")
 
-    def cut(session: TranscriptSession, n: int) -> None:
-        cut_session(
+    def cut(names: SessionNames, session: TranscriptSession, n: int) -> int:
+        """Cut ``session`` of ``n`` turns whole; the entries its names take."""
+        chunks = cut_session(
             session,
             _session(n),
             turns_per_chunk=1,
@@ -136,15 +136,21 @@ def test_the_kept_names_are_bounded_the_least_recently_cut_session_going_first()
             chars_per_token=4,
             tombstones=frozenset(),
             names=names,
-        )
+        ).chunks
+        return n + len(chunks)  # a group each, and each of their pieces
 
-    cut(_SESSION, 20)
-    cut(other, 8)
-    assert names.groups() == 28
-    cut(other, 12)  # the first session's 20 groups go to keep the second's 12
-    assert names.groups() == 12
-    cut(_SESSION, 40)  # more than the limit alone: not kept
-    assert names.groups() == 12
+    sizes = {n: cut(SessionNames(), _SESSION, n) for n in (8, 12, 20, 40)}
+    # The long replies' pieces count: the bound follows memory, not the turn count.
+    assert sizes[20] > 2 * 20
+    names = SessionNames(limit=sizes[20] + sizes[8])
+    cut(names, _SESSION, 20)
+    cut(names, other, 8)
+    assert names.entries() == sizes[20] + sizes[8]
+    cut(names, other, 12)  # the first session's names go to keep the second's
+    assert names.entries() == sizes[12]
+    assert sizes[40] > names.limit
+    cut(names, _SESSION, 40)  # more than the limit alone: not kept
+    assert names.entries() == sizes[12]
 
 
 @settings(max_examples=60, deadline=None)
